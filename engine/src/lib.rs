@@ -1,0 +1,13 @@
+//! The deltapilot engine: everything between the event log and the bytes a proxy is
+//! sent, with no networking except the log clients.
+//!
+//! - [`log`]: the event log abstraction and its two backends (embedded segmented
+//!   file log, the default; Kafka for fleets).
+//!
+//! What it does NOT do: serve gRPC or HTTP, watch registries, or parse CLI flags.
+//! Those live in `server` and `adapters`, which depend on this crate.
+
+pub mod error;
+pub mod log;
+
+pub use error::{Error, Result};

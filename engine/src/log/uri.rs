@@ -1,0 +1,192 @@
+//! `--log` URIs: which backend, where, and with what options.
+//!
+//! - `file://DIR` — the embedded log in DIR. DIR may be absolute (`file:///var/lib/dp`)
+//!   or relative (`file://./data/log`, the default).
+//! - `kafka://HOST:PORT[,HOST:PORT…]/TOPIC` — a Kafka topic.
+//!
+//! Backend options ride in the query string so one flag carries a whole log
+//! configuration: `file://./data?fsync=interval&fsync_interval_ms=5&segment_bytes=67108864`,
+//! `kafka://127.0.0.1:9092/events?partitions=6&append_timeout_ms=10000`.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use super::file::{FileLogOptions, FsyncPolicy};
+use super::kafka::KafkaOptions;
+use crate::{Error, Result};
+
+/// The default `--log` URI.
+pub const DEFAULT_LOG_URI: &str = "file://./data/log";
+
+/// A parsed `--log` URI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogUri {
+    /// The embedded file log in `dir`.
+    File {
+        /// The log directory.
+        dir: PathBuf,
+    },
+    /// A Kafka topic.
+    Kafka {
+        /// Comma-separated `host:port` bootstrap list.
+        brokers: String,
+        /// Topic name.
+        topic: String,
+    },
+}
+
+/// Options for both backends; only the chosen backend's part is used.
+#[derive(Debug, Clone, Default)]
+pub struct LogOptions {
+    /// Embedded-log options.
+    pub file: FileLogOptions,
+    /// Kafka options.
+    pub kafka: KafkaOptions,
+}
+
+/// Parses a `--log` URI and its query options.
+pub fn parse(uri: &str) -> Result<(LogUri, LogOptions)> {
+    let bad = |reason: String| Error::InvalidUri {
+        uri: uri.to_owned(),
+        reason,
+    };
+    let (base, query) = match uri.split_once('?') {
+        Some((b, q)) => (b, q),
+        None => (uri, ""),
+    };
+    let mut opts = LogOptions::default();
+    let params: Vec<(&str, &str)> = query
+        .split('&')
+        .filter(|s| !s.is_empty())
+        .map(|kv| kv.split_once('=').unwrap_or((kv, "")))
+        .collect();
+
+    if let Some(dir) = base.strip_prefix("file://") {
+        if dir.is_empty() {
+            return Err(bad("file:// needs a directory, e.g. file://./data/log".into()));
+        }
+        for (k, v) in params {
+            match k {
+                "fsync" => {
+                    opts.file.fsync = match v {
+                        "always" => FsyncPolicy::Always,
+                        "never" => FsyncPolicy::Never,
+                        "interval" => FsyncPolicy::Interval(opts.file.fsync.interval_or_default()),
+                        _ => return Err(bad(format!("fsync={v}: expected always, interval or never"))),
+                    }
+                }
+                "fsync_interval_ms" => {
+                    let ms = parse_num::<u64>(k, v).map_err(bad)?;
+                    opts.file.fsync = FsyncPolicy::Interval(Duration::from_millis(ms.max(1)));
+                }
+                "segment_bytes" => {
+                    let n = parse_num::<u64>(k, v).map_err(bad)?;
+                    if n < 4096 {
+                        return Err(bad("segment_bytes must be at least 4096".into()));
+                    }
+                    opts.file.segment_bytes = n;
+                }
+                _ => return Err(bad(format!("unknown option {k:?} for file:// (known: fsync, fsync_interval_ms, segment_bytes)"))),
+            }
+        }
+        return Ok((LogUri::File { dir: PathBuf::from(dir) }, opts));
+    }
+
+    if let Some(rest) = base.strip_prefix("kafka://") {
+        let (brokers, topic) = rest
+            .split_once('/')
+            .ok_or_else(|| bad("expected kafka://HOST:PORT/TOPIC".into()))?;
+        if brokers.is_empty() || brokers.split(',').any(|b| !b.contains(':')) {
+            return Err(bad("every broker must be HOST:PORT".into()));
+        }
+        if topic.is_empty()
+            || topic.len() > 249
+            || !topic
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        {
+            return Err(bad(
+                "topic must be 1-249 characters of [A-Za-z0-9._-]".into(),
+            ));
+        }
+        for (k, v) in params {
+            match k {
+                "partitions" => {
+                    let n = parse_num::<i32>(k, v).map_err(bad)?;
+                    if !(1..=1024).contains(&n) {
+                        return Err(bad("partitions must be 1..=1024".into()));
+                    }
+                    opts.kafka.partitions = n;
+                }
+                "append_timeout_ms" => {
+                    opts.kafka.append_timeout = Duration::from_millis(parse_num(k, v).map_err(bad)?)
+                }
+                "request_timeout_ms" => {
+                    opts.kafka.request_timeout = Duration::from_millis(parse_num(k, v).map_err(bad)?)
+                }
+                _ => return Err(bad(format!("unknown option {k:?} for kafka:// (known: partitions, append_timeout_ms, request_timeout_ms)"))),
+            }
+        }
+        return Ok((
+            LogUri::Kafka {
+                brokers: brokers.to_owned(),
+                topic: topic.to_owned(),
+            },
+            opts,
+        ));
+    }
+
+    Err(bad("expected file://DIR or kafka://HOST:PORT/TOPIC".into()))
+}
+
+fn parse_num<T: FromStr>(key: &str, value: &str) -> std::result::Result<T, String> {
+    value
+        .parse()
+        .map_err(|_| format!("{key}={value:?} is not a valid number"))
+}
+
+impl FromStr for LogUri {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        parse(s).map(|(u, _)| u)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_uri_with_options() {
+        let (u, o) = parse("file://./data/log?fsync=always&segment_bytes=65536").expect("parse");
+        assert_eq!(u, LogUri::File { dir: "./data/log".into() });
+        assert_eq!(o.file.fsync, FsyncPolicy::Always);
+        assert_eq!(o.file.segment_bytes, 65536);
+    }
+
+    #[test]
+    fn kafka_uri() {
+        let (u, o) = parse("kafka://127.0.0.1:9092/events?partitions=3").expect("parse");
+        assert_eq!(
+            u,
+            LogUri::Kafka { brokers: "127.0.0.1:9092".into(), topic: "events".into() }
+        );
+        assert_eq!(o.kafka.partitions, 3);
+    }
+
+    #[test]
+    fn bad_uris_say_why() {
+        for (uri, needle) in [
+            ("http://x", "expected file://"),
+            ("kafka://nohost/t", "HOST:PORT"),
+            ("kafka://h:1/bad topic", "topic"),
+            ("file://./d?fsync=sometimes", "fsync"),
+            ("file://./d?colour=blue", "unknown option"),
+        ] {
+            let e = parse(uri).expect_err(uri).to_string();
+            assert!(e.contains(needle), "{uri}: {e}");
+        }
+    }
+}

