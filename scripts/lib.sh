@@ -73,6 +73,7 @@ sha256_of() { sha256sum "$1" | awk '{ print $1 }'; }
 # 127.0.0.1:PORT. Uses bash's /dev/tcp so no netcat is needed; bounded by
 # `timeout` because a filtered port could otherwise block for minutes.
 tcp_port_open() {
+    # shellcheck disable=SC2016 # $1 is expanded by the inner bash, on purpose
     timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" 2>/dev/null
 }
 

@@ -26,7 +26,7 @@ PORTFILE="$DELTAPILOT_RUN_DIR/tansu.port"
 LOGPATHFILE="$DELTAPILOT_RUN_DIR/tansu.logpath"
 
 usage() {
-    sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,6p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -40,6 +40,7 @@ resolve_tansu() {
             t="$(command -v tansu || true)"
         fi
     fi
+    # shellcheck disable=SC2015 # die exits, so this is a real if/else
     [ -n "$t" ] && [ -x "$t" ] ||
         die "no tansu binary (DELTAPILOT_TANSU='${DELTAPILOT_TANSU:-}', $DELTAPILOT_TOOLS/bin/tansu, PATH); run scripts/install-test-deps.sh"
     printf '%s\n' "$t"
@@ -66,15 +67,15 @@ clear_state() { rm -f "$PIDFILE" "$PORTFILE" "$LOGPATHFILE"; }
 # kill_and_wait PID : TERM, wait up to 10 s, then KILL, wait up to 5 s.
 # (Tansu 0.6 exits on TERM in ~1.3 s here.)
 kill_and_wait() {
-    local pid="$1" i
+    local pid="$1"
     kill -TERM "$pid" 2>/dev/null || return 0
-    for i in $(seq 1 100); do
+    for _ in $(seq 1 100); do
         kill -0 "$pid" 2>/dev/null || return 0
         sleep 0.1
     done
     warn "tansu pid $pid ignored SIGTERM for 10 s; sending SIGKILL"
     kill -KILL "$pid" 2>/dev/null || return 0
-    for i in $(seq 1 50); do
+    for _ in $(seq 1 50); do
         kill -0 "$pid" 2>/dev/null || return 0
         sleep 0.1
     done
@@ -90,6 +91,7 @@ log_tail() {
 
 cmd_start() {
     local port="${1:-}" logfile="${2:-$DELTAPILOT_RUN_DIR/tansu.log}"
+    # shellcheck disable=SC2015 # die exits, so this is a real if/else
     [[ "$port" =~ ^[0-9]+$ ]] && [ "$port" -ge 1 ] && [ "$port" -le 65535 ] ||
         die "start: PORT must be a number in 1..65535, got '${port}'"
     local tansu
@@ -149,7 +151,8 @@ cmd_start() {
     # list`) works. Each probe is bounded: `tansu topic list` against a port
     # with no broker does not fail, it retries forever. Worst case total is
     # the deadline plus one 10 s probe.
-    local limit="${DELTAPILOT_TANSU_START_TIMEOUT:-60}" deadline out
+    local limit="${DELTAPILOT_TANSU_START_TIMEOUT:-60}" deadline out rc
+    local last="port 127.0.0.1:$port not accepting connections"
     deadline=$((SECONDS + limit))
     while :; do
         if ! kill -0 "$pid" 2>/dev/null; then
@@ -157,16 +160,24 @@ cmd_start() {
             log_tail "$logfile"
             die "start: tansu exited during startup (see $logfile)"
         fi
-        if tcp_port_open "$port" &&
-            out="$(timeout 10 "$tansu" topic list --broker "$url" 2>&1)"; then
-            log "tansu ready on $url (pid $pid, log $logfile, topics: $out)"
-            return 0
+        if tcp_port_open "$port"; then
+            rc=0
+            out="$(timeout 10 "$tansu" topic list --broker "$url" 2>&1)" || rc=$?
+            if [ "$rc" -eq 0 ]; then
+                log "tansu ready on $url (pid $pid, log $logfile, topics: $out)"
+                return 0
+            fi
+            if [ "$rc" -eq 124 ]; then
+                last="'tansu topic list' got no answer within 10 s"
+            else
+                last="'tansu topic list' exited $rc: $(printf '%s' "$out" | tail -n 3)"
+            fi
         fi
         if [ "$SECONDS" -ge "$deadline" ]; then
             kill_and_wait "$pid"
             clear_state
             log_tail "$logfile"
-            die "start: tansu not ready on $url within ${limit}s (last probe: ${out:-port closed})"
+            die "start: tansu not ready on $url within ${limit}s (last probe: $last)"
         fi
         sleep 0.2
     done

@@ -9,5 +9,9 @@
 
 pub mod error;
 pub mod log;
+pub mod model;
+pub mod snapshot;
+pub mod state;
+pub mod xds;
 
 pub use error::{Error, Result};

@@ -1,0 +1,115 @@
+//! Resource types, encoded resources and the persistent set of them.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use imbl::OrdMap;
+
+/// The xDS resource types deltapilot serves, in make-before-break order: a proxy
+/// must receive clusters before their endpoints, and both before the listeners and
+/// routes that reference them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ResourceType {
+    /// CDS: `envoy.config.cluster.v3.Cluster`.
+    Cluster,
+    /// EDS: `envoy.config.endpoint.v3.ClusterLoadAssignment`.
+    Endpoint,
+    /// LDS: `envoy.config.listener.v3.Listener`.
+    Listener,
+    /// RDS: `envoy.config.route.v3.RouteConfiguration`.
+    Route,
+}
+
+impl ResourceType {
+    /// All types, in push order.
+    pub const ALL: [ResourceType; 4] = [
+        ResourceType::Cluster,
+        ResourceType::Endpoint,
+        ResourceType::Listener,
+        ResourceType::Route,
+    ];
+
+    /// The v3 type URL.
+    pub fn type_url(self) -> &'static str {
+        match self {
+            ResourceType::Cluster => "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+            ResourceType::Endpoint => {
+                "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+            }
+            ResourceType::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
+            ResourceType::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+        }
+    }
+
+    /// The type for a v3 type URL, or `None` for one deltapilot does not serve.
+    pub fn from_type_url(url: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.type_url() == url)
+    }
+
+    /// Short name (`cds`, `eds`, `lds`, `rds`) for metrics, CLI flags and debug views.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            ResourceType::Cluster => "cds",
+            ResourceType::Endpoint => "eds",
+            ResourceType::Listener => "lds",
+            ResourceType::Route => "rds",
+        }
+    }
+
+    /// Index into per-type arrays (`[T; 4]`).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One encoded xDS resource.
+///
+/// The bytes are the encoded resource message itself (e.g. a `Cluster`), ready to
+/// be wrapped in an `Any` with [`ResourceType::type_url`]. They are encoded exactly
+/// once per version and shared by `Bytes` reference counting with every stream.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Resource {
+    /// Resource name (e.g. `outbound|9080||reviews.default.svc.cluster.local`).
+    pub name: Arc<str>,
+    /// Content version: [`content_version`] of `bytes`.
+    pub version: Arc<str>,
+    /// Encoded resource message.
+    pub bytes: Bytes,
+}
+
+impl Resource {
+    /// Wraps encoded bytes, computing the content version.
+    pub fn new(name: Arc<str>, bytes: Bytes) -> Self {
+        let version = content_version(&bytes);
+        Resource { name, version, bytes }
+    }
+}
+
+/// The version string of encoded bytes: 16 hex digits of their xxh3-64 hash, so
+/// identical content always has the same version and never triggers a push.
+pub fn content_version(bytes: &[u8]) -> Arc<str> {
+    Arc::from(format!("{:016x}", xxhash_rust::xxh3::xxh3_64(bytes)).as_str())
+}
+
+/// Named resources of one type (or one flavour of a type), ordered by name.
+pub type ResourceMap = OrdMap<Arc<str>, Arc<Resource>>;
+
+/// Every resource of a snapshot.
+///
+/// Listeners come in two flavours because sidecars and proxyless gRPC clients need
+/// different listener shapes for the same service port (`0.0.0.0:<port>` with an
+/// HCM or tcp_proxy, versus an `api_listener` named `<host>:<port>`); a proxy's view
+/// picks one. Everything else is shared by all proxy types.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResourceSet {
+    /// CDS: one EDS cluster per service port.
+    pub clusters: ResourceMap,
+    /// EDS: one ClusterLoadAssignment per cluster.
+    pub endpoints: ResourceMap,
+    /// LDS for sidecars (and routers, until gateways are served).
+    pub sidecar_listeners: ResourceMap,
+    /// LDS for proxyless gRPC clients.
+    pub grpc_listeners: ResourceMap,
+    /// RDS: one RouteConfiguration per HTTP port.
+    pub routes: ResourceMap,
+}
