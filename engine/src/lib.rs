@@ -8,6 +8,7 @@
 //! Those live in `server` and `adapters`, which depend on this crate.
 
 pub mod error;
+pub mod fold;
 pub mod log;
 pub mod model;
 pub mod snapshot;

@@ -1,2 +1,38 @@
-//! The `deltapilot` binary.
-fn main() {}
+//! The `deltapilot` binary: one CLI over every part of the system.
+//!
+//! Each subcommand lives in its own module under `cli/`; this file only parses the
+//! command line, sets up logging and dispatches.
+
+use clap::{Parser, Subcommand};
+
+mod cli;
+
+/// deltapilot: an event-sourced service-discovery control plane for Envoy fleets.
+#[derive(Debug, Parser)]
+#[command(name = "deltapilot", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Read, write and follow the event log.
+    Log(cli::log::LogArgs),
+    /// Run everything in one process: embedded log, file adapter, engine, xDS server.
+    Run(cli::run::RunArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    cli::init_tracing();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Log(args) => cli::log::main(args).await,
+            Command::Run(args) => cli::run::main(args).await,
+        }
+    })
+}

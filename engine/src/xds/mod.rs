@@ -12,7 +12,9 @@
 //! proxy sees (that is `view`).
 
 mod change;
+pub mod generate;
 mod resource;
+pub mod view;
 
 pub use change::{ChangeSet, TypeChanges};
 pub use resource::{Resource, ResourceMap, ResourceSet, ResourceType, content_version};

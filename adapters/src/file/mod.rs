@@ -1,0 +1,1 @@
+//! The file adapter (stub: being built).

@@ -1,0 +1,1 @@
+//! The fold (stub: being built).

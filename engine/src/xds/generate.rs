@@ -1,0 +1,1 @@
+//! xDS resource generation (stub: being built).

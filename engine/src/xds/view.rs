@@ -1,0 +1,1 @@
+//! Per-proxy views and diffs (stub: being built).

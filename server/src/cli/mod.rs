@@ -1,0 +1,15 @@
+//! Subcommands of the `deltapilot` binary.
+
+pub(crate) mod log;
+pub(crate) mod run;
+
+/// Logs go to stderr (stdout carries command output such as JSON lines), filtered by
+/// `RUST_LOG` (default `info`).
+pub(crate) fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
