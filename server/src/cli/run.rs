@@ -1,9 +1,422 @@
-//! `deltapilot run` (stub: being built).
+//! `deltapilot run`: one process holding the embedded log, the file adapter, the
+//! engine, the xDS server and the admin server.
+//!
+//! Settings come from flags, their `DELTAPILOT_*` environment variables, and an
+//! optional `--config FILE` whose keys mirror the long flag names
+//! (`xds-addr: 127.0.0.1:18000`, `watch: [mesh]`). Precedence: flag, then
+//! environment, then config file, then the built-in default. Relative paths in a
+//! config file are relative to the file's directory. Everything is validated before
+//! anything starts.
+//!
+//! What it does NOT do: serve a remote log (`deltapilot serve` with Kafka is a
+//! separate mode) or parse registries itself (the adapters do).
 
-/// Arguments of `deltapilot run`.
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, bail};
+use deltapilot_adapters::file::{FileAdapter, FileAdapterOptions};
+use deltapilot_engine::fold::runner::Engine;
+use deltapilot_engine::log::file::{FileLog, FileLogOptions};
+use deltapilot_engine::log::{EventLog, Log};
+use deltapilot_engine::xds::generate::GenOptions;
+use deltapilot_server::metrics::Metrics;
+use deltapilot_server::xds::Limits;
+use deltapilot_server::xds::service::{PublishClock, XdsShared};
+use serde::Deserialize;
+use tokio::sync::watch;
+
+/// Arguments of `deltapilot run`. Every flag is optional so that a config file can
+/// supply it; defaults are applied after merging.
 #[derive(Debug, clap::Args)]
-pub(crate) struct RunArgs {}
+pub(crate) struct RunArgs {
+    /// xDS gRPC listen address [default: 127.0.0.1:18000].
+    #[arg(long, env = "DELTAPILOT_XDS_ADDR")]
+    xds_addr: Option<SocketAddr>,
+    /// Admin HTTP listen address (/healthz, /readyz, /metrics) [default: 127.0.0.1:15014].
+    #[arg(long, env = "DELTAPILOT_ADMIN_ADDR")]
+    admin_addr: Option<SocketAddr>,
+    /// Data directory; the embedded log lives in DATA_DIR/log [default: ./data].
+    #[arg(long, env = "DELTAPILOT_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// A directory of Istio ServiceEntry YAML files to watch (repeatable; the env
+    /// variable takes a comma-separated list).
+    #[arg(
+        long = "watch",
+        value_name = "DIR",
+        env = "DELTAPILOT_WATCH",
+        value_delimiter = ','
+    )]
+    watch: Vec<PathBuf>,
+    /// A YAML or JSON file whose keys mirror these flags (e.g. `xds-addr`, `watch`).
+    #[arg(long, value_name = "FILE", env = "DELTAPILOT_CONFIG")]
+    config: Option<PathBuf>,
+    /// Make sidecar outbound listeners bind their service port directly (no iptables
+    /// capture needed) [default: false].
+    #[arg(long, env = "DELTAPILOT_BIND_OUTBOUND", num_args = 0..=1, default_missing_value = "true")]
+    bind_outbound: Option<bool>,
+    /// Address sidecar outbound listeners listen on [default: 0.0.0.0].
+    #[arg(long, env = "DELTAPILOT_OUTBOUND_ADDRESS")]
+    outbound_address: Option<IpAddr>,
+    /// Most resource names one xDS stream may subscribe to [default: 100000].
+    #[arg(long, env = "DELTAPILOT_MAX_NAMES_PER_STREAM")]
+    max_names_per_stream: Option<usize>,
+    /// Largest xDS request accepted, in bytes [default: 4194304].
+    #[arg(long, env = "DELTAPILOT_MAX_REQUEST_BYTES")]
+    max_request_bytes: Option<usize>,
+    /// Most resources in one delta response; the rest follow after the ACK [default: 10000].
+    #[arg(long, env = "DELTAPILOT_MAX_RESOURCES_PER_RESPONSE")]
+    max_resources_per_response: Option<usize>,
+    /// Most concurrent xDS streams [default: 100000].
+    #[arg(long, env = "DELTAPILOT_MAX_STREAMS")]
+    max_streams: Option<usize>,
+    /// Seconds a stream may stay silent with a response un-ACKed before it is closed [default: 300].
+    #[arg(long, env = "DELTAPILOT_STALL_TIMEOUT_SECS")]
+    stall_timeout_secs: Option<u64>,
+    /// Seconds to wait for streams and tasks to finish after SIGTERM/SIGINT [default: 10].
+    #[arg(long, env = "DELTAPILOT_DRAIN_GRACE_SECS")]
+    drain_grace_secs: Option<u64>,
+}
 
-pub(crate) async fn main(_args: RunArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+/// The config file: the same keys as the long flags.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileConfig {
+    xds_addr: Option<SocketAddr>,
+    admin_addr: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    #[serde(default)]
+    watch: Vec<PathBuf>,
+    bind_outbound: Option<bool>,
+    outbound_address: Option<IpAddr>,
+    max_names_per_stream: Option<usize>,
+    max_request_bytes: Option<usize>,
+    max_resources_per_response: Option<usize>,
+    max_streams: Option<usize>,
+    stall_timeout_secs: Option<u64>,
+    drain_grace_secs: Option<u64>,
+}
+
+/// Validated settings.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    xds_addr: SocketAddr,
+    admin_addr: SocketAddr,
+    data_dir: PathBuf,
+    watch: Vec<PathBuf>,
+    gen_opts: GenOptions,
+    limits: Limits,
+    drain_grace: Duration,
+}
+
+fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --config {}", path.display()))?;
+    // JSON is YAML too, so one parser reads both.
+    let parsed: Result<FileConfig, _> = serde_yaml::from_str(&text);
+    let mut cfg = parsed.with_context(|| format!("--config {}: invalid config", path.display()))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let rebase = |p: PathBuf| if p.is_relative() { base.join(p) } else { p };
+    cfg.data_dir = cfg.data_dir.map(rebase);
+    cfg.watch = cfg.watch.into_iter().map(rebase).collect();
+    Ok(cfg)
+}
+
+impl RunArgs {
+    /// Merges flags (and their env vars) over the config file over defaults, and
+    /// validates the result.
+    pub(crate) fn settings(self) -> anyhow::Result<Settings> {
+        let file = match &self.config {
+            Some(p) => read_config(p)?,
+            None => FileConfig::default(),
+        };
+        let d = Limits::default();
+        let limits = Limits {
+            max_names_per_stream: self
+                .max_names_per_stream
+                .or(file.max_names_per_stream)
+                .unwrap_or(d.max_names_per_stream),
+            max_request_bytes: self
+                .max_request_bytes
+                .or(file.max_request_bytes)
+                .unwrap_or(d.max_request_bytes),
+            max_resources_per_response: self
+                .max_resources_per_response
+                .or(file.max_resources_per_response)
+                .unwrap_or(d.max_resources_per_response),
+            max_streams: self
+                .max_streams
+                .or(file.max_streams)
+                .unwrap_or(d.max_streams),
+            stall_timeout: self
+                .stall_timeout_secs
+                .or(file.stall_timeout_secs)
+                .map(Duration::from_secs)
+                .unwrap_or(d.stall_timeout),
+        };
+        for (name, v) in [
+            ("max-names-per-stream", limits.max_names_per_stream),
+            ("max-request-bytes", limits.max_request_bytes),
+            (
+                "max-resources-per-response",
+                limits.max_resources_per_response,
+            ),
+            ("max-streams", limits.max_streams),
+            (
+                "stall-timeout-secs",
+                limits.stall_timeout.as_secs() as usize,
+            ),
+        ] {
+            if v == 0 {
+                bail!("--{name} must be at least 1");
+            }
+        }
+        if limits.max_request_bytes < 1024 {
+            bail!(
+                "--max-request-bytes must be at least 1024 (Envoy's first request alone is larger)"
+            );
+        }
+        let watch = if self.watch.is_empty() {
+            file.watch
+        } else {
+            self.watch
+        };
+        for w in &watch {
+            if !w.is_dir() {
+                bail!(
+                    "--watch {}: not a directory (create it, or fix the path)",
+                    w.display()
+                );
+            }
+        }
+        let xds_addr = self
+            .xds_addr
+            .or(file.xds_addr)
+            .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 18000)));
+        let admin_addr = self
+            .admin_addr
+            .or(file.admin_addr)
+            .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 15014)));
+        if xds_addr == admin_addr && xds_addr.port() != 0 {
+            bail!("--xds-addr and --admin-addr are both {xds_addr}; they need different ports");
+        }
+        let data_dir = self
+            .data_dir
+            .or(file.data_dir)
+            .unwrap_or_else(|| PathBuf::from("./data"));
+        if data_dir.exists() && !data_dir.is_dir() {
+            bail!(
+                "--data-dir {}: exists and is not a directory",
+                data_dir.display()
+            );
+        }
+        let defaults = GenOptions::default();
+        let gen_opts = GenOptions {
+            outbound_address: self
+                .outbound_address
+                .or(file.outbound_address)
+                .map(|a| a.to_string())
+                .unwrap_or(defaults.outbound_address),
+            bind_outbound: self.bind_outbound.or(file.bind_outbound).unwrap_or(false),
+            ..defaults
+        };
+        let drain_grace = Duration::from_secs(
+            self.drain_grace_secs
+                .or(file.drain_grace_secs)
+                .unwrap_or(10),
+        );
+        Ok(Settings {
+            xds_addr,
+            admin_addr,
+            data_dir,
+            watch,
+            gen_opts,
+            limits,
+            drain_grace,
+        })
+    }
+}
+
+async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await.with_context(|| {
+        format!("cannot listen on {addr} for {what} (port in use? pick another with --{what}-addr)")
+    })
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn terminated() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch SIGTERM; only SIGINT stops deltapilot");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = term => tracing::info!("SIGTERM: draining"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: draining"),
+    }
+}
+
+pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
+    let s = args.settings()?;
+    let adapter = file_adapter(&s)?;
+    let xds_listener = bind(s.xds_addr, "xds").await?;
+    let admin_listener = bind(s.admin_addr, "admin").await?;
+    let log_dir = s.data_dir.join("log");
+    let log = Arc::new(Log::File(
+        FileLog::open(&log_dir, FileLogOptions::default())
+            .with_context(|| format!("opening the log in {}", log_dir.display()))?,
+    ));
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut engine = Engine::new(s.gen_opts.clone());
+    let snapshots = engine.reader();
+    let ready = engine.ready();
+    let metrics = Arc::new(Metrics::new());
+    let clock = Arc::new(PublishClock::default());
+
+    let mut tasks = tokio::task::JoinSet::new();
+    {
+        let (log, shutdown) = (log.clone(), shutdown_rx.clone());
+        tasks.spawn(async move {
+            let from = log.start();
+            engine
+                .run(&*log, from, shutdown)
+                .await
+                .context("engine stopped: the log failed")
+        });
+    }
+    {
+        let (mut reader, clock, metrics, mut shutdown) = (
+            snapshots.clone(),
+            clock.clone(),
+            metrics.clone(),
+            shutdown_rx.clone(),
+        );
+        tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    snap = reader.changed() => match snap {
+                        Some(snap) => {
+                            clock.record(snap.seq, SystemTime::now());
+                            metrics.snapshot_seq.set(snap.seq as i64);
+                        }
+                        None => return Ok(()),
+                    },
+                    _ = shutdown.wait_for(|s| *s) => return Ok(()),
+                }
+            }
+        });
+    }
+    if let Some(adapter) = adapter {
+        let (log, shutdown) = (log.clone(), shutdown_rx.clone());
+        tasks.spawn(async move {
+            adapter
+                .run(log, shutdown)
+                .await
+                .context("file adapter stopped")
+        });
+    }
+    let shared = XdsShared::new(
+        snapshots,
+        s.limits,
+        metrics.clone(),
+        shutdown_rx.clone(),
+        ready.clone(),
+        clock,
+    );
+    tasks.spawn(async move {
+        deltapilot_server::xds::service::serve(xds_listener, shared)
+            .await
+            .context("xDS server failed")
+    });
+    {
+        let ready = ready.clone();
+        let mut shutdown = shutdown_rx.clone();
+        tasks.spawn(async move {
+            let ready_fn: deltapilot_server::admin::ReadyFn = Arc::new(move || *ready.borrow());
+            deltapilot_server::admin::serve(admin_listener, metrics, ready_fn, async move {
+                let _ = shutdown.wait_for(|s| *s).await;
+            })
+            .await
+            .context("admin server failed")
+        });
+    }
+    tracing::info!(
+        xds = %s.xds_addr, admin = %s.admin_addr, data_dir = %s.data_dir.display(),
+        watch = ?s.watch, bind_outbound = s.gen_opts.bind_outbound, "deltapilot running"
+    );
+
+    let failure = tokio::select! {
+        () = terminated() => None,
+        r = tasks.join_next() => Some(r),
+    };
+    let _ = shutdown_tx.send(true);
+    let drained = tokio::time::timeout(s.drain_grace, async {
+        while let Some(r) = tasks.join_next().await {
+            if let Ok(Err(e)) = r {
+                tracing::warn!(error = %format!("{e:#}"), "task ended with an error while draining");
+            }
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(grace = ?s.drain_grace, "drain grace period over; aborting what is left");
+        tasks.abort_all();
+    }
+    match failure {
+        None => Ok(()),
+        Some(Some(Ok(Ok(())))) => bail!("a component stopped unexpectedly"),
+        Some(Some(Ok(Err(e)))) => Err(e),
+        Some(Some(Err(e))) => Err(anyhow::anyhow!("a component panicked: {e}")),
+        Some(None) => Ok(()),
+    }
+}
+
+/// The file adapter over every `--watch` directory, validated before anything runs.
+fn file_adapter(s: &Settings) -> anyhow::Result<Option<FileAdapter>> {
+    if s.watch.is_empty() {
+        return Ok(None);
+    }
+    let opts = FileAdapterOptions {
+        state_dir: Some(s.data_dir.join("file-adapter")),
+        ..FileAdapterOptions::default()
+    };
+    FileAdapter::new(s.watch.clone(), opts)
+        .map(Some)
+        .context("starting the file adapter (--watch)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_file_yaml_and_json_with_relative_paths() {
+        let dir = tempfile::tempdir().expect("tmp");
+        std::fs::create_dir(dir.path().join("mesh")).expect("mesh");
+        let y = dir.path().join("c.yaml");
+        std::fs::write(
+            &y,
+            "xds-addr: 127.0.0.1:1\nbind-outbound: true\nwatch:\n  - mesh\nmax-streams: 5\n",
+        )
+        .expect("write");
+        let c = read_config(&y).expect("yaml");
+        assert_eq!(c.xds_addr, Some("127.0.0.1:1".parse().expect("addr")));
+        assert_eq!((c.bind_outbound, c.max_streams), (Some(true), Some(5)));
+        assert_eq!(c.watch, [dir.path().join("mesh")]);
+        let j = dir.path().join("c.json");
+        std::fs::write(&j, r#"{"admin-addr": "127.0.0.1:2"}"#).expect("write");
+        assert!(read_config(&j).expect("json").admin_addr.is_some());
+        std::fs::write(&j, "colour: blue").expect("write");
+        let e = format!("{:#}", read_config(&j).expect_err("unknown key"));
+        assert!(e.contains("colour"), "{e}");
+    }
 }

@@ -1,0 +1,175 @@
+//! The server's Prometheus metrics, in one registry that `/metrics` encodes.
+//!
+//! Names (all prefixed `deltapilot_`; counters get `_total`):
+//! - `xds_connected_proxies{api,proxy_type}` — open streams that sent a node.
+//! - `xds_streams_total{api}` — streams accepted.
+//! - `xds_pushes_total{api,type}` — responses sent.
+//! - `xds_resources_sent_total{api,type}` — resources in those responses.
+//! - `xds_removals_sent_total{type}` — names in delta `removed_resources`.
+//! - `xds_acks_total{api,type}`, `xds_nacks_total{api,type}`.
+//! - `xds_convergence_seconds{type}` — histogram: from the observed-at time of the
+//!   newest event folded into the snapshot a push was built from, to the ACK of that
+//!   push. Only pushes (responses caused by a new snapshot after the type was first
+//!   requested) are measured, not a proxy's initial fetch.
+//! - `xds_reconnect_known_resources_total{type}` — names delta clients reported in
+//!   `initial_resource_versions`.
+//! - `xds_reconnect_resent_resources_total{type}` — resources sent at exactly the
+//!   version the client reported it already had; a correct server keeps it at 0.
+//! - `xds_rejected_requests_total{reason}` — requests refused or ignored
+//!   (`unknown_type`, `too_many_names`, `wrong_service`, `too_many_streams`, `stalled`,
+//!   `bad_message`: oversized or undecodable).
+//! - `xds_stale_nonces_total` — ACK/NACKs whose nonce matched nothing (ignored).
+//! - `snapshot_seq` — newest snapshot sequence the server has seen.
+//! - `ready` — 1 once the engine has caught up with the log head.
+//!
+//! What it does NOT do: serve HTTP (see `admin`).
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels: `[(name, value); N]`.
+pub type Labels<const N: usize> = [(&'static str, &'static str); N];
+
+/// A histogram family built with the convergence buckets.
+pub type HistogramFamily = Family<Labels<1>, Histogram, fn() -> Histogram>;
+
+fn convergence_histogram() -> Histogram {
+    // 1 ms … ~65 s: covers a local push (milliseconds) up to a badly stuck proxy.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// Every metric the server updates.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// See the module docs.
+    pub connected: Family<Labels<2>, Gauge>,
+    /// See the module docs.
+    pub streams: Family<Labels<1>, Counter>,
+    /// See the module docs.
+    pub pushes: Family<Labels<2>, Counter>,
+    /// See the module docs.
+    pub resources_sent: Family<Labels<2>, Counter>,
+    /// See the module docs.
+    pub removals_sent: Family<Labels<1>, Counter>,
+    /// See the module docs.
+    pub acks: Family<Labels<2>, Counter>,
+    /// See the module docs.
+    pub nacks: Family<Labels<2>, Counter>,
+    /// See the module docs.
+    pub convergence: HistogramFamily,
+    /// See the module docs.
+    pub reconnect_known: Family<Labels<1>, Counter>,
+    /// See the module docs.
+    pub reconnect_resent: Family<Labels<1>, Counter>,
+    /// See the module docs.
+    pub rejected: Family<Labels<1>, Counter>,
+    /// See the module docs.
+    pub stale_nonces: Counter,
+    /// See the module docs.
+    pub snapshot_seq: Gauge,
+    /// See the module docs.
+    pub ready: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("deltapilot");
+        let m = Metrics {
+            registry: Registry::default(),
+            connected: Family::default(),
+            streams: Family::default(),
+            pushes: Family::default(),
+            resources_sent: Family::default(),
+            removals_sent: Family::default(),
+            acks: Family::default(),
+            nacks: Family::default(),
+            convergence: Family::new_with_constructor(convergence_histogram),
+            reconnect_known: Family::default(),
+            reconnect_resent: Family::default(),
+            rejected: Family::default(),
+            stale_nonces: Counter::default(),
+            snapshot_seq: Gauge::default(),
+            ready: Gauge::default(),
+        };
+        registry.register(
+            "xds_connected_proxies",
+            "Open xDS streams that identified a proxy",
+            m.connected.clone(),
+        );
+        registry.register("xds_streams", "xDS streams accepted", m.streams.clone());
+        registry.register("xds_pushes", "xDS responses sent", m.pushes.clone());
+        registry.register(
+            "xds_resources_sent",
+            "Resources sent in xDS responses",
+            m.resources_sent.clone(),
+        );
+        registry.register(
+            "xds_removals_sent",
+            "Names sent in delta removed_resources",
+            m.removals_sent.clone(),
+        );
+        registry.register("xds_acks", "ACKs received", m.acks.clone());
+        registry.register(
+            "xds_nacks",
+            "NACKs received (error_detail set)",
+            m.nacks.clone(),
+        );
+        registry.register(
+            "xds_convergence_seconds",
+            "From the observed-at time of the newest event in a pushed snapshot to the ACK of the push",
+            m.convergence.clone(),
+        );
+        registry.register(
+            "xds_reconnect_known_resources",
+            "Names delta clients reported in initial_resource_versions",
+            m.reconnect_known.clone(),
+        );
+        registry.register(
+            "xds_reconnect_resent_resources",
+            "Resources sent at the version the client reported it already had (should stay 0)",
+            m.reconnect_resent.clone(),
+        );
+        registry.register(
+            "xds_rejected_requests",
+            "xDS requests refused or ignored, by reason",
+            m.rejected.clone(),
+        );
+        registry.register(
+            "xds_stale_nonces",
+            "ACK/NACKs whose nonce matched no response (ignored)",
+            m.stale_nonces.clone(),
+        );
+        registry.register(
+            "snapshot_seq",
+            "Newest snapshot sequence seen by the server",
+            m.snapshot_seq.clone(),
+        );
+        registry.register(
+            "ready",
+            "1 once the engine has caught up with the log head",
+            m.ready.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The registry in Prometheus/OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "encoding metrics failed");
+        }
+        out
+    }
+}

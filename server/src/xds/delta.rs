@@ -1,0 +1,397 @@
+//! The per-stream delta xDS state machine (`DeltaDiscoveryRequest`/`Response`),
+//! with no I/O: feed it requests and snapshots, ask it for the next response.
+//!
+//! Per type it keeps the subscription (legacy wildcard, `*`, explicit names), what
+//! the client holds (`known`: name → version, seeded from
+//! `initial_resource_versions` on reconnect), names that must be answered even if
+//! unchanged (`forced`), names a snapshot touched (`dirty`, or "everything" when the
+//! stream is too far behind for `Snapshot::changes_since`), the resolved work
+//! waiting to go out, and the one response in flight. Work is coalesced: a proxy
+//! that is behind gets the newest state of each changed name once, never a queue of
+//! intermediate versions.
+//!
+//! What it does NOT do: talk gRPC, count metrics, or measure time (the loop in
+//! `service` does).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::mem;
+use std::sync::Arc;
+
+use deltapilot_engine::model::{Proxy, ProxyType};
+use deltapilot_engine::snapshot::Snapshot;
+use deltapilot_engine::xds::view::resources_for;
+use deltapilot_engine::xds::{Resource, ResourceMap, ResourceType};
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+
+use super::encode::DeltaOut;
+use super::order::{TypeWork, pick};
+use super::{Acked, Limits, NonceGen, RequestOutcome, type_of};
+use crate::Error;
+
+/// Names a snapshot (or a subscription change) asks to re-examine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Dirty {
+    Names(BTreeSet<Arc<str>>),
+    All,
+}
+
+impl Default for Dirty {
+    fn default() -> Self {
+        Dirty::Names(BTreeSet::new())
+    }
+}
+
+#[derive(Debug, Clone)]
+struct InFlight {
+    nonce: String,
+    seq: u64,
+    push: bool,
+}
+
+#[derive(Debug, Default)]
+struct TypeState {
+    started: bool,
+    started_seq: u64,
+    wildcard: bool,
+    names: BTreeSet<Arc<str>>,
+    known: HashMap<Arc<str>, Arc<str>>,
+    initial: HashMap<Arc<str>, Arc<str>>,
+    forced: BTreeSet<Arc<str>>,
+    dirty: Dirty,
+    up: BTreeMap<Arc<str>, Arc<Resource>>,
+    rm: BTreeSet<Arc<str>>,
+    last_nonce: Option<String>,
+    in_flight: Option<InFlight>,
+    last_nack: Option<String>,
+    nacks: u64,
+}
+
+impl TypeState {
+    fn wants(&self, name: &str) -> bool {
+        self.started && (self.wildcard || self.names.contains(name))
+    }
+
+    fn mark(&mut self, name: &Arc<str>) {
+        if let Dirty::Names(s) = &mut self.dirty {
+            s.insert(name.clone());
+        }
+    }
+
+    /// Turns dirty and forced names into pending upserts and removals.
+    fn resolve(&mut self, view: &ResourceMap) {
+        let candidates: BTreeSet<Arc<str>> = match mem::take(&mut self.dirty) {
+            Dirty::All => {
+                self.up.clear();
+                self.rm.clear();
+                let mut c: BTreeSet<Arc<str>> = self.known.keys().cloned().collect();
+                c.extend(self.names.iter().filter(|n| view.contains_key(*n)).cloned());
+                if self.wildcard {
+                    c.extend(view.keys().cloned());
+                }
+                c
+            }
+            Dirty::Names(s) => s,
+        };
+        let forced = mem::take(&mut self.forced);
+        for name in candidates.iter().chain(forced.iter()) {
+            self.up.remove(name);
+            self.rm.remove(name);
+            if !self.wants(name) {
+                continue;
+            }
+            let is_forced = forced.contains(name);
+            match view.get(name) {
+                Some(r) => {
+                    if is_forced || self.known.get(name) != Some(&r.version) {
+                        self.up.insert(name.clone(), r.clone());
+                    }
+                }
+                None => {
+                    if is_forced || self.known.contains_key(name) {
+                        self.rm.insert(name.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    fn work(&self) -> TypeWork {
+        TypeWork {
+            upserts: !self.up.is_empty(),
+            removals: !self.rm.is_empty(),
+            in_flight: self.in_flight.is_some(),
+        }
+    }
+}
+
+/// A response the loop should send, with what the metrics need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeltaPush {
+    /// The response.
+    pub out: DeltaOut,
+    /// Its type.
+    pub t: ResourceType,
+    /// Resources sent at exactly the version the client reported in its
+    /// `initial_resource_versions` (a correct server keeps this at 0).
+    pub resent_known: usize,
+}
+
+/// One delta xDS stream's protocol state.
+#[derive(Debug)]
+pub struct DeltaStream {
+    proxy: Option<Proxy>,
+    fixed: Option<ResourceType>,
+    limits: Limits,
+    nonces: NonceGen,
+    seq: u64,
+    total_names: usize,
+    types: [TypeState; 4],
+}
+
+impl DeltaStream {
+    /// A new stream, positioned at `snap`. `fixed` restricts it to one type (the
+    /// per-type services such as `DeltaClusters`); `None` is ADS.
+    pub fn new(
+        stream_id: u64,
+        fixed: Option<ResourceType>,
+        limits: Limits,
+        snap: &Snapshot,
+    ) -> Self {
+        DeltaStream {
+            proxy: None,
+            fixed,
+            limits,
+            nonces: NonceGen::new(stream_id),
+            seq: snap.seq,
+            total_names: 0,
+            types: Default::default(),
+        }
+    }
+
+    /// The proxy, from the node of the first request that carried one.
+    pub fn proxy(&self) -> Option<&Proxy> {
+        self.proxy.as_ref()
+    }
+
+    fn proxy_type(&self) -> ProxyType {
+        self.proxy
+            .as_ref()
+            .map(|p| p.proxy_type)
+            .unwrap_or_default()
+    }
+
+    /// The last NACK's error message for a type, if its latest answer was a NACK.
+    pub fn last_nack(&self, t: ResourceType) -> Option<&str> {
+        self.types[t.index()].last_nack.as_deref()
+    }
+
+    /// How many NACKs this stream has received for a type.
+    pub fn nacks(&self, t: ResourceType) -> u64 {
+        self.types[t.index()].nacks
+    }
+
+    /// How many responses are waiting for an ACK or NACK.
+    pub fn in_flight(&self) -> usize {
+        self.types.iter().filter(|s| s.in_flight.is_some()).count()
+    }
+
+    /// Applies one request: ACK/NACK by `response_nonce`, then subscription
+    /// changes (applied even when the nonce is stale, as the spec requires).
+    pub fn on_request(&mut self, req: &DeltaDiscoveryRequest) -> Result<RequestOutcome, Error> {
+        if self.proxy.is_none()
+            && let Some(node) = &req.node
+        {
+            self.proxy = Some(Proxy::from_node(node));
+        }
+        let t = type_of(&req.type_url, self.fixed)?;
+        let seq = self.seq;
+        let adding = req
+            .resource_names_subscribe
+            .iter()
+            .filter(|n| !self.types[t.index()].names.contains(n.as_str()))
+            .count();
+        if self.total_names + adding > self.limits.max_names_per_stream {
+            return Err(Error::TooManyNames {
+                limit: self.limits.max_names_per_stream,
+                requested: self.total_names + adding,
+            });
+        }
+        let s = &mut self.types[t.index()];
+        let mut outcome = RequestOutcome {
+            t: Some(t),
+            ..Default::default()
+        };
+
+        if !req.response_nonce.is_empty() {
+            if let Some(f) = s.in_flight.take_if(|f| f.nonce == req.response_nonce) {
+                match &req.error_detail {
+                    Some(status) => {
+                        s.nacks += 1;
+                        s.last_nack = Some(status.message.clone());
+                        outcome.nack = Some(status.message.clone());
+                    }
+                    None => {
+                        s.last_nack = None;
+                        outcome.ack = Some(Acked {
+                            seq: f.seq,
+                            push: f.push,
+                        });
+                    }
+                }
+            } else if s.last_nonce.as_deref() != Some(req.response_nonce.as_str()) {
+                outcome.stale_nonce = true;
+            }
+        }
+
+        let first = !s.started;
+        if first {
+            s.started = true;
+            s.started_seq = seq;
+            s.dirty = Dirty::All;
+            for (n, v) in &req.initial_resource_versions {
+                let (n, v): (Arc<str>, Arc<str>) = (Arc::from(n.as_str()), Arc::from(v.as_str()));
+                s.known.insert(n.clone(), v.clone());
+                s.initial.insert(n, v);
+            }
+            outcome.initial_versions = req.initial_resource_versions.len();
+            if req.resource_names_subscribe.is_empty() && req.resource_names_unsubscribe.is_empty()
+            {
+                s.wildcard = true;
+            }
+        }
+        for n in &req.resource_names_subscribe {
+            if n == "*" {
+                if !s.wildcard {
+                    s.wildcard = true;
+                    s.dirty = Dirty::All;
+                }
+                continue;
+            }
+            let name: Arc<str> = Arc::from(n.as_str());
+            if s.names.insert(name.clone()) {
+                self.total_names += 1;
+            }
+            // Every newly subscribed name is answered, unless the client told us on
+            // reconnect that it already holds it (then only a version change is sent).
+            if !(first && s.initial.contains_key(&name)) {
+                s.forced.insert(name);
+            }
+        }
+        for n in &req.resource_names_unsubscribe {
+            if n == "*" {
+                s.wildcard = false;
+                let names = &s.names;
+                s.known.retain(|k, _| names.contains(k));
+                s.up.retain(|k, _| names.contains(k));
+                s.rm.retain(|k| names.contains(k));
+                continue;
+            }
+            if s.names.remove(n.as_str()) {
+                self.total_names -= 1;
+            }
+            if !s.wildcard {
+                s.known.remove(n.as_str());
+                s.up.remove(n.as_str());
+                s.rm.remove(n.as_str());
+                s.forced.remove(n.as_str());
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Notes a newly published snapshot: the names it changed become dirty (all
+    /// names, if this stream is further behind than the snapshot remembers).
+    pub fn on_snapshot(&mut self, snap: &Snapshot) {
+        if snap.seq == self.seq {
+            return;
+        }
+        let changes = snap.changes_since(self.seq);
+        self.seq = snap.seq;
+        for t in ResourceType::ALL {
+            let s = &mut self.types[t.index()];
+            if !s.started {
+                continue;
+            }
+            match &changes {
+                None => s.dirty = Dirty::All,
+                Some(cs) => {
+                    let tc = cs.of(t);
+                    for n in tc.upserted.iter().chain(tc.removed.iter()) {
+                        s.mark(n);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next response to send, if any may go now (make-before-break order, at
+    /// most one in flight per type). Call until it returns `None`.
+    pub fn next_response(&mut self, snap: &Snapshot) -> Option<DeltaPush> {
+        if snap.seq != self.seq {
+            self.on_snapshot(snap);
+        }
+        let pt = self.proxy_type();
+        let mut work = [TypeWork::default(); 4];
+        for t in ResourceType::ALL {
+            let s = &mut self.types[t.index()];
+            if s.started {
+                s.resolve(resources_for(&snap.resources, pt, t));
+            }
+            work[t.index()] = s.work();
+        }
+        let p = pick(&work)?;
+        let max = self.limits.max_resources_per_response.max(1);
+        let s = &mut self.types[p.t.index()];
+        let mut out = DeltaOut {
+            type_url: Some(p.t),
+            nonce: self.nonces.next(),
+            resources: Vec::new(),
+            removed: Vec::new(),
+        };
+        let mut resent_known = 0;
+        if p.upserts {
+            while out.resources.len() < max {
+                let Some((name, r)) = s.up.pop_first() else {
+                    break;
+                };
+                if s.initial.remove(&name).is_some_and(|v| v == r.version) {
+                    resent_known += 1;
+                }
+                s.known.insert(name, r.version.clone());
+                out.resources.push(r);
+            }
+        }
+        if p.removals {
+            for name in mem::take(&mut s.rm) {
+                s.known.remove(&name);
+                s.initial.remove(&name);
+                out.removed.push(name);
+            }
+        }
+        s.last_nonce = Some(out.nonce.clone());
+        s.in_flight = Some(InFlight {
+            nonce: out.nonce.clone(),
+            seq: self.seq,
+            push: self.seq > s.started_seq,
+        });
+        // Envoy re-creates a cluster on update and waits for its endpoints again, so
+        // a (re)sent cluster's ClusterLoadAssignment always follows it.
+        if p.t == ResourceType::Cluster {
+            let eds = &mut self.types[ResourceType::Endpoint.index()];
+            for r in &out.resources {
+                if eds.wants(&r.name) {
+                    eds.forced.insert(r.name.clone());
+                }
+            }
+        }
+        Some(DeltaPush {
+            out,
+            t: p.t,
+            resent_known,
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "delta_tests.rs"]
+mod tests;

@@ -1,0 +1,634 @@
+//! The gRPC services: ADS (`DeltaAggregatedResources`, `StreamAggregatedResources`)
+//! and the per-type CDS/EDS/LDS/RDS services, all running the same state machines.
+//!
+//! Each stream is one task running a thin loop: send whatever the state machine
+//! allows, then wait for the next request, snapshot, drain signal or stall deadline.
+//! Responses go through a bounded channel of [`OUTBOUND_CAPACITY`]; because at most
+//! one response per type is in flight, the channel can never hold more than that,
+//! so a client that stops reading only stops its own stream (its state keeps
+//! coalescing) and is closed after the stall timeout.
+//!
+//! The services are hand-written tower services rather than envoy-types' generated
+//! ones so that responses use [`XdsCodec`], which writes shared resource bytes
+//! straight into the frame.
+//!
+//! What it does NOT do: decide what to send (see `delta` and `sotw`).
+
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use deltapilot_engine::model::Proxy;
+use deltapilot_engine::snapshot::SnapshotReader;
+use deltapilot_engine::xds::ResourceType;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::{Body, BoxFuture, Context, Poll, Service, StdError, http};
+use tonic::server::{Grpc, NamedService, StreamingService};
+use tonic::{Status, Streaming};
+
+use super::delta::DeltaStream;
+use super::encode::{DeltaOut, SotwOut, XdsCodec};
+use super::sotw::SotwStream;
+use super::{Limits, RequestOutcome};
+use crate::Error;
+use crate::metrics::Metrics;
+
+/// Capacity of each stream's outbound channel: one slot per resource type, since at
+/// most one response per type is ever in flight.
+pub const OUTBOUND_CAPACITY: usize = ResourceType::ALL.len();
+
+/// How many snapshot publication times [`PublishClock`] remembers; pushes are
+/// ACKed within a few snapshots, and an older one is simply not measured.
+pub const CLOCK_HISTORY: usize = 1024;
+
+/// When the events folded into snapshot `seq` were observed, for the convergence
+/// histogram.
+pub trait ObservedAt: Send + Sync {
+    /// The observed-at time of the newest event folded into snapshot `seq`, if known.
+    fn observed_at(&self, seq: u64) -> Option<SystemTime>;
+}
+
+/// An [`ObservedAt`] that uses the time the server first saw each snapshot — a
+/// lower bound on convergence, for when the engine does not report event times.
+#[derive(Debug, Default)]
+pub struct PublishClock {
+    seen: Mutex<VecDeque<(u64, SystemTime)>>,
+}
+
+impl PublishClock {
+    /// Records that snapshot `seq` was seen now (or at `at`).
+    pub fn record(&self, seq: u64, at: SystemTime) {
+        let Ok(mut seen) = self.seen.lock() else {
+            return;
+        };
+        if seen.back().is_some_and(|(s, _)| *s >= seq) {
+            return;
+        }
+        if seen.len() == CLOCK_HISTORY {
+            seen.pop_front();
+        }
+        seen.push_back((seq, at));
+    }
+}
+
+impl ObservedAt for PublishClock {
+    fn observed_at(&self, seq: u64) -> Option<SystemTime> {
+        let seen = self.seen.lock().ok()?;
+        seen.iter().find(|(s, _)| *s == seq).map(|(_, t)| *t)
+    }
+}
+
+/// Everything the streams share.
+pub struct XdsShared {
+    snapshots: SnapshotReader,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+    drain: watch::Receiver<bool>,
+    ready: watch::Receiver<bool>,
+    observed: Arc<dyn ObservedAt>,
+    next_stream: AtomicU64,
+    open_streams: AtomicUsize,
+}
+
+impl XdsShared {
+    /// Shared state for every service. `drain` turning `true` ends every stream with
+    /// `UNAVAILABLE` and refuses new ones. Streams answer nothing until `ready` is
+    /// `true` (the engine has caught up with the log): a half-folded snapshot would
+    /// tell reconnecting proxies to delete what they correctly hold.
+    pub fn new(
+        snapshots: SnapshotReader,
+        limits: Limits,
+        metrics: Arc<Metrics>,
+        drain: watch::Receiver<bool>,
+        ready: watch::Receiver<bool>,
+        observed: Arc<dyn ObservedAt>,
+    ) -> Arc<Self> {
+        Arc::new(XdsShared {
+            snapshots,
+            limits,
+            metrics,
+            drain,
+            ready,
+            observed,
+            next_stream: AtomicU64::new(1),
+            open_streams: AtomicUsize::new(0),
+        })
+    }
+
+    /// Streams currently open.
+    pub fn open_streams(&self) -> usize {
+        self.open_streams.load(Ordering::Relaxed)
+    }
+
+    fn admit(self: &Arc<Self>, api: &'static str) -> Result<StreamGuard, Status> {
+        if *self.drain.borrow() {
+            return Err(Error::Draining.to_status());
+        }
+        let open = self.open_streams.fetch_add(1, Ordering::AcqRel);
+        let guard = StreamGuard {
+            shared: self.clone(),
+            api,
+            proxy_type: None,
+        };
+        if open >= self.limits.max_streams {
+            self.reject("too_many_streams");
+            return Err(Error::TooManyStreams {
+                limit: self.limits.max_streams,
+            }
+            .to_status());
+        }
+        self.metrics.streams.get_or_create(&[("api", api)]).inc();
+        Ok(guard)
+    }
+
+    fn reject(&self, reason: &'static str) {
+        self.metrics
+            .rejected
+            .get_or_create(&[("reason", reason)])
+            .inc();
+    }
+
+    fn record(&self, api: &'static str, o: &RequestOutcome) {
+        let Some(t) = o.t else { return };
+        let ty = t.short_name();
+        if o.stale_nonce {
+            self.metrics.stale_nonces.inc();
+        }
+        if o.initial_versions > 0 {
+            self.metrics
+                .reconnect_known
+                .get_or_create(&[("type", ty)])
+                .inc_by(o.initial_versions as u64);
+        }
+        if let Some(msg) = &o.nack {
+            self.metrics
+                .nacks
+                .get_or_create(&[("api", api), ("type", ty)])
+                .inc();
+            tracing::warn!(api, type_ = ty, error = %msg, "proxy NACKed a response");
+        }
+        if let Some(ack) = o.ack {
+            self.metrics
+                .acks
+                .get_or_create(&[("api", api), ("type", ty)])
+                .inc();
+            if ack.push
+                && let Some(at) = self.observed.observed_at(ack.seq)
+                && let Ok(d) = SystemTime::now().duration_since(at)
+            {
+                self.metrics
+                    .convergence
+                    .get_or_create(&[("type", ty)])
+                    .observe(d.as_secs_f64());
+            }
+        }
+    }
+
+    fn sent(&self, api: &'static str, t: ResourceType, resources: usize, removed: usize) {
+        let ty = t.short_name();
+        self.metrics
+            .pushes
+            .get_or_create(&[("api", api), ("type", ty)])
+            .inc();
+        self.metrics
+            .resources_sent
+            .get_or_create(&[("api", api), ("type", ty)])
+            .inc_by(resources as u64);
+        if removed > 0 {
+            self.metrics
+                .removals_sent
+                .get_or_create(&[("type", ty)])
+                .inc_by(removed as u64);
+        }
+    }
+}
+
+/// Counts a stream as open (and its proxy as connected) until dropped.
+struct StreamGuard {
+    shared: Arc<XdsShared>,
+    api: &'static str,
+    proxy_type: Option<&'static str>,
+}
+
+impl StreamGuard {
+    fn identify(&mut self, proxy: Option<&Proxy>) {
+        if self.proxy_type.is_none()
+            && let Some(p) = proxy
+        {
+            let pt = p.proxy_type.as_str();
+            self.proxy_type = Some(pt);
+            self.shared
+                .metrics
+                .connected
+                .get_or_create(&[("api", self.api), ("proxy_type", pt)])
+                .inc();
+        }
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.shared.open_streams.fetch_sub(1, Ordering::AcqRel);
+        if let Some(pt) = self.proxy_type {
+            self.shared
+                .metrics
+                .connected
+                .get_or_create(&[("api", self.api), ("proxy_type", pt)])
+                .dec();
+        }
+    }
+}
+
+/// The protocol flavour a stream loop drives.
+trait Protocol: Send + 'static {
+    type Req: prost::Message + Default + Send + 'static;
+    type Out: Send + 'static;
+    const API: &'static str;
+    fn on_request(&mut self, req: &Self::Req) -> Result<RequestOutcome, Error>;
+    fn on_snapshot(&mut self, snap: &deltapilot_engine::snapshot::Snapshot);
+    /// The next response plus `(type, resources, removals, resent_known)`.
+    fn next(
+        &mut self,
+        snap: &deltapilot_engine::snapshot::Snapshot,
+    ) -> Option<(Self::Out, ResourceType, usize, usize, usize)>;
+    fn proxy(&self) -> Option<&Proxy>;
+    fn in_flight(&self) -> usize;
+}
+
+impl Protocol for DeltaStream {
+    type Req = DeltaDiscoveryRequest;
+    type Out = DeltaOut;
+    const API: &'static str = "delta";
+    fn on_request(&mut self, req: &Self::Req) -> Result<RequestOutcome, Error> {
+        DeltaStream::on_request(self, req)
+    }
+    fn on_snapshot(&mut self, snap: &deltapilot_engine::snapshot::Snapshot) {
+        DeltaStream::on_snapshot(self, snap)
+    }
+    fn next(
+        &mut self,
+        snap: &deltapilot_engine::snapshot::Snapshot,
+    ) -> Option<(DeltaOut, ResourceType, usize, usize, usize)> {
+        let p = self.next_response(snap)?;
+        let (n, r) = (p.out.resources.len(), p.out.removed.len());
+        Some((p.out, p.t, n, r, p.resent_known))
+    }
+    fn proxy(&self) -> Option<&Proxy> {
+        DeltaStream::proxy(self)
+    }
+    fn in_flight(&self) -> usize {
+        DeltaStream::in_flight(self)
+    }
+}
+
+impl Protocol for SotwStream {
+    type Req = DiscoveryRequest;
+    type Out = SotwOut;
+    const API: &'static str = "sotw";
+    fn on_request(&mut self, req: &Self::Req) -> Result<RequestOutcome, Error> {
+        SotwStream::on_request(self, req)
+    }
+    fn on_snapshot(&mut self, snap: &deltapilot_engine::snapshot::Snapshot) {
+        SotwStream::on_snapshot(self, snap)
+    }
+    fn next(
+        &mut self,
+        snap: &deltapilot_engine::snapshot::Snapshot,
+    ) -> Option<(SotwOut, ResourceType, usize, usize, usize)> {
+        let p = self.next_response(snap)?;
+        let n = p.out.resources.len();
+        Some((p.out, p.t, n, 0, 0))
+    }
+    fn proxy(&self) -> Option<&Proxy> {
+        SotwStream::proxy(self)
+    }
+    fn in_flight(&self) -> usize {
+        SotwStream::in_flight(self)
+    }
+}
+
+fn reject_reason(e: &Error) -> &'static str {
+    match e {
+        Error::UnknownTypeUrl(_) => "unknown_type",
+        Error::WrongService { .. } => "wrong_service",
+        Error::TooManyNames { .. } => "too_many_names",
+        Error::TooManyStreams { .. } => "too_many_streams",
+        Error::Stalled(_) => "stalled",
+        Error::Draining | Error::Bind { .. } => "other",
+    }
+}
+
+/// One stream's loop. Ends when the client goes away, on drain, on a fatal
+/// protocol error (sent as the final status) or on a stall.
+async fn run_stream<P: Protocol>(
+    shared: Arc<XdsShared>,
+    mut state: P,
+    mut inbound: Streaming<P::Req>,
+    tx: mpsc::Sender<Result<P::Out, Status>>,
+    mut guard: StreamGuard,
+) {
+    let mut drain = shared.drain.clone();
+    let mut ready = shared.ready.clone();
+    while !*ready.borrow_and_update() {
+        tokio::select! {
+            r = ready.changed() => if r.is_err() { return },
+            r = drain.changed() => if r.is_err() || *drain.borrow() {
+                let _ = tx.try_send(Err(Error::Draining.to_status()));
+                return;
+            },
+        }
+    }
+    let mut snapshots = shared.snapshots.clone();
+    let mut snap = snapshots.load();
+    state.on_snapshot(&snap);
+    let mut snapshots_open = true;
+    let mut last_heard = Instant::now();
+    let stall = shared.limits.stall_timeout;
+    let end: Option<Status> = loop {
+        loop {
+            let permit = match tx.try_reserve() {
+                Ok(p) => p,
+                Err(mpsc::error::TrySendError::Full(())) => break,
+                Err(mpsc::error::TrySendError::Closed(())) => return,
+            };
+            let Some((out, t, n, removed, resent)) = state.next(&snap) else {
+                break;
+            };
+            shared.sent(P::API, t, n, removed);
+            if resent > 0 {
+                shared
+                    .metrics
+                    .reconnect_resent
+                    .get_or_create(&[("type", t.short_name())])
+                    .inc_by(resent as u64);
+            }
+            permit.send(Ok(out));
+        }
+        let waiting = state.in_flight() > 0;
+        let deadline = tokio::time::Instant::from_std(last_heard + stall);
+        tokio::select! {
+            r = drain.changed() => {
+                if r.is_err() || *drain.borrow() {
+                    break Some(Error::Draining.to_status());
+                }
+            }
+            msg = inbound.message() => match msg {
+                Ok(Some(req)) => {
+                    last_heard = Instant::now();
+                    match state.on_request(&req) {
+                        Ok(outcome) => {
+                            guard.identify(state.proxy());
+                            shared.record(P::API, &outcome);
+                        }
+                        Err(e @ Error::UnknownTypeUrl(_)) => {
+                            // One unknown type must not break the others on this ADS stream.
+                            shared.reject(reject_reason(&e));
+                            tracing::warn!(api = P::API, error = %e, "ignoring request");
+                        }
+                        Err(e) => {
+                            shared.reject(reject_reason(&e));
+                            tracing::warn!(api = P::API, error = %e, "closing stream");
+                            break Some(e.to_status());
+                        }
+                    }
+                }
+                Ok(None) => break None,
+                Err(status) => {
+                    // Oversized or malformed messages end here, and so does a client
+                    // that went away; either way the status is returned, best effort.
+                    if matches!(status.code(), tonic::Code::OutOfRange | tonic::Code::ResourceExhausted | tonic::Code::InvalidArgument) {
+                        shared.reject("bad_message");
+                        tracing::warn!(api = P::API, %status, "closing stream: bad request message");
+                    } else {
+                        tracing::debug!(api = P::API, %status, "stream ended by client");
+                    }
+                    break Some(status);
+                }
+            },
+            s = snapshots.changed(), if snapshots_open => match s {
+                Some(s) => {
+                    snap = s;
+                    state.on_snapshot(&snap);
+                }
+                None => snapshots_open = false,
+            },
+            () = tokio::time::sleep_until(deadline), if waiting => {
+                shared.reject("stalled");
+                break Some(Error::Stalled(stall).to_status());
+            }
+        }
+    };
+    if let Some(status) = end {
+        // Best effort: a client that stopped reading will not see it anyway.
+        let _ = tx.try_send(Err(status));
+    }
+}
+
+/// Names and methods of one discovery service.
+pub trait ServiceKind: Send + Sync + 'static {
+    /// Fully qualified gRPC service name.
+    const NAME: &'static str;
+    /// The one type it serves, or `None` for ADS.
+    const TYPE: Option<ResourceType>;
+    /// The delta method.
+    const DELTA: &'static str;
+    /// The state-of-the-world method.
+    const SOTW: &'static str;
+}
+
+macro_rules! kind {
+    ($(#[$doc:meta])* $k:ident, $name:literal, $t:expr, $delta:literal, $sotw:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $k;
+        impl ServiceKind for $k {
+            const NAME: &'static str = $name;
+            const TYPE: Option<ResourceType> = $t;
+            const DELTA: &'static str = $delta;
+            const SOTW: &'static str = $sotw;
+        }
+    };
+}
+
+kind!(/// Aggregated discovery (ADS).
+    Ads, "envoy.service.discovery.v3.AggregatedDiscoveryService", None, "DeltaAggregatedResources", "StreamAggregatedResources");
+kind!(/// CDS.
+    Cds, "envoy.service.cluster.v3.ClusterDiscoveryService", Some(ResourceType::Cluster), "DeltaClusters", "StreamClusters");
+kind!(/// EDS.
+    Eds, "envoy.service.endpoint.v3.EndpointDiscoveryService", Some(ResourceType::Endpoint), "DeltaEndpoints", "StreamEndpoints");
+kind!(/// LDS.
+    Lds, "envoy.service.listener.v3.ListenerDiscoveryService", Some(ResourceType::Listener), "DeltaListeners", "StreamListeners");
+kind!(/// RDS.
+    Rds, "envoy.service.route.v3.RouteDiscoveryService", Some(ResourceType::Route), "DeltaRoutes", "StreamRoutes");
+
+/// One discovery service (ADS or a per-type one) as a tower service for tonic's
+/// router.
+pub struct XdsService<K> {
+    shared: Arc<XdsShared>,
+    _kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for XdsService<K> {
+    fn clone(&self) -> Self {
+        XdsService {
+            shared: self.shared.clone(),
+            _kind: PhantomData,
+        }
+    }
+}
+
+impl<K: ServiceKind> XdsService<K> {
+    /// The service over `shared`.
+    pub fn new(shared: Arc<XdsShared>) -> Self {
+        XdsService {
+            shared,
+            _kind: PhantomData,
+        }
+    }
+}
+
+impl<K: ServiceKind> NamedService for XdsService<K> {
+    const NAME: &'static str = K::NAME;
+}
+
+struct Method<P, K> {
+    shared: Arc<XdsShared>,
+    _p: PhantomData<fn() -> (P, K)>,
+}
+
+fn open<P: Protocol>(
+    shared: Arc<XdsShared>,
+    state: impl FnOnce(u64, &deltapilot_engine::snapshot::Snapshot) -> P,
+    inbound: Streaming<P::Req>,
+) -> Result<ReceiverStream<Result<P::Out, Status>>, Status> {
+    let guard = shared.admit(P::API)?;
+    let id = shared.next_stream.fetch_add(1, Ordering::Relaxed);
+    let st = state(id, &shared.snapshots.load());
+    let (tx, rx) = mpsc::channel(OUTBOUND_CAPACITY);
+    tokio::spawn(run_stream(shared, st, inbound, tx, guard));
+    Ok(ReceiverStream::new(rx))
+}
+
+impl<K: ServiceKind> StreamingService<DeltaDiscoveryRequest> for Method<DeltaStream, K> {
+    type Response = DeltaOut;
+    type ResponseStream = ReceiverStream<Result<DeltaOut, Status>>;
+    type Future = BoxFuture<tonic::Response<Self::ResponseStream>, Status>;
+
+    fn call(&mut self, request: tonic::Request<Streaming<DeltaDiscoveryRequest>>) -> Self::Future {
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let limits = shared.limits;
+            let rx = open(
+                shared,
+                |id, snap| DeltaStream::new(id, K::TYPE, limits, snap),
+                request.into_inner(),
+            )?;
+            Ok(tonic::Response::new(rx))
+        })
+    }
+}
+
+impl<K: ServiceKind> StreamingService<DiscoveryRequest> for Method<SotwStream, K> {
+    type Response = SotwOut;
+    type ResponseStream = ReceiverStream<Result<SotwOut, Status>>;
+    type Future = BoxFuture<tonic::Response<Self::ResponseStream>, Status>;
+
+    fn call(&mut self, request: tonic::Request<Streaming<DiscoveryRequest>>) -> Self::Future {
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let limits = shared.limits;
+            let rx = open(
+                shared,
+                |id, snap| SotwStream::new(id, K::TYPE, limits, snap),
+                request.into_inner(),
+            )?;
+            Ok(tonic::Response::new(rx))
+        })
+    }
+}
+
+impl<K, B> Service<http::Request<B>> for XdsService<K>
+where
+    K: ServiceKind,
+    B: Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let shared = self.shared.clone();
+        let max = shared.limits.max_request_bytes;
+        let method = req
+            .uri()
+            .path()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        Box::pin(async move {
+            if method == K::DELTA {
+                let svc = Method::<DeltaStream, K> {
+                    shared,
+                    _p: PhantomData,
+                };
+                let mut grpc = Grpc::new(XdsCodec::<DeltaOut, DeltaDiscoveryRequest>::default())
+                    .apply_max_message_size_config(Some(max), Some(usize::MAX));
+                Ok(grpc.streaming(svc, req).await)
+            } else if method == K::SOTW {
+                let svc = Method::<SotwStream, K> {
+                    shared,
+                    _p: PhantomData,
+                };
+                let mut grpc = Grpc::new(XdsCodec::<SotwOut, DiscoveryRequest>::default())
+                    .apply_max_message_size_config(Some(max), Some(usize::MAX));
+                Ok(grpc.streaming(svc, req).await)
+            } else {
+                Ok(Status::unimplemented(format!(
+                    "{}/{method} is not served; use {} or {}",
+                    K::NAME,
+                    K::DELTA,
+                    K::SOTW
+                ))
+                .into_http())
+            }
+        })
+    }
+}
+
+/// A tonic router serving ADS and the four per-type services.
+pub fn routes(shared: Arc<XdsShared>) -> tonic::service::Routes {
+    tonic::service::Routes::new(XdsService::<Ads>::new(shared.clone()))
+        .add_service(XdsService::<Cds>::new(shared.clone()))
+        .add_service(XdsService::<Eds>::new(shared.clone()))
+        .add_service(XdsService::<Lds>::new(shared.clone()))
+        .add_service(XdsService::<Rds>::new(shared))
+}
+
+/// Serves xDS on `listener` until `drain` turns true; open streams end with
+/// `UNAVAILABLE` at that moment, and the caller bounds the rest with its grace
+/// period.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    shared: Arc<XdsShared>,
+) -> Result<(), tonic::transport::Error> {
+    let mut drain = shared.drain.clone();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
+        .add_routes(routes(shared))
+        .serve_with_incoming_shutdown(incoming, async move {
+            let _ = drain.wait_for(|d| *d).await;
+        })
+        .await
+}

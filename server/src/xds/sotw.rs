@@ -1,0 +1,302 @@
+//! The per-stream state-of-the-world xDS state machine (`DiscoveryRequest`/
+//! `Response`), with no I/O.
+//!
+//! Every response carries the full state of its type as this client sees it:
+//! everything in the proxy's view for wildcard requests (Envoy's CDS and LDS), or
+//! exactly the requested names that exist (Envoy's EDS and RDS, and proxyless gRPC,
+//! which names every resource it wants: LDS `[host:port]` → RDS → CDS → EDS).
+//! The node is remembered from the first request (gRPC sends it only there).
+//! Stale requests (a nonce that is not the latest sent for the type) are ignored, as
+//! the spec says; a client always repeats its full subscription in the next ACK.
+//!
+//! What it does NOT do: talk gRPC or count metrics (the loop in `service` does).
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use deltapilot_engine::model::{Proxy, ProxyType};
+use deltapilot_engine::snapshot::Snapshot;
+use deltapilot_engine::xds::view::resources_for;
+use deltapilot_engine::xds::{Resource, ResourceMap, ResourceType};
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+
+use super::encode::SotwOut;
+use super::order::{TypeWork, pick};
+use super::{Acked, Limits, NonceGen, RequestOutcome, type_of};
+use crate::Error;
+
+#[derive(Debug, Clone)]
+struct InFlight {
+    nonce: String,
+    seq: u64,
+    push: bool,
+}
+
+#[derive(Debug, Default)]
+struct TypeState {
+    started: bool,
+    started_seq: u64,
+    wildcard: bool,
+    names: BTreeSet<Arc<str>>,
+    /// The state last sent: name → version.
+    sent: HashMap<Arc<str>, Arc<str>>,
+    must_respond: bool,
+    dirty: bool,
+    work: Option<Vec<Arc<Resource>>>,
+    last_nonce: Option<String>,
+    in_flight: Option<InFlight>,
+    last_nack: Option<String>,
+    nacks: u64,
+}
+
+impl TypeState {
+    fn state(&self, view: &ResourceMap) -> Vec<Arc<Resource>> {
+        if self.wildcard {
+            view.values().cloned().collect()
+        } else {
+            self.names
+                .iter()
+                .filter_map(|n| view.get(n).cloned())
+                .collect()
+        }
+    }
+
+    fn work_flags(&mut self, view: &ResourceMap) -> TypeWork {
+        if self.started && (self.dirty || self.must_respond) && self.work.is_none() {
+            let state = self.state(view);
+            let changed = state.len() != self.sent.len()
+                || state
+                    .iter()
+                    .any(|r| self.sent.get(&r.name) != Some(&r.version));
+            self.dirty = false;
+            if changed || self.must_respond {
+                self.work = Some(state);
+            }
+        }
+        let (upserts, removals) = match &self.work {
+            None => (false, false),
+            Some(w) => {
+                let names: BTreeSet<&str> = w.iter().map(|r| &*r.name).collect();
+                let removals = self.sent.keys().any(|n| !names.contains(&**n));
+                let upserts = self.must_respond
+                    || w.iter().any(|r| self.sent.get(&r.name) != Some(&r.version));
+                (upserts, removals)
+            }
+        };
+        TypeWork {
+            upserts,
+            removals,
+            in_flight: self.in_flight.is_some(),
+        }
+    }
+}
+
+fn version_of(resources: &[Arc<Resource>]) -> String {
+    let mut h = DefaultHasher::new();
+    for r in resources {
+        r.name.hash(&mut h);
+        r.version.hash(&mut h);
+    }
+    format!("{:016x}", h.finish())
+}
+
+/// A response the loop should send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SotwPush {
+    /// The response.
+    pub out: SotwOut,
+    /// Its type.
+    pub t: ResourceType,
+}
+
+/// One state-of-the-world stream's protocol state.
+#[derive(Debug)]
+pub struct SotwStream {
+    proxy: Option<Proxy>,
+    fixed: Option<ResourceType>,
+    limits: Limits,
+    nonces: NonceGen,
+    seq: u64,
+    types: [TypeState; 4],
+}
+
+impl SotwStream {
+    /// A new stream positioned at `snap`; `fixed` restricts it to one type.
+    pub fn new(
+        stream_id: u64,
+        fixed: Option<ResourceType>,
+        limits: Limits,
+        snap: &Snapshot,
+    ) -> Self {
+        SotwStream {
+            proxy: None,
+            fixed,
+            limits,
+            nonces: NonceGen::new(stream_id),
+            seq: snap.seq,
+            types: Default::default(),
+        }
+    }
+
+    /// The proxy, from the node of the first request that carried one.
+    pub fn proxy(&self) -> Option<&Proxy> {
+        self.proxy.as_ref()
+    }
+
+    /// The last NACK's message for a type, if its latest answer was a NACK.
+    pub fn last_nack(&self, t: ResourceType) -> Option<&str> {
+        self.types[t.index()].last_nack.as_deref()
+    }
+
+    /// How many NACKs this stream has received for a type.
+    pub fn nacks(&self, t: ResourceType) -> u64 {
+        self.types[t.index()].nacks
+    }
+
+    /// How many responses are waiting for an ACK or NACK.
+    pub fn in_flight(&self) -> usize {
+        self.types.iter().filter(|s| s.in_flight.is_some()).count()
+    }
+
+    /// Applies one request.
+    pub fn on_request(&mut self, req: &DiscoveryRequest) -> Result<RequestOutcome, Error> {
+        if self.proxy.is_none()
+            && let Some(node) = &req.node
+        {
+            self.proxy = Some(Proxy::from_node(node));
+        }
+        let t = type_of(&req.type_url, self.fixed)?;
+        let others: usize = self
+            .types
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != t.index())
+            .map(|(_, s)| s.names.len())
+            .sum();
+        if others + req.resource_names.len() > self.limits.max_names_per_stream {
+            return Err(Error::TooManyNames {
+                limit: self.limits.max_names_per_stream,
+                requested: others + req.resource_names.len(),
+            });
+        }
+        let seq = self.seq;
+        let s = &mut self.types[t.index()];
+        let mut outcome = RequestOutcome {
+            t: Some(t),
+            ..Default::default()
+        };
+        if !req.response_nonce.is_empty() {
+            if s.last_nonce.as_deref() != Some(req.response_nonce.as_str()) {
+                outcome.stale_nonce = true;
+                return Ok(outcome);
+            }
+            if let Some(f) = s.in_flight.take_if(|f| f.nonce == req.response_nonce) {
+                match &req.error_detail {
+                    Some(status) => {
+                        s.nacks += 1;
+                        s.last_nack = Some(status.message.clone());
+                        outcome.nack = Some(status.message.clone());
+                    }
+                    None => {
+                        s.last_nack = None;
+                        outcome.ack = Some(Acked {
+                            seq: f.seq,
+                            push: f.push,
+                        });
+                    }
+                }
+            }
+        }
+        let first = !s.started;
+        let wildcard = req.resource_names.iter().any(|n| n == "*")
+            || (req.resource_names.is_empty() && (first || s.wildcard));
+        let names: BTreeSet<Arc<str>> = req
+            .resource_names
+            .iter()
+            .filter(|n| *n != "*")
+            .map(|n| Arc::from(n.as_str()))
+            .collect();
+        if first {
+            s.started = true;
+            s.started_seq = seq;
+            s.must_respond = true;
+        } else if names != s.names || wildcard != s.wildcard {
+            s.must_respond = true;
+        }
+        s.wildcard = wildcard;
+        s.names = names;
+        if s.must_respond {
+            s.work = None;
+        }
+        Ok(outcome)
+    }
+
+    /// Notes a newly published snapshot.
+    pub fn on_snapshot(&mut self, snap: &Snapshot) {
+        if snap.seq == self.seq {
+            return;
+        }
+        let changes = snap.changes_since(self.seq);
+        self.seq = snap.seq;
+        for t in ResourceType::ALL {
+            let s = &mut self.types[t.index()];
+            if s.started && changes.as_ref().is_none_or(|cs| !cs.of(t).is_empty()) {
+                s.dirty = true;
+                s.work = None;
+            }
+        }
+    }
+
+    /// The next response to send, if any may go now. Call until `None`.
+    pub fn next_response(&mut self, snap: &Snapshot) -> Option<SotwPush> {
+        if snap.seq != self.seq {
+            self.on_snapshot(snap);
+        }
+        let pt = self
+            .proxy
+            .as_ref()
+            .map(|p| p.proxy_type)
+            .unwrap_or(ProxyType::Sidecar);
+        let mut work = [TypeWork::default(); 4];
+        for t in ResourceType::ALL {
+            work[t.index()] =
+                self.types[t.index()].work_flags(resources_for(&snap.resources, pt, t));
+        }
+        // State of the world cannot split a type's upserts from its removals; the
+        // full state goes as soon as its upserts may.
+        let p = pick(&work)?;
+        let s = &mut self.types[p.t.index()];
+        let resources = s.work.take()?;
+        s.sent = resources
+            .iter()
+            .map(|r| (r.name.clone(), r.version.clone()))
+            .collect();
+        s.must_respond = false;
+        let out = SotwOut {
+            type_url: Some(p.t),
+            version_info: version_of(&resources),
+            nonce: self.nonces.next(),
+            resources,
+        };
+        s.last_nonce = Some(out.nonce.clone());
+        s.in_flight = Some(InFlight {
+            nonce: out.nonce.clone(),
+            seq: self.seq,
+            push: self.seq > s.started_seq,
+        });
+        if p.t == ResourceType::Cluster {
+            // Envoy waits for endpoints again after a cluster update; answer EDS anew.
+            let eds = &mut self.types[ResourceType::Endpoint.index()];
+            if eds.started {
+                eds.must_respond = true;
+                eds.work = None;
+            }
+        }
+        Some(SotwPush { out, t: p.t })
+    }
+}
+
+#[cfg(test)]
+#[path = "sotw_tests.rs"]
+mod tests;

@@ -1,0 +1,50 @@
+//! Snapshot builders for the state-machine unit tests.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use deltapilot_engine::snapshot::Snapshot;
+use deltapilot_engine::xds::{ChangeSet, Resource, ResourceMap, ResourceType};
+
+pub(crate) fn map_mut(s: &mut Snapshot, t: ResourceType) -> &mut ResourceMap {
+    match t {
+        ResourceType::Cluster => &mut s.resources.clusters,
+        ResourceType::Endpoint => &mut s.resources.endpoints,
+        ResourceType::Listener => &mut s.resources.sidecar_listeners,
+        ResourceType::Route => &mut s.resources.routes,
+    }
+}
+
+/// The next snapshot after `prev`: `edits` are `(type, name, Some(content) | None)`.
+pub(crate) fn next(prev: &Snapshot, edits: &[(ResourceType, &str, Option<&str>)]) -> Snapshot {
+    let mut s = prev.clone();
+    s.seq += 1;
+    let mut cs = ChangeSet::default();
+    for (t, name, body) in edits {
+        let n: Arc<str> = Arc::from(*name);
+        match body {
+            Some(b) => {
+                let r = Resource::new(n.clone(), Bytes::from(b.to_string()));
+                map_mut(&mut s, *t).insert(n.clone(), Arc::new(r));
+                cs.of_mut(*t).upserted.insert(n);
+            }
+            None => {
+                map_mut(&mut s, *t).remove(&n);
+                cs.of_mut(*t).removed.insert(n);
+            }
+        }
+    }
+    s.recent.push_back((s.seq, Arc::new(cs)));
+    while s.recent.len() > deltapilot_engine::snapshot::RECENT_CHANGES {
+        s.recent.pop_front();
+    }
+    s
+}
+
+pub(crate) fn version(s: &Snapshot, t: ResourceType, name: &str) -> String {
+    let mut s = s.clone();
+    map_mut(&mut s, t)
+        .get(name)
+        .map(|r| r.version.to_string())
+        .unwrap_or_default()
+}

@@ -1,0 +1,345 @@
+//! Helpers for the end-to-end tests: real processes (deltapilot, Envoy, Python
+//! grpcio) under guards that kill them on drop, tiny HTTP backends, raw HTTP/1.1
+//! requests, and bounded polling. Everything binds 127.0.0.1.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// A required test tool from `scripts/install-test-deps.sh`; fails (never skips)
+/// when it is missing.
+pub fn tool(var: &str) -> PathBuf {
+    match std::env::var_os(var) {
+        Some(p) if Path::new(&p).exists() => PathBuf::from(p),
+        _ => panic!(
+            "{var} is not set (or points nowhere): run scripts/install-test-deps.sh, then \
+             `source ~/.cache/deltapilot-tools/env.sh` and rerun the tests"
+        ),
+    }
+}
+
+/// A free loopback port (bound then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Polls `f` every 100 ms until it returns `Some` or `within` passes (then panics
+/// with `what` and the last state `f` reported through `last`).
+pub fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + within;
+    let mut last;
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(e) => last = e,
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {within:?} waiting for {what}; last: {last}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A child process killed (and reaped) on drop, with its output in a log file.
+pub struct Proc {
+    pub name: String,
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    /// Spawns `cmd` with stdout and stderr into `log`.
+    pub fn spawn(name: &str, mut cmd: Command, log: PathBuf) -> Proc {
+        let out = std::fs::File::create(&log).expect("log file");
+        let err = out.try_clone().expect("log file");
+        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {name}: {e}"));
+        Proc {
+            name: name.into(),
+            child,
+            log,
+        }
+    }
+
+    /// The process's output so far (for failure messages).
+    pub fn output(&self) -> String {
+        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let tail: Vec<&str> = s.lines().rev().take(60).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+
+    /// Sends SIGTERM and waits (bounded) for exit; returns whether it exited.
+    pub fn terminate(&mut self, within: Duration) -> bool {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A tiny HTTP/1.1 server answering every request with 200 and its id.
+pub struct Backend {
+    pub port: u16,
+    stop: Arc<AtomicBool>,
+}
+
+impl Backend {
+    pub fn start(id: &str) -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind backend");
+        let port = listener.local_addr().expect("addr").port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (stop2, id) = (stop.clone(), id.to_owned());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stop2.load(Ordering::Relaxed) {
+                    break;
+                }
+                let Ok(mut conn) = conn else { continue };
+                let id = id.clone();
+                std::thread::spawn(move || {
+                    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+                    let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+                    loop {
+                        let mut line = String::new();
+                        let mut got_request = false;
+                        while reader.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+                            got_request = true;
+                            if line == "\r\n" || line == "\n" {
+                                break;
+                            }
+                            line.clear();
+                        }
+                        if !got_request {
+                            return;
+                        }
+                        let resp = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\ncontent-type: text/plain\r\n\r\n{}",
+                            id.len(),
+                            id
+                        );
+                        if conn.write_all(resp.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Backend { port, stop }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// A GET over a fresh connection: `(status, body)`.
+pub fn http_get(addr: SocketAddr, path: &str, host: &str) -> Result<(u16, String), String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    let req = format!("GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)
+        .map_err(|e| format!("read {addr}{path}: {e}"))?;
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no status line in {out:?}"))?;
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// `deltapilot run` on free loopback ports.
+pub struct Deltapilot {
+    pub proc: Proc,
+    pub xds_port: u16,
+    pub admin_port: u16,
+}
+
+impl Deltapilot {
+    pub fn start(
+        dir: &Path,
+        data: &Path,
+        watch: &Path,
+        xds_port: u16,
+        admin_port: u16,
+    ) -> Deltapilot {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltapilot"));
+        cmd.arg("run")
+            .arg("--xds-addr")
+            .arg(format!("127.0.0.1:{xds_port}"))
+            .arg("--admin-addr")
+            .arg(format!("127.0.0.1:{admin_port}"))
+            .arg("--data-dir")
+            .arg(data)
+            .arg("--watch")
+            .arg(watch)
+            .arg("--bind-outbound")
+            .arg("--outbound-address")
+            .arg("127.0.0.1")
+            .env("RUST_LOG", "info,deltapilot_server=debug");
+        let n = std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
+        let proc = Proc::spawn("deltapilot", cmd, dir.join(format!("deltapilot-{n}.log")));
+        let dp = Deltapilot {
+            proc,
+            xds_port,
+            admin_port,
+        };
+        wait_for(
+            "deltapilot /readyz",
+            Duration::from_secs(60),
+            || match http_get(dp.admin(), "/readyz", "localhost") {
+                Ok((200, _)) => Ok(()),
+                other => Err(format!("{other:?}; output:\n{}", dp.proc.output())),
+            },
+        );
+        dp
+    }
+
+    pub fn admin(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.admin_port))
+    }
+
+    pub fn metrics(&self) -> String {
+        http_get(self.admin(), "/metrics", "localhost")
+            .map(|(_, b)| b)
+            .unwrap_or_default()
+    }
+}
+
+/// Sum of every sample of `name` whose labels contain all of `labels`.
+pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter(|l| labels.iter().all(|x| l.contains(x)))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
+/// A real Envoy from `DELTAPILOT_ENVOY`, with a shipped bootstrap
+/// (`examples/envoy-*.yaml`) pointed at the test's ports.
+pub struct Envoy {
+    pub proc: Proc,
+    pub admin_port: u16,
+}
+
+impl Envoy {
+    pub fn start(dir: &Path, example: &str, xds_port: u16) -> Envoy {
+        let envoy = tool("DELTAPILOT_ENVOY");
+        let admin_port = free_port();
+        let template = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../examples")
+                .join(example),
+        )
+        .expect("shipped bootstrap");
+        let bootstrap = template
+            .replace("port_value: 18000", &format!("port_value: {xds_port}"))
+            .replace("port_value: 9901", &format!("port_value: {admin_port}"))
+            .replace("port_value: 9902", &format!("port_value: {admin_port}"));
+        let path = dir.join(example);
+        std::fs::write(&path, bootstrap).expect("write bootstrap");
+        let mut cmd = Command::new("timeout");
+        cmd.arg("600")
+            .arg(envoy)
+            .arg("-c")
+            .arg(&path)
+            .arg("--disable-hot-restart")
+            .arg("--concurrency")
+            .arg("1")
+            .arg("--log-level")
+            .arg("info");
+        let proc = Proc::spawn("envoy", cmd, dir.join(format!("{example}.log")));
+        let e = Envoy { proc, admin_port };
+        wait_for("envoy admin", Duration::from_secs(60), || {
+            http_get(e.admin(), "/ready", "localhost")
+                .map(|_| ())
+                .map_err(|err| format!("{err}; output:\n{}", e.proc.output()))
+        });
+        e
+    }
+
+    pub fn admin(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.admin_port))
+    }
+
+    pub fn get(&self, path: &str) -> String {
+        http_get(self.admin(), path, "localhost")
+            .map(|(_, b)| b)
+            .unwrap_or_default()
+    }
+
+    /// Every `*update_rejected` stat with a non-zero value.
+    pub fn rejected_updates(&self) -> Vec<String> {
+        self.get("/stats")
+            .lines()
+            .filter(|l| l.contains("update_rejected") && !l.trim_end().ends_with(": 0"))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// Writes the demo ServiceEntry for `host` with one endpoint per backend port.
+pub fn write_service_entry(
+    dir: &Path,
+    file: &str,
+    host: &str,
+    port: u16,
+    protocol: &str,
+    backends: &[u16],
+) {
+    let mut eps = String::new();
+    for (i, p) in backends.iter().enumerate() {
+        eps.push_str(&format!(
+            "    - address: 127.0.0.1\n      ports:\n        main: {p}\n      labels:\n        idx: \"{i}\"\n      locality: test-region/zone-{i}\n"
+        ));
+    }
+    let endpoints = if backends.is_empty() {
+        "  endpoints: []\n".to_string()
+    } else {
+        format!("  endpoints:\n{eps}")
+    };
+    let yaml = format!(
+        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata:\n  name: {name}\n  namespace: test\nspec:\n  hosts:\n    - {host}\n  location: MESH_INTERNAL\n  resolution: STATIC\n  ports:\n    - number: {port}\n      name: main\n      protocol: {protocol}\n{endpoints}",
+        name = file.trim_end_matches(".yaml"),
+    );
+    let tmp = dir.join(format!(".{file}.tmp"));
+    std::fs::write(&tmp, yaml).expect("write service entry");
+    std::fs::rename(&tmp, dir.join(file)).expect("rename service entry");
+}
