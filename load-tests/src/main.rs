@@ -1,6 +1,17 @@
-//! `deltapilot-loadgen`: the load generator (simulated Envoys plus event churn).
-//! Built out by the load-generator issue; this entry point only reports that.
+//! `deltapilot-loadgen`: the load generator as its own binary; the same code runs as
+//! `deltapilot loadgen`.
 
-fn main() -> anyhow::Result<()> {
-    anyhow::bail!("the load generator is not built yet; see the load-generator issue")
+use clap::Parser;
+
+/// deltapilot's load generator.
+#[derive(Debug, Parser)]
+#[command(name = "deltapilot-loadgen", version)]
+struct Cli {
+    #[command(flatten)]
+    args: deltapilot_load_tests::LoadgenArgs,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    deltapilot_load_tests::run(Cli::parse().args).await
 }

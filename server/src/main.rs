@@ -21,6 +21,15 @@ enum Command {
     Log(cli::log::LogArgs),
     /// Run everything in one process: embedded log, file adapter, engine, xDS server.
     Run(cli::run::RunArgs),
+    /// Re-fold the log: what changed event by event, what a proxy held at a position,
+    /// and which event first made a resource match.
+    Replay(cli::replay::ReplayArgs),
+    /// One row per connected proxy: SYNCED, STALE or NACKED per type (istioctl style).
+    ProxyStatus(cli::proxy_status::ProxyStatusArgs),
+    /// The config a connected proxy holds, by type (istioctl style).
+    ProxyConfig(cli::proxy_status::ProxyConfigArgs),
+    /// The load generator: simulated Envoys plus churn, with a report.
+    Loadgen(deltapilot_load_tests::LoadgenArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,6 +42,10 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Log(args) => cli::log::main(args).await,
             Command::Run(args) => cli::run::main(args).await,
+            Command::Replay(args) => cli::replay::main(args).await,
+            Command::ProxyStatus(args) => cli::proxy_status::status(args).await,
+            Command::ProxyConfig(args) => cli::proxy_status::config(args).await,
+            Command::Loadgen(args) => deltapilot_load_tests::run(args).await,
         }
     })
 }

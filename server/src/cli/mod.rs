@@ -1,6 +1,8 @@
 //! Subcommands of the `deltapilot` binary.
 
 pub(crate) mod log;
+pub(crate) mod proxy_status;
+pub(crate) mod replay;
 pub(crate) mod run;
 
 /// Logs go to stderr (stdout carries command output such as JSON lines), filtered by
