@@ -1,4 +1,14 @@
 //! deltapilot's registry adapters. Each adapter turns one platform registry's state
 //! into entity-level events appended to the event log; adapters never talk to the
 //! engine directly (invariant 1: the log is the truth).
+//!
+//! - [`file`](mod@file): directories of Istio networking YAML (ServiceEntry and friends).
+//!
+//! What it does NOT do: fold events, build xDS or serve anything (engine and server
+//! do), or parse CLI flags (the `deltapilot` binary maps its flags onto each
+//! adapter's options).
+
+pub mod error;
 pub mod file;
+
+pub use error::{Error, Result};
