@@ -315,6 +315,7 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
             }
         });
     }
+    let adapter_status = adapter.as_ref().map(FileAdapter::status);
     if let Some(adapter) = adapter {
         let (log, shutdown) = (log.clone(), shutdown_rx.clone());
         tasks.spawn(async move {
@@ -341,7 +342,15 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
         let ready = ready.clone();
         let mut shutdown = shutdown_rx.clone();
         tasks.spawn(async move {
-            let ready_fn: deltapilot_server::admin::ReadyFn = Arc::new(move || *ready.borrow());
+            // Ready = the engine has caught up with the log head and, when files are
+            // watched, the adapter's start-up resync is in the log (otherwise a fresh
+            // replica would report ready while still serving the previous run's view).
+            let ready_fn: deltapilot_server::admin::ReadyFn = Arc::new(move || {
+                *ready.borrow()
+                    && adapter_status
+                        .as_ref()
+                        .is_none_or(|st| st.borrow().resync_completed)
+            });
             deltapilot_server::admin::serve(admin_listener, metrics, ready_fn, async move {
                 let _ = shutdown.wait_for(|s| *s).await;
             })
@@ -386,6 +395,10 @@ fn file_adapter(s: &Settings) -> anyhow::Result<Option<FileAdapter>> {
         return Ok(None);
     }
     let opts = FileAdapterOptions {
+        // A fixed source id, not one derived from the --watch list: entities are owned
+        // by their source, so a source id that changed with the flags would orphan
+        // everything the previous run wrote instead of sweeping it on resync.
+        source_id: Some("file".into()),
         state_dir: Some(s.data_dir.join("file-adapter")),
         ..FileAdapterOptions::default()
     };
