@@ -32,9 +32,21 @@ enum Command {
     Loadgen(deltapilot_load_tests::LoadgenArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     cli::init_tracing();
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The cause chain on one line, without anyhow's backtrace: operators read
+            // this, and RUST_BACKTRACE is often set for other reasons.
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
