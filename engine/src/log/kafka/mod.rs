@@ -1,57 +1,262 @@
-//! The Kafka log (stub; being built).
-use std::time::Duration;
+//! The Kafka event log: one topic, keyed by entity key, read by assignment.
+//!
+//! # What it does
+//!
+//! - **Keyed placement.** Every event is produced with its entity key
+//!   ([`Event::key`]) as the message key; an event without a key is refused with
+//!   [`Error::InvalidEvent`] before anything is sent. The partitioner is set
+//!   explicitly to librdkafka's `murmur2_random`: `(murmur2(key) & 0x7fffffff) %
+//!   partitions`, the Java client's default for keyed messages (the `_random` part only
+//!   affects keyless messages, which never occur here). So a writer in any language
+//!   puts an entity on the same partition (checked against Kafka's own test vectors in
+//!   the tests). Hence per-key order holds, and log compaction (keep the latest event
+//!   per key) is safe.
+//! - **Durable, bounded appends.** The producer is idempotent (`enable.idempotence`,
+//!   `acks=all`, ≤5 requests in flight): retries never duplicate or reorder, and an
+//!   append returns only when every event is acknowledged by all in-sync replicas, so
+//!   nothing acknowledged is lost. librdkafka retries each message for at most
+//!   `append_timeout` (`message.timeout.ms`), after which the append fails; an outer
+//!   guard (`append_timeout + request_timeout + 1 s`) makes sure it never hangs. See
+//!   `produce`.
+//! - **Every replica reads everything.** Readers `assign()` every partition at explicit
+//!   offsets and never subscribe to a consumer group (every replica needs every
+//!   event). librdkafka still demands a `group.id`: each consumer gets a unique
+//!   throwaway one, with auto-commit off, and never joins or commits. A [`Position`] is
+//!   the next offset per partition, index = partition; offset 0 reads from the
+//!   earliest record the broker still has.
+//! - **The topic is created on first use** by [`KafkaLog::connect`] with
+//!   `partitions` partitions (replication: the cluster default). If it exists, its
+//!   real partition count (from metadata) is used, with a warning when it differs from
+//!   the option. See `topic`.
+//!
+//! # The end of the log: EOF events, not watermarks
+//!
+//! `read`, `head` and `follow` find the end of each partition with librdkafka's
+//! partition-EOF events (`enable.partition.eof=true`), raised when a fetch response
+//! shows the consumer at the partition's high watermark. That is Apache Kafka's
+//! semantics and also correct on Tansu.
+//!
+//! The obvious `head` (ListOffsets, i.e. `fetch_watermarks`) is not used. Measured on
+//! Tansu 0.6.0: after one batch of 6 records to a partition it reported high
+//! watermark 1, and after 3 more single-record batches, 9. In the test
+//! `head_is_exact_from_a_fresh_handle_and_ignores_list_offsets` (31 and 13 records,
+//! last batch multi-record) it reports 3 and 3. It returns the base offset of the
+//! last stored batch plus one, which is too low whenever that batch held more than
+//! one record. The high watermark in fetch responses is right (EOF events fire at
+//! the true end).
+//!
+//! So `head` reads every partition to EOF, starting from the last head this handle
+//! knows (from earlier `head` calls and its own appends), and returns one past the
+//! last record seen. It is correct on both brokers. The trade-off: the first `head`
+//! of a handle reads the whole topic (bounded by `read_timeout`; Tansu reads ~800k
+//! small messages/s here), later ones read only what others appended since. On
+//! Apache Kafka, ListOffsets would cost one round trip. Note that a head found by
+//! reading is exactly the position a follower reaches after reading everything,
+//! even where trailing offsets hold no record (transaction markers, compacted
+//! tails), which a raw high watermark is not.
+//!
+//! A fetch past the end of a partition is answered with `OFFSET_OUT_OF_RANGE` by
+//! Kafka (reported as an error, since `auto.offset.reset=error`), but Tansu never
+//! answers it. Either way the caller gets an error: the immediate one, or a stall
+//! error after `request_timeout`.
+//!
+//! # Order across partitions
+//!
+//! Within a partition, records always come in offset order. Across partitions:
+//! - `read` returns partition-major order: everything it takes from partition 0, then
+//!   partition 1, and so on. It is deterministic given the log's contents, and paging
+//!   (advance the position past the records, read again) works.
+//! - `follow` yields records in arrival order, so partitions interleave as fetches
+//!   come back.
+//!
+//! A fold must not depend on cross-partition order. That is why events are
+//! entity-level and keyed.
+//!
+//! # Resync markers and partitions
+//!
+//! A resync marker's key is `resync/<source>`, so all of one source's markers land on
+//! one partition, in order. But the entity events of that resync generation are
+//! keyed by entity and spread over all partitions. In the log, a `completed` marker
+//! is therefore not ordered after the generation's events: a follower can read the
+//! marker before it reads events the adapter appended (and saw acknowledged) before
+//! the marker. Sweeping at the marker could delete live entities.
+//!
+//! Proposal, for the engine and adapters (not done here). The adapter appends
+//! `completed` only after every event of the generation was acknowledged (append
+//! returns). It writes one copy of the marker to *every* partition, by explicit
+//! partition rather than key hash, which needs a small `append_to_all_partitions` on
+//! this backend. The engine sweeps a generation only once it has read a `completed`
+//! copy on every partition. Per-partition order then guarantees that every event of
+//! the generation has been folded. This needs no schema change, compaction keeps it
+//! (compaction is per partition), and with one partition it reduces to today's
+//! behaviour. The alternative is to put the generation's acknowledged end
+//! [`Position`] in the marker and defer the sweep until the reader's position covers
+//! it. That needs a schema field. [`FollowItem::CaughtUp`] is NOT a substitute: it
+//! is not a consistent cut across partitions (see `follow`).
+//!
+//! # What it does NOT do
+//!
+//! Transactions (a failed batch may be partly stored, which the trait allows);
+//! topic configuration beyond creation (retention, compaction and
+//! `min.insync.replicas` are the operator's); noticing partitions added after
+//! `connect` (adding partitions moves keys and breaks per-key order, so don't);
+//! committing offsets (the engine keeps its own [`Position`]); TLS/SASL (not yet).
+
+mod config;
+mod consume;
+mod follow;
+mod produce;
+mod topic;
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
 
 use deltapilot_proto::Event;
 use futures::stream::BoxStream;
+use rdkafka::producer::FutureProducer;
+
+pub use config::KafkaOptions;
 
 use super::{EventLog, FollowItem, Position, Record, RecordPos};
 use crate::{Error, Result};
 
-/// Options of the Kafka backend.
-#[derive(Debug, Clone)]
-pub struct KafkaOptions {
-    /// Partition count used when the topic is created on first use.
-    pub partitions: i32,
-    /// How long one append may retry before it fails.
-    pub append_timeout: Duration,
-    /// Bound on one metadata/admin request.
-    pub request_timeout: Duration,
+/// A Kafka topic as an event log. Cheap to share: clones of the inner state are
+/// handed to follow streams.
+pub struct KafkaLog {
+    shared: Arc<Shared>,
 }
 
-impl Default for KafkaOptions {
-    fn default() -> Self {
-        Self {
-            partitions: 1,
-            append_timeout: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(5),
+/// Broker list and topic, carried into every error.
+#[derive(Debug, Clone)]
+struct Target {
+    brokers: String,
+    topic: String,
+}
+
+impl Target {
+    /// A [`Error::Kafka`] that says which cluster and topic it is about.
+    fn err(&self, op: &'static str, what: impl fmt::Display) -> Error {
+        Error::Kafka {
+            op,
+            reason: format!("{what} [topic {:?}, brokers {}]", self.topic, self.brokers),
         }
     }
 }
 
-/// A Kafka topic as an event log.
-pub struct KafkaLog {}
+/// What the log handle and its follow streams share.
+struct Shared {
+    target: Target,
+    opts: KafkaOptions,
+    /// The topic's partition count, from metadata at connect.
+    partitions: usize,
+    /// One producer per handle: librdkafka batches concurrent appends together.
+    producer: FutureProducer,
+    /// The furthest head this handle has observed (its own appends, earlier `head`
+    /// calls); `head` reads forward from here.
+    known_head: Mutex<Position>,
+}
+
+impl Shared {
+    fn known_head(&self) -> Position {
+        self.known_head
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Raises the known head to cover `seen` (never lowers it).
+    fn observe_head(&self, seen: &Position) {
+        let mut head = self
+            .known_head
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for (p, &next) in seen.offsets().iter().enumerate() {
+            if next > 0 {
+                head.advance(RecordPos {
+                    partition: p as u32,
+                    offset: next - 1,
+                });
+            }
+        }
+    }
+}
 
 impl KafkaLog {
-    /// Connects, creating the topic on first use.
-    pub async fn connect(_brokers: &str, _topic: &str, _opts: KafkaOptions) -> Result<Self> {
-        Err(Error::Kafka { op: "connect", reason: "not built yet".into() })
+    /// Connects to `brokers` (comma-separated `host:port`), creating `topic` with
+    /// `opts.partitions` partitions on first use, and learns its partition count.
+    ///
+    /// Fails within about `opts.request_timeout` if the brokers cannot be reached.
+    pub async fn connect(brokers: &str, topic: &str, opts: KafkaOptions) -> Result<Self> {
+        opts.validate()?;
+        let target = Target {
+            brokers: brokers.to_owned(),
+            topic: topic.to_owned(),
+        };
+        if brokers.trim().is_empty() || topic.is_empty() {
+            return Err(target.err("connect", "broker list and topic must not be empty"));
+        }
+        // Created first: the idempotent producer fetches its producer id in the
+        // background (~0.5 s with librdkafka), overlapping the topic set-up below.
+        let producer: FutureProducer = config::producer(brokers, &opts)
+            .create()
+            .map_err(|e| target.err("create producer", e))?;
+        let partitions = topic::ensure(&target, &opts, &producer).await?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                target,
+                opts,
+                partitions,
+                producer,
+                known_head: Mutex::new(Position::start(partitions)),
+            }),
+        })
+    }
+
+    /// The topic's partition count (the existing topic's, if it was not created here).
+    pub fn partitions(&self) -> usize {
+        self.shared.partitions
+    }
+
+    /// The topic name.
+    pub fn topic(&self) -> &str {
+        &self.shared.target.topic
+    }
+
+    /// The bootstrap broker list.
+    pub fn brokers(&self) -> &str {
+        &self.shared.target.brokers
+    }
+}
+
+impl fmt::Debug for KafkaLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaLog")
+            .field("brokers", &self.shared.target.brokers)
+            .field("topic", &self.shared.target.topic)
+            .field("partitions", &self.shared.partitions)
+            .field("opts", &self.shared.opts)
+            .finish_non_exhaustive()
     }
 }
 
 impl EventLog for KafkaLog {
-    async fn append(&self, _events: &[Event]) -> Result<Vec<RecordPos>> {
-        Err(Error::Closed)
+    async fn append(&self, events: &[Event]) -> Result<Vec<RecordPos>> {
+        produce::append(&self.shared, events).await
     }
-    async fn read(&self, _from: &Position, _limit: usize) -> Result<Vec<Record>> {
-        Err(Error::Closed)
+
+    async fn read(&self, from: &Position, limit: usize) -> Result<Vec<Record>> {
+        consume::read(&self.shared, from, limit).await
     }
-    fn follow(&self, _from: Position) -> BoxStream<'static, Result<FollowItem>> {
-        Box::pin(futures::stream::empty())
+
+    fn follow(&self, from: Position) -> BoxStream<'static, Result<FollowItem>> {
+        follow::follow(self.shared.clone(), from)
     }
+
     async fn head(&self) -> Result<Position> {
-        Err(Error::Closed)
+        consume::head(&self.shared).await
     }
+
     fn start(&self) -> Position {
-        Position::start(1)
+        Position::start(self.shared.partitions)
     }
 }
