@@ -115,6 +115,10 @@ pub enum Error {
         after: std::time::Duration,
     },
 
+    /// A background task the engine relies on panicked or was cancelled.
+    #[error("internal task failed: {0}")]
+    Task(String),
+
     /// The log was closed while an operation was in progress.
     #[error("the event log is closed")]
     Closed,

@@ -93,7 +93,15 @@ impl Log {
     /// Opens the log a URI names, creating it (directory or topic) on first use.
     pub async fn open(uri: &LogUri, opts: &LogOptions) -> Result<Self> {
         Ok(match uri {
-            LogUri::File { dir } => Log::File(file::FileLog::open(dir, opts.file.clone())?),
+            LogUri::File { dir } => {
+                // Opening scans (and may repair) the whole log: keep it off the async
+                // workers so other tasks keep running while a large log is checked.
+                let (dir, fopts) = (dir.clone(), opts.file.clone());
+                let opened = tokio::task::spawn_blocking(move || file::FileLog::open(&dir, fopts))
+                    .await
+                    .map_err(|e| crate::Error::Task(format!("opening the file log: {e}")))?;
+                Log::File(opened?)
+            }
             LogUri::Kafka { brokers, topic } => {
                 Log::Kafka(kafka::KafkaLog::connect(brokers, topic, opts.kafka.clone()).await?)
             }

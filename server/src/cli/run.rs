@@ -19,8 +19,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, bail};
 use deltapilot_adapters::file::{FileAdapter, FileAdapterOptions};
 use deltapilot_engine::fold::runner::Engine;
-use deltapilot_engine::log::file::{FileLog, FileLogOptions};
-use deltapilot_engine::log::{EventLog, Log};
+use deltapilot_engine::log::{EventLog, Log, LogOptions, LogUri};
 use deltapilot_engine::xds::generate::GenOptions;
 use deltapilot_server::metrics::Metrics;
 use deltapilot_server::xds::Limits;
@@ -270,10 +269,16 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
     let xds_listener = bind(s.xds_addr, "xds").await?;
     let admin_listener = bind(s.admin_addr, "admin").await?;
     let log_dir = s.data_dir.join("log");
-    let log = Arc::new(Log::File(
-        FileLog::open(&log_dir, FileLogOptions::default())
-            .with_context(|| format!("opening the log in {}", log_dir.display()))?,
-    ));
+    let log = Arc::new(
+        Log::open(
+            &LogUri::File {
+                dir: log_dir.clone(),
+            },
+            &LogOptions::default(),
+        )
+        .await
+        .with_context(|| format!("opening the log in {}", log_dir.display()))?,
+    );
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut engine = Engine::new(s.gen_opts.clone());
