@@ -9,6 +9,8 @@
 //! adapter's options).
 
 pub mod error;
+pub mod eureka;
 pub mod file;
+pub mod kubernetes;
 
 pub use error::{Error, Result};

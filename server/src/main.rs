@@ -28,6 +28,8 @@ enum Command {
     ProxyStatus(cli::proxy_status::ProxyStatusArgs),
     /// The config a connected proxy holds, by type (istioctl style).
     ProxyConfig(cli::proxy_status::ProxyConfigArgs),
+    /// Run one registry adapter as its own process, appending to a log.
+    Adapter(cli::adapter::AdapterArgs),
     /// The load generator: simulated Envoys plus churn, with a report.
     Loadgen(deltapilot_load_tests::LoadgenArgs),
 }
@@ -57,6 +59,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Replay(args) => cli::replay::main(args).await,
             Command::ProxyStatus(args) => cli::proxy_status::status(args).await,
             Command::ProxyConfig(args) => cli::proxy_status::config(args).await,
+            Command::Adapter(args) => cli::adapter::main(args).await,
             Command::Loadgen(args) => deltapilot_load_tests::run(args).await,
         }
     })

@@ -1,5 +1,6 @@
 //! Subcommands of the `deltapilot` binary.
 
+pub(crate) mod adapter;
 pub(crate) mod log;
 pub(crate) mod proxy_status;
 pub(crate) mod replay;

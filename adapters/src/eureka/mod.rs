@@ -1,0 +1,1 @@
+//! The Eureka adapter (stub: being built).

@@ -1,0 +1,1 @@
+//! The Kubernetes adapter (stub: being built).

@@ -1,0 +1,9 @@
+//! `deltapilot adapter eureka` (stub: being built).
+
+/// Arguments of `deltapilot adapter eureka`.
+#[derive(Debug, clap::Args)]
+pub(super) struct Args {}
+
+pub(super) async fn main(_args: Args) -> anyhow::Result<()> {
+    anyhow::bail!("not built yet")
+}
