@@ -1,1 +1,399 @@
-//! The fold (stub: being built).
+//! The fold: a pure function from (state, batch of events) to (next state, what it
+//! touched, what it skipped). No I/O, no clocks, no randomness: folding the same
+//! events from the same state always yields the same state and hash.
+//!
+//! [`runner::Engine`] wraps it: it decodes records, folds, regenerates xDS resources
+//! and publishes snapshots.
+//!
+//! ## Rules
+//!
+//! - **Events apply in batch order**, one at a time; an event that cannot be applied
+//!   is skipped as a whole ([`Skipped`], with its log position and a
+//!   [`SkipReason`]) and leaves the state exactly as it was, so it never poisons
+//!   later events or later folds. Nothing here panics on input.
+//! - **Identical content is not a change.** An upsert whose converted model value
+//!   equals the stored one touches nothing (only its generation stamp moves), so it
+//!   can never cause a push.
+//! - **Services** are stored per `(key, source)`: several sources may define the
+//!   same key or hostname; the merged view picks one by the rule in `state`.
+//!   Deleting a service removes only the deleting source's definition.
+//! - **Endpoints and config objects have one owner.** The first source to write a
+//!   key owns it until the key is deleted or swept. A write or delete of that key by
+//!   another source is skipped as [`SkipReason::KeyConflict`] (keys are meant to be
+//!   source-scoped, e.g. `ep/k8s-a/ns/pod`; a clash is a misconfiguration that must
+//!   not let two adapters fight over one entity).
+//! - **Endpoint admission.** An endpoint upsert none of whose services has a merged
+//!   service at that point is skipped as [`SkipReason::UnknownService`], as the
+//!   issue asks. Istio instead keeps such endpoints until their service appears; we
+//!   do not, so an adapter must write a service before its endpoints (and re-writes
+//!   them on its next resync if it did not). An endpoint that names several
+//!   services is admitted if one exists, and is indexed under all of them. An
+//!   endpoint already stored is kept when its service is later deleted: it
+//!   contributes nothing to xDS until a service with that hostname exists again.
+//! - **Deleting** a key that is not stored is a no-op, not an error: compacted logs
+//!   and sweeps make such tombstones normal.
+//!
+//! ## Resync
+//!
+//! An adapter brackets a full relist of its registry with markers at a new
+//! generation `G`: `STARTED` (recorded, nothing else), then every entity re-upserted
+//! with `generation = G`, then `COMPLETED`. On `COMPLETED` at `G`, every entity of
+//! that source whose last write has a generation below `G` is removed (swept):
+//! entities that vanished while the adapter was down never leak. Re-upserting an
+//! unchanged entity at the new generation only restamps it, so a resync of an
+//! unchanged registry pushes nothing.
+//!
+//! After a `COMPLETED` at `G`, any event of that source with a generation below `G`
+//! (an entity write, a delete or a marker) is **stale** and skipped
+//! ([`SkipReason::StaleGeneration`]): it was produced before the relist that
+//! superseded it, and applying it could resurrect a swept entity or delete a
+//! re-created one.
+//!
+//! ### Multi-partition logs (Kafka)
+//!
+//! The embedded log has one partition, so the fold sees a resync exactly in the
+//! order the adapter wrote it. A Kafka topic is keyed by entity key; markers are
+//! keyed `resync/<source>` and so live in one partition, while the entity writes of
+//! the same relist are spread over all partitions, and a reader has no total order
+//! across partitions. The fold sweeps when it *sees* `COMPLETED`, so if a reader
+//! folds the marker before a gen-`G` upsert from another partition, an unchanged
+//! entity still stamped `G-1` is swept and then re-added when that upsert is folded:
+//! a transient removal (pushed to proxies), never a leak and never a lasting error
+//! (the stale fence only drops writes older than `G`). The Kafka backend avoids it
+//! with two rules, which together make every entity write of a relist reach the
+//! fold before its `COMPLETED`:
+//!
+//! 1. the writer appends `COMPLETED` only after every entity append of the relist is
+//!    acknowledged (`acks=all`), so they are below every partition's high watermark
+//!    at the moment the marker becomes readable;
+//! 2. the follower, when it reads a `resync/` record, holds it back until every other
+//!    partition has been delivered up to the high watermark it observed after reading
+//!    the marker, then yields the marker.
+//!
+//! Replays are unaffected either way: a log folds to the same state in the order the
+//! follower delivers it.
+//!
+//! What it does NOT do: read the log, generate xDS, publish snapshots, log or count
+//! (the runner does all that with what [`fold`] returns).
+
+mod config;
+pub mod runner;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use deltapilot_proto::event::Payload;
+use deltapilot_proto::resync_marker::Phase;
+use deltapilot_proto::{self as pb, Event};
+
+use crate::log::RecordPos;
+use crate::model::{endpoint_from_proto, service_from_proto};
+use crate::state::{HKey, ModelState, ServiceSlot, SourceGen, TouchLog, Touched};
+
+/// Why an event (or record) was skipped; one metric label each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SkipReason {
+    /// The record's bytes are not an event (runner only).
+    Decode,
+    /// The record was written by a newer schema than this build reads (runner only).
+    SchemaTooNew,
+    /// The event has no payload: empty, or an entity kind newer than this build.
+    EmptyPayload,
+    /// The payload fails validation: bad port, address, hostname, empty key, …
+    Invalid,
+    /// An endpoint none of whose services exists.
+    UnknownService,
+    /// The key is owned by another source.
+    KeyConflict,
+    /// The event's generation is below its source's completed resync.
+    StaleGeneration,
+}
+
+impl SkipReason {
+    /// Every reason, in metric-label order.
+    pub const ALL: [SkipReason; 7] = [
+        SkipReason::Decode,
+        SkipReason::SchemaTooNew,
+        SkipReason::EmptyPayload,
+        SkipReason::Invalid,
+        SkipReason::UnknownService,
+        SkipReason::KeyConflict,
+        SkipReason::StaleGeneration,
+    ];
+
+    /// Snake-case name, for metric labels and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::Decode => "decode",
+            SkipReason::SchemaTooNew => "schema_too_new",
+            SkipReason::EmptyPayload => "empty_payload",
+            SkipReason::Invalid => "invalid",
+            SkipReason::UnknownService => "unknown_service",
+            SkipReason::KeyConflict => "key_conflict",
+            SkipReason::StaleGeneration => "stale_generation",
+        }
+    }
+
+    /// Index into per-reason arrays (`[T; SkipReason::ALL.len()]`).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// An event (or record) that was not applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// Where it sits in the log.
+    pub pos: RecordPos,
+    /// Its entity key, when it has one.
+    pub key: Option<String>,
+    /// Why it was skipped (the metric label).
+    pub reason: SkipReason,
+    /// What exactly was wrong, for the log line.
+    pub detail: String,
+}
+
+/// What one fold step produced.
+#[derive(Debug, Clone, Default)]
+pub struct FoldOutput {
+    /// The next state (shares structure with the input state).
+    pub state: ModelState,
+    /// What changed, for incremental xDS generation.
+    pub touched: Touched,
+    /// Events that were skipped, in batch order.
+    pub skipped: Vec<Skipped>,
+    /// Number of events applied (not skipped), including no-op rewrites.
+    pub applied: usize,
+}
+
+/// Folds a batch of decoded events into `state`. Pure.
+pub fn fold(state: &ModelState, batch: &[(RecordPos, Event)]) -> FoldOutput {
+    fold_iter(state, batch.iter().map(|(p, e)| (*p, e)))
+}
+
+/// [`fold`] over any sequence of positioned events (avoids collecting them).
+pub fn fold_iter<'a>(
+    state: &ModelState,
+    events: impl IntoIterator<Item = (RecordPos, &'a Event)>,
+) -> FoldOutput {
+    let mut out = FoldOutput {
+        state: state.clone(),
+        ..Default::default()
+    };
+    let mut cx = Cx::default();
+    let mut touched = TouchLog::default();
+    for (pos, ev) in events {
+        match apply_event(&mut out.state, ev, &mut cx, &mut touched) {
+            Ok(()) => out.applied += 1,
+            Err((reason, detail)) => out.skipped.push(Skipped {
+                pos,
+                key: ev.key(),
+                reason,
+                detail,
+            }),
+        }
+    }
+    out.touched = touched.finish();
+    // A hostname whose merged service changed back within the batch is not touched.
+    out.touched
+        .services
+        .retain(|h| state.get_service(h) != out.state.get_service(h));
+    out
+}
+
+impl ModelState {
+    /// The state that folding `events` into an empty state yields (positions are
+    /// their indices in partition 0). Skipped events are dropped silently; use
+    /// [`fold`] to see them.
+    pub fn from_events<'a>(events: impl IntoIterator<Item = &'a Event>) -> ModelState {
+        let positioned = events.into_iter().enumerate().map(|(i, e)| {
+            let pos = RecordPos {
+                partition: 0,
+                offset: i as u64,
+            };
+            (pos, e)
+        });
+        fold_iter(&ModelState::default(), positioned).state
+    }
+}
+
+/// Per-batch scratch: the last source name seen, so a batch from one adapter
+/// allocates its name once.
+#[derive(Default)]
+struct Cx {
+    source: Option<Arc<str>>,
+}
+
+impl Cx {
+    fn source(&mut self, st: &ModelState, name: &str) -> Arc<str> {
+        if let Some(s) = &self.source
+            && &**s == name
+        {
+            return s.clone();
+        }
+        let s = st
+            .sources()
+            .find(|(k, _)| &***k == name)
+            .map_or_else(|| Arc::from(name), |(k, _)| k.clone());
+        self.source = Some(s.clone());
+        s
+    }
+}
+
+type Skip = (SkipReason, String);
+
+fn invalid(e: impl std::fmt::Display) -> Skip {
+    (SkipReason::Invalid, e.to_string())
+}
+
+fn conflict(key: &str, owner: &str, writer: &str) -> Skip {
+    (
+        SkipReason::KeyConflict,
+        format!(
+            "key {key} is owned by source {owner:?}; source {writer:?} may not write or delete it"
+        ),
+    )
+}
+
+fn nonempty_key(d: &pb::EntityDelete) -> Result<&str, Skip> {
+    if d.key.is_empty() {
+        Err(invalid("delete with an empty key"))
+    } else {
+        Ok(&d.key)
+    }
+}
+
+fn apply_event(
+    st: &mut ModelState,
+    ev: &Event,
+    cx: &mut Cx,
+    touched: &mut TouchLog,
+) -> Result<(), Skip> {
+    let Some(payload) = &ev.payload else {
+        return Err((
+            SkipReason::EmptyPayload,
+            "event has no payload (empty, or an entity kind newer than this build)".into(),
+        ));
+    };
+    let gen_state = st.source_gen(&ev.source);
+    if ev.generation < gen_state.completed {
+        return Err((
+            SkipReason::StaleGeneration,
+            format!(
+                "generation {} of source {:?} is below its completed resync generation {}",
+                ev.generation, ev.source, gen_state.completed
+            ),
+        ));
+    }
+    match payload {
+        Payload::ServiceUpsert(u) => {
+            let s = u
+                .service
+                .as_ref()
+                .ok_or_else(|| invalid("service_upsert without a service"))?;
+            let svc = service_from_proto(s).map_err(invalid)?;
+            let slot = ServiceSlot {
+                key: Arc::from(pb::service_key(&s.namespace, &s.hostname).as_str()),
+                source: cx.source(st, &ev.source),
+            };
+            st.put_service(slot, ev.generation, Arc::new(svc), touched);
+        }
+        Payload::ServiceDelete(d) => {
+            let slot = ServiceSlot {
+                key: Arc::from(nonempty_key(d)?),
+                source: cx.source(st, &ev.source),
+            };
+            st.remove_service(&slot, touched);
+        }
+        Payload::EndpointUpsert(u) => {
+            let e = u
+                .endpoint
+                .as_ref()
+                .ok_or_else(|| invalid("endpoint_upsert without an endpoint"))?;
+            let ep = endpoint_from_proto(&u.key, e).map_err(invalid)?;
+            let hk = HKey::of(&ep.key);
+            let current = st.raw_endpoint_at(&hk).cloned();
+            let source = match &current {
+                Some(w) if *w.source != *ev.source => {
+                    return Err(conflict(&u.key, &w.source, &ev.source));
+                }
+                Some(w) => w.source.clone(),
+                None => cx.source(st, &ev.source),
+            };
+            if !ep.services.iter().any(|(_, h)| st.has_service(h)) {
+                let names: Vec<&str> = ep.services.iter().map(|(_, h)| h.as_str()).collect();
+                return Err((
+                    SkipReason::UnknownService,
+                    format!(
+                        "endpoint {}: none of its services exists: {}",
+                        u.key,
+                        names.join(", ")
+                    ),
+                ));
+            }
+            st.put_endpoint_over(hk, current, source, ev.generation, Arc::new(ep), touched);
+        }
+        Payload::EndpointDelete(d) => {
+            let key = nonempty_key(d)?;
+            let hk = HKey::of(key);
+            if let Some(w) = st.raw_endpoint_at(&hk)
+                && *w.source != *ev.source
+            {
+                return Err(conflict(key, &w.source, &ev.source));
+            }
+            st.remove_endpoint_at(&hk, touched);
+        }
+        Payload::ConfigUpsert(u) => {
+            let c = u
+                .config
+                .as_ref()
+                .ok_or_else(|| invalid("config_upsert without a config"))?;
+            let cfg = config::config_from_proto(c).map_err(invalid)?;
+            let source = match st.raw_config(&cfg.key) {
+                Some(w) if *w.source != *ev.source => {
+                    return Err(conflict(&cfg.key, &w.source, &ev.source));
+                }
+                Some(w) => w.source.clone(),
+                None => cx.source(st, &ev.source),
+            };
+            st.put_config(source, ev.generation, Arc::new(cfg), touched);
+        }
+        Payload::ConfigDelete(d) => {
+            let key = nonempty_key(d)?;
+            if let Some(w) = st.raw_config(key)
+                && *w.source != *ev.source
+            {
+                return Err(conflict(key, &w.source, &ev.source));
+            }
+            st.remove_config(key, touched);
+        }
+        Payload::Resync(m) => {
+            let g = ev.generation;
+            let source = cx.source(st, &ev.source);
+            match m.phase() {
+                Phase::Started => st.set_source_gen(
+                    source,
+                    SourceGen {
+                        started: g,
+                        completed: gen_state.completed,
+                    },
+                ),
+                Phase::Completed => {
+                    st.set_source_gen(
+                        source.clone(),
+                        SourceGen {
+                            started: gen_state.started.max(g),
+                            completed: g,
+                        },
+                    );
+                    st.sweep(&source, g, touched);
+                }
+                Phase::Unspecified => {
+                    return Err(invalid("resync marker with an unspecified phase"));
+                }
+            }
+        }
+    }
+    Ok(())
+}

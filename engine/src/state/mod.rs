@@ -1,21 +1,378 @@
-//! The folded registry state (stub: being built by the fold work). The types and
-//! signatures here are the contract the xDS generator and the runner code against.
+//! The folded registry state: what the log says exists, in persistent maps that
+//! consecutive snapshots share.
+//!
+//! [`ModelState`] holds two layers, both in `imbl` maps (cloning one is O(1); an
+//! update copies only the path to the changed entry, so two snapshots share all
+//! untouched nodes):
+//!
+//! - **Raw entities**, exactly as their sources last wrote them, each stamped with the
+//!   source and resync generation of that write ([`Written`]):
+//!   - services by `(entity key, source)`: several sources may define the same key;
+//!   - endpoints by entity key (one owner at a time; the large maps are keyed by a
+//!     128-bit hash of the key or hostname, see `HKey`, because string comparisons
+//!     and string clones dominated the fold's cost);
+//!   - config objects by entity key (one owner at a time);
+//!   - per source, the last resync generation started and completed ([`SourceGen`]).
+//! - **The merged view** everything downstream reads, derived from the raw layer and
+//!   maintained incrementally:
+//!   - one [`Service`] per hostname, chosen by the merge rule below;
+//!   - the endpoints of each hostname, as the union over all sources: the keys
+//!     of the endpoints that list it, in key order (an endpoint whose content
+//!     changes but not its hostnames leaves this index untouched);
+//!   - endpoint keys by address, for [`ModelState::proxy_service_instances`] and
+//!     [`ModelState::management_ports`].
+//!
+//! ## Merge rule (several sources, one hostname)
+//!
+//! Every raw service definition is a *claim* on its hostname, ordered by
+//! `(source, namespace, entity key)`, compared as byte strings. **The lowest claim
+//! wins**: the merged service of a hostname is exactly that definition (ports,
+//! labels, resolution, namespace); the others are kept and take over, in that order,
+//! when the winner is deleted or swept. This is Istio's aggregate-controller rule
+//! ("the first registry wins") made independent of arrival order: the outcome is a
+//! function of the set of definitions, never of which arrived first, so a replay and
+//! a from-scratch rebuild agree. Operators pick the winner by naming sources (e.g.
+//! `a-k8s:prod` before `file:/etc/mesh`).
+//!
+//! Endpoints are never merged away: the endpoints of a hostname are the union of
+//! every stored endpoint that lists that hostname among its services, whichever
+//! source wrote it.
+//!
+//! ## Resync and ownership
+//!
+//! See the `fold` module for the rules (sweep on completed resync, stale-generation
+//! fence, single owner per endpoint/config key). This module only provides the
+//! primitives that keep indexes and the hash consistent.
+//!
+//! ## Content hash
+//!
+//! [`ModelState::hash`] is the wrapping sum of one 64-bit xxh3 digest per raw entity
+//! (over its kind, key, source, generation and canonical content; see `canon.rs`)
+//! and per source's resync bookkeeping. Because it is a sum over a set, it is updated
+//! in O(changed) per batch and equal states have equal hashes whatever history led
+//! to them. The merged view is not hashed separately: it is a function of the raw
+//! layer.
+//!
+//! What it does NOT do: decide which events are valid or apply them (see `fold`),
+//! or build xDS resources (see `xds`).
+
+mod apply;
+mod canon;
+#[cfg(test)]
+pub(crate) mod mk;
+mod query;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::Arc;
 
-use crate::model::Hostname;
+use imbl::{OrdMap, OrdSet};
 
-/// The merged registry state a snapshot holds.
-#[derive(Debug, Clone, Default)]
-pub struct ModelState {}
+use crate::model::{Config, Endpoint, Hostname, Service};
+
+pub use query::{MANAGEMENT_PORTS_LABEL, StateCounts};
+
+/// An entity as its source last wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written<T> {
+    /// The validated model value (shared with the merged view and with snapshots).
+    pub value: Arc<T>,
+    /// The source (adapter instance) that wrote it; resync sweeps are per source.
+    pub source: Arc<str>,
+    /// The source's resync generation at that write; a completed resync at a higher
+    /// generation removes it.
+    pub generation: u64,
+    /// Digest of `value`'s canonical encoding, to spot identical rewrites cheaply.
+    digest: u64,
+}
+
+/// Where a raw service definition is stored: several sources may write one key.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceSlot {
+    /// The entity key (`svc/<namespace>/<hostname>`).
+    pub key: Arc<str>,
+    /// The source that wrote it.
+    pub source: Arc<str>,
+}
+
+/// A source's resync bookkeeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct SourceGen {
+    /// Generation of the last `STARTED` marker (or of the last `COMPLETED` one if
+    /// that is higher).
+    pub started: u64,
+    /// Generation of the last `COMPLETED` marker: every entity of the source below it
+    /// has been swept, and events below it are stale.
+    pub completed: u64,
+}
+
+/// One definition competing for a hostname; the lowest claim wins (see module doc).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Claim {
+    source: Arc<str>,
+    namespace: Arc<str>,
+    key: Arc<str>,
+}
+
+/// The claims on one hostname, sorted (lowest first). Usually one element, so a
+/// shared vector is far smaller than a nested map.
+type Claims = Arc<Vec<(Claim, Arc<Service>)>>;
+
+/// The key of a hostname or endpoint key in the large maps: the 128-bit xxh3 hash
+/// of its text. Lookups then compare integers held inside the tree nodes, and
+/// copying a node on write clones no string reference (with string keys, every
+/// comparison and every copied entry is a likely cache miss, which dominated the
+/// fold's cost). Two distinct texts with the same hash would share a slot; for a
+/// million keys the chance of that is about 10^-27, far below the rate of
+/// undetected hardware errors, so it is not checked. Iteration order is by hash:
+/// deterministic, not alphabetical.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct HKey(u128);
+
+impl HKey {
+    /// The key of `text`.
+    pub(crate) fn of(text: &str) -> Self {
+        HKey(xxhash_rust::xxh3::xxh3_128(text.as_bytes()))
+    }
+}
+
+/// Anything that names a hostname or an entity key in a query: `str`, `String`,
+/// `Arc<str>` or [`Hostname`].
+pub trait KeyText {
+    /// The text.
+    fn key_text(&self) -> &str;
+}
+
+impl KeyText for str {
+    fn key_text(&self) -> &str {
+        self
+    }
+}
+
+impl KeyText for String {
+    fn key_text(&self) -> &str {
+        self
+    }
+}
+
+impl KeyText for Arc<str> {
+    fn key_text(&self) -> &str {
+        self
+    }
+}
+
+impl KeyText for Hostname {
+    fn key_text(&self) -> &str {
+        self.as_str()
+    }
+}
+
+fn hkey<Q: KeyText + ?Sized>(q: &Q) -> HKey {
+    HKey::of(q.key_text())
+}
+
+/// The folded registry state a snapshot holds. Cloning is O(1).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelState {
+    raw_services: OrdMap<ServiceSlot, Written<Service>>,
+    /// Endpoints by key hash; the record is shared so a copied tree node clones
+    /// one reference per entry.
+    raw_endpoints: OrdMap<HKey, Arc<Written<Endpoint>>>,
+    raw_configs: OrdMap<Arc<str>, Written<Config>>,
+    sources: OrdMap<Arc<str>, SourceGen>,
+    /// Every definition per hostname (by hostname hash), lowest claim first.
+    claims: OrdMap<HKey, Claims>,
+    /// The winning definitions, by hostname (alphabetical, for `services()`).
+    services: OrdMap<Hostname, Arc<Service>>,
+    /// Hostname (by hash) → keys of the endpoints that list it, alphabetical. Keys
+    /// only: an endpoint whose content changes but not its hostnames leaves this
+    /// index untouched.
+    endpoints_by_host: OrdMap<HKey, OrdSet<Arc<str>>>,
+    endpoints_by_addr: OrdSet<(IpAddr, Arc<str>)>,
+    hash: u64,
+}
 
 /// What a fold step touched, so only dependent xDS resources are regenerated.
+///
+/// It is a superset of what changed in content: an entity rewritten with identical
+/// content never appears, but an endpoint added and removed within one batch may
+/// (the generator then finds identical bytes and reports no change).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Touched {
     /// Hostnames whose merged service definition was created, changed or removed.
     pub services: BTreeSet<Hostname>,
-    /// Hostnames whose set of endpoints (or any endpoint's content) changed.
+    /// Hostnames whose set of endpoints (or any endpoint's content) changed. May
+    /// name hostnames that have no merged service (endpoints listing them are kept).
     pub endpoints: BTreeSet<Hostname>,
     /// Whether any config object changed (traffic rules may affect any resource).
     pub configs: bool,
+}
+
+impl Touched {
+    /// Whether nothing was touched.
+    pub fn is_empty(&self) -> bool {
+        self.services.is_empty() && self.endpoints.is_empty() && !self.configs
+    }
+}
+
+/// Where the mutation primitives record what they touched: a [`Touched`], or the
+/// fold's cheaper append-only log that becomes one at the end of a batch.
+pub(crate) trait Touch {
+    fn service(&mut self, host: &Hostname);
+    fn endpoints(&mut self, host: &Hostname);
+    fn configs(&mut self);
+}
+
+impl Touch for Touched {
+    fn service(&mut self, host: &Hostname) {
+        self.services.insert(host.clone());
+    }
+
+    fn endpoints(&mut self, host: &Hostname) {
+        self.endpoints.insert(host.clone());
+    }
+
+    fn configs(&mut self) {
+        self.configs = true;
+    }
+}
+
+/// An append-only [`Touch`] (a push per touch, no ordered-set insert with string
+/// comparisons); [`TouchLog::finish`] sorts and deduplicates once per batch.
+#[derive(Debug, Default)]
+pub(crate) struct TouchLog {
+    services: Vec<Hostname>,
+    endpoints: Vec<Hostname>,
+    configs: bool,
+}
+
+impl Touch for TouchLog {
+    fn service(&mut self, host: &Hostname) {
+        self.services.push(host.clone());
+    }
+
+    fn endpoints(&mut self, host: &Hostname) {
+        if self.endpoints.last() != Some(host) {
+            self.endpoints.push(host.clone());
+        }
+    }
+
+    fn configs(&mut self) {
+        self.configs = true;
+    }
+}
+
+impl TouchLog {
+    pub(crate) fn finish(mut self) -> Touched {
+        self.services.sort_unstable();
+        self.endpoints.sort_unstable();
+        Touched {
+            services: self.services.into_iter().collect(),
+            endpoints: self.endpoints.into_iter().collect(),
+            configs: self.configs,
+        }
+    }
+}
+
+impl ModelState {
+    /// Content hash of the whole state (see the module doc): equal states have equal
+    /// hashes regardless of the history that built them.
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// The raw service definitions, by `(key, source)`.
+    pub fn raw_services(&self) -> impl Iterator<Item = (&ServiceSlot, &Written<Service>)> + '_ {
+        self.raw_services.iter()
+    }
+
+    /// The raw endpoints with their keys, in key-hash order (deterministic, not
+    /// alphabetical).
+    pub fn raw_endpoints(&self) -> impl Iterator<Item = (&Arc<str>, &Written<Endpoint>)> + '_ {
+        self.raw_endpoints.values().map(|w| (&w.value.key, &**w))
+    }
+
+    /// The raw config objects, by key.
+    pub fn raw_configs(&self) -> impl Iterator<Item = (&Arc<str>, &Written<Config>)> + '_ {
+        self.raw_configs.iter()
+    }
+
+    /// The stored endpoint under `key`, with who wrote it.
+    pub fn raw_endpoint<Q: KeyText + ?Sized>(&self, key: &Q) -> Option<&Written<Endpoint>> {
+        self.raw_endpoints.get(&hkey(key)).map(|w| &**w)
+    }
+
+    /// [`ModelState::raw_endpoint`] with the key already hashed (the fold's path).
+    pub(crate) fn raw_endpoint_at(&self, hk: &HKey) -> Option<&Arc<Written<Endpoint>>> {
+        self.raw_endpoints.get(hk)
+    }
+
+    /// Whether a hostname has a merged service (the fold's admission check).
+    pub(crate) fn has_service(&self, host: &Hostname) -> bool {
+        self.claims.contains_key(&HKey::of(host.as_str()))
+    }
+
+    /// The stored config object under `key`, with who wrote it.
+    pub fn raw_config(&self, key: &str) -> Option<&Written<Config>> {
+        self.raw_configs.get(key)
+    }
+
+    /// Every source's resync bookkeeping, by source name.
+    pub fn sources(&self) -> impl Iterator<Item = (&Arc<str>, &SourceGen)> + '_ {
+        self.sources.iter()
+    }
+
+    /// One source's resync bookkeeping (zeroes for a source never seen).
+    pub fn source_gen(&self, source: &str) -> SourceGen {
+        self.sources.get(source).copied().unwrap_or_default()
+    }
+
+    /// The hash recomputed from scratch, O(entities). [`ModelState::hash`] must
+    /// always equal it; tests and debug tools check that.
+    pub fn recompute_hash(&self) -> u64 {
+        let mut h = 0u64;
+        for (slot, w) in &self.raw_services {
+            h = h.wrapping_add(w.entity_hash(canon::Kind::Service, &slot.key));
+        }
+        for w in self.raw_endpoints.values() {
+            h = h.wrapping_add(w.entity_hash(canon::Kind::Endpoint, &w.value.key));
+        }
+        for (key, w) in &self.raw_configs {
+            h = h.wrapping_add(w.entity_hash(canon::Kind::Config, key));
+        }
+        for (source, g) in &self.sources {
+            h = h.wrapping_add(canon::source_hash(source, g.started, g.completed));
+        }
+        h
+    }
+
+    /// A state built from scratch out of this one's raw entities and source
+    /// bookkeeping, inserting each entity once into an empty state: the merged view,
+    /// indexes and hash are derived anew. For tests (incremental maintenance must
+    /// equal this) and debug tools; O(entities · log entities).
+    pub fn rebuild(&self) -> ModelState {
+        let mut fresh = ModelState::default();
+        let mut sink = TouchLog::default();
+        for (source, g) in &self.sources {
+            fresh.set_source_gen(source.clone(), *g);
+        }
+        for (slot, w) in &self.raw_services {
+            fresh.put_service(slot.clone(), w.generation, w.value.clone(), &mut sink);
+        }
+        for (_, w) in &self.raw_configs {
+            fresh.put_config(w.source.clone(), w.generation, w.value.clone(), &mut sink);
+        }
+        for (_, w) in &self.raw_endpoints {
+            fresh.put_endpoint(w.source.clone(), w.generation, w.value.clone(), &mut sink);
+        }
+        fresh
+    }
+}
+
+impl<T> Written<T> {
+    fn entity_hash(&self, kind: canon::Kind, key: &str) -> u64 {
+        canon::entity_hash(kind, key, &self.source, self.generation, self.digest)
+    }
 }

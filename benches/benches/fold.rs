@@ -1,0 +1,335 @@
+//! The fold: throughput of endpoint upserts into a registry of 10k services with
+//! 100k endpoints, the cost of one 100-endpoint batch end to end (fold, ChangeSet,
+//! regeneration, hash, publish), and the memory a snapshot takes and shares.
+//!
+//! Targets (issue "Spine 2/3"): fold ≥ 1M events/s on one core; a 100-endpoint
+//! batch ≤ 1 ms; report bytes per endpoint at 100k endpoints and show that two
+//! consecutive snapshots share structure. Run with
+//! `cargo bench -p deltapilot-benches --bench fold -- --warm-up-time 1 --measurement-time 3`.
+//!
+//! Memory is measured as resident set size (`/proc/self/statm`) growth, because a
+//! counting global allocator needs `unsafe impl GlobalAlloc`, which the workspace
+//! forbids. RSS counts pages, so figures are approximate (± a few pages), and
+//! allocator reuse of freed memory makes them a lower bound on what was allocated
+//! (the small per-batch figures especially). The report is printed before the
+//! timed groups.
+
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use deltapilot_engine::fold::fold;
+use deltapilot_engine::fold::runner::Engine;
+use deltapilot_engine::log::{FOLLOW_BATCH_MAX, Record, RecordPos, encode_event};
+use deltapilot_engine::model::endpoint_from_proto;
+use deltapilot_engine::state::ModelState;
+use deltapilot_engine::xds::generate::GenOptions;
+use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION, event::Payload};
+
+/// Registry sizes: (services, endpoints); the issue's is the last.
+const SIZES: [(usize, usize); 2] = [(1_000, 10_000), (10_000, 100_000)];
+
+fn host(s: usize) -> String {
+    format!("svc-{s}.ns-{}.svc.cluster.local", s % 50)
+}
+
+fn service_event(s: usize) -> Event {
+    Event {
+        schema_version: SCHEMA_VERSION,
+        source: "k8s:bench".into(),
+        generation: 1,
+        observed_at_unix_micros: 0,
+        payload: Some(Payload::ServiceUpsert(pb::ServiceUpsert {
+            service: Some(pb::Service {
+                hostname: host(s),
+                namespace: format!("ns-{}", s % 50),
+                ports: vec![
+                    pb::Port {
+                        name: "http".into(),
+                        number: 8080,
+                        protocol: pb::Protocol::Http as i32,
+                    },
+                    pb::Port {
+                        name: "grpc".into(),
+                        number: 9090,
+                        protocol: pb::Protocol::Grpc as i32,
+                    },
+                ],
+                labels: [("app".to_string(), format!("svc-{s}"))].into(),
+                resolution: 0,
+            }),
+        })),
+    }
+}
+
+/// Endpoint `i` of a registry with `services` services, at load-balancing `weight`
+/// (benchmarks change the weight to make every upsert a real change).
+fn endpoint_event(i: usize, services: usize, weight: u32) -> Event {
+    let s = i % services;
+    Event {
+        schema_version: SCHEMA_VERSION,
+        source: "k8s:bench".into(),
+        generation: 1,
+        observed_at_unix_micros: 0,
+        payload: Some(Payload::EndpointUpsert(pb::EndpointUpsert {
+            key: format!("ep/k8s/ns-{}/pod-{i}", s % 50),
+            endpoint: Some(pb::Endpoint {
+                address: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
+                ports: [("http".to_string(), 8080), ("grpc".to_string(), 9090)].into(),
+                labels: [
+                    ("app".to_string(), format!("svc-{s}")),
+                    ("version".to_string(), "v1".to_string()),
+                ]
+                .into(),
+                locality: Some(pb::Locality {
+                    region: "us-east1".into(),
+                    zone: format!("us-east1-{}", ["b", "c", "d"][i % 3]),
+                    subzone: String::new(),
+                }),
+                weight,
+                health: pb::Health::Healthy as i32,
+                service_account: format!("spiffe://cluster.local/ns/ns-{}/sa/svc-{s}", s % 50),
+                services: vec![pb::ServiceRef {
+                    namespace: format!("ns-{}", s % 50),
+                    hostname: host(s),
+                }],
+            }),
+        })),
+    }
+}
+
+fn positioned(events: Vec<Event>, start: u64) -> Vec<(RecordPos, Event)> {
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let pos = RecordPos {
+                partition: 0,
+                offset: start + i as u64,
+            };
+            (pos, e)
+        })
+        .collect()
+}
+
+/// The registry: every service, then every endpoint (weight 1).
+fn registry(services: usize, endpoints: usize) -> Vec<(RecordPos, Event)> {
+    let events = (0..services)
+        .map(service_event)
+        .chain((0..endpoints).map(|i| endpoint_event(i, services, 1)))
+        .collect();
+    positioned(events, 0)
+}
+
+/// `n` endpoint upserts spread over the registry (a stride coprime with its size),
+/// each changing the weight to `weight`.
+fn churn(
+    n: usize,
+    services: usize,
+    endpoints: usize,
+    weight: u32,
+    start: u64,
+) -> Vec<(RecordPos, Event)> {
+    let events = (0..n)
+        .map(|k| endpoint_event((k * 7_919) % endpoints, services, weight))
+        .collect();
+    positioned(events, start)
+}
+
+fn fold_throughput(c: &mut Criterion) {
+    let mut group = c.benchmark_group("fold_endpoint_upserts");
+    let n = FOLLOW_BATCH_MAX;
+    for (services, endpoints) in SIZES {
+        let base = fold(&ModelState::default(), &registry(services, endpoints)).state;
+        let batch = churn(n, services, endpoints, 2, (services + endpoints) as u64);
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_with_input(BenchmarkId::new("fold", endpoints), &batch, |b, batch| {
+            b.iter(|| black_box(fold(&base, batch)))
+        });
+        // The share of the fold that is payload validation and conversion.
+        group.bench_with_input(
+            BenchmarkId::new("convert_only", endpoints),
+            &batch,
+            |b, batch| {
+                b.iter(|| {
+                    for (_, e) in batch {
+                        if let Some(Payload::EndpointUpsert(u)) = &e.payload
+                            && let Some(ep) = &u.endpoint
+                        {
+                            let _ = black_box(endpoint_from_proto(&u.key, ep));
+                        }
+                    }
+                })
+            },
+        );
+        let records: Vec<Record> = batch
+            .iter()
+            .map(|(pos, e)| Record {
+                pos: *pos,
+                bytes: encode_event(e).into(),
+            })
+            .collect();
+        group.bench_with_input(
+            BenchmarkId::new("decode_and_fold", endpoints),
+            &records,
+            |b, records| {
+                b.iter(|| {
+                    let events: Vec<(RecordPos, Event)> = records
+                        .iter()
+                        .filter_map(|r| r.decode().ok().map(|e| (r.pos, e)))
+                        .collect();
+                    black_box(fold(&base, &events))
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+fn batch_of_100(c: &mut Criterion) {
+    let mut group = c.benchmark_group("batch_100_endpoints");
+    for (services, endpoints) in SIZES {
+        let mut engine = Engine::new(GenOptions::default());
+        engine.apply_events(&registry(services, endpoints));
+        let start = (services + endpoints) as u64;
+        // Alternate two batches so that every step really changes 100 endpoints.
+        let batches = [
+            churn(100, services, endpoints, 2, start),
+            churn(100, services, endpoints, 1, start + 100),
+        ];
+        let mut flip = 0usize;
+        group.throughput(Throughput::Elements(100));
+        let base = engine.model().clone();
+        group.bench_with_input(
+            BenchmarkId::new("fold_only", endpoints),
+            &batches[0],
+            |b, batch| b.iter(|| black_box(fold(&base, batch))),
+        );
+        group.bench_function(
+            BenchmarkId::new("fold_regenerate_publish", endpoints),
+            |b| {
+                b.iter(|| {
+                    flip ^= 1;
+                    black_box(engine.apply_events(&batches[flip]))
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+/// Resident set size in bytes, from `/proc/self/statm` (Linux); 0 elsewhere.
+fn rss_bytes() -> u64 {
+    let Ok(s) = std::fs::read_to_string("/proc/self/statm") else {
+        return 0;
+    };
+    let pages: u64 = s
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// Environment variable that makes this binary run one memory measurement in a
+/// fresh process (a fresh heap: no freed memory to reuse) and print its result.
+const MEMORY_PROBE_ENV: &str = "DELTAPILOT_FOLD_MEMORY_PROBE";
+
+/// One measurement, run in a child process: RSS growth (bytes) of building the
+/// model alone (`model`) or a whole engine snapshot, model plus xDS resources
+/// (`engine`), for the largest size; or, for `sharing`, the growth of each of five
+/// following model states (one 100-endpoint batch each) with all earlier states
+/// kept alive.
+fn memory_probe(what: &str) -> Vec<u64> {
+    let (services, endpoints) = SIZES[SIZES.len() - 1];
+    let events = registry(services, endpoints);
+    let before = rss_bytes();
+    match what {
+        "engine" => {
+            let mut engine = Engine::new(GenOptions::default());
+            engine.apply_events(&events);
+            let grew = rss_bytes().saturating_sub(before);
+            black_box(engine.current());
+            vec![grew]
+        }
+        "sharing" => {
+            let mut alive = vec![fold(&ModelState::default(), &events).state];
+            let start = (services + endpoints) as u64;
+            let mut extra = Vec::new();
+            for round in 0..5u64 {
+                let batch = churn(
+                    100,
+                    services,
+                    endpoints,
+                    2 + round as u32,
+                    start + round * 100,
+                );
+                let at = rss_bytes();
+                let next = fold(alive.last().unwrap_or(&ModelState::default()), &batch).state;
+                extra.push(rss_bytes().saturating_sub(at));
+                alive.push(next);
+            }
+            extra
+        }
+        _ => {
+            let model = fold(&ModelState::default(), &events).state;
+            let grew = rss_bytes().saturating_sub(before);
+            black_box(model);
+            vec![grew]
+        }
+    }
+}
+
+/// Runs [`memory_probe`] in a child process of this binary.
+fn measure_in_child(what: &str) -> Vec<u64> {
+    let Ok(exe) = std::env::current_exe() else {
+        return Vec::new();
+    };
+    let out = std::process::Command::new(exe)
+        .env(MEMORY_PROBE_ENV, what)
+        .output();
+    let Ok(out) = out else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect()
+}
+
+/// Prints the memory the folded model takes per endpoint at 100k endpoints, what
+/// each following state adds while all earlier ones stay alive (structural
+/// sharing), and the whole engine snapshot (model plus xDS resources).
+fn memory_report() {
+    let (services, endpoints) = SIZES[SIZES.len() - 1];
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let per = |b: u64| b as f64 / endpoints as f64;
+    let model = measure_in_child("model").first().copied().unwrap_or(0);
+    let engine = measure_in_child("engine").first().copied().unwrap_or(0);
+    let sharing: Vec<u64> = measure_in_child("sharing")
+        .iter()
+        .map(|b| b / 1024)
+        .collect();
+    println!(
+        "fold memory ({services} services, {endpoints} endpoints, RSS growth in a fresh process):\n  \
+         model state: {:.1} MiB = {:.0} bytes per endpoint\n  \
+         engine snapshot (model + xDS resources): {:.1} MiB = {:.0} bytes per endpoint\n  \
+         five following model states, one 100-endpoint batch each, all kept alive: +{sharing:?} KiB each",
+        mib(model),
+        per(model),
+        mib(engine),
+        per(engine),
+    );
+}
+
+fn main() {
+    if let Ok(what) = std::env::var(MEMORY_PROBE_ENV) {
+        let figures: Vec<String> = memory_probe(&what).iter().map(u64::to_string).collect();
+        println!("{}", figures.join(" "));
+        return;
+    }
+    memory_report();
+    let mut c = Criterion::default().configure_from_args();
+    fold_throughput(&mut c);
+    batch_of_100(&mut c);
+    c.final_summary();
+}

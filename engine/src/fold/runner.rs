@@ -1,0 +1,426 @@
+//! The engine runner: owns the folded state, the current xDS resources and the one
+//! [`SnapshotWriter`], and turns each batch of log records into the next snapshot.
+//!
+//! Per batch ([`Engine::apply_records`]): decode each record (a record that does not
+//! decode, or has a newer schema, is skipped with its position), [`fold`]
+//! the events, regenerate the touched xDS resources, and publish a snapshot. A
+//! snapshot is published after every batch so its `position` is always current (for
+//! readiness and debug views), but its `seq` only moves, and readers are only woken,
+//! when the change set is non-empty: identical content never causes a push.
+//!
+//! Counters ([`EngineStats`]) are plain atomics that the server exports as metrics;
+//! the engine depends on no metrics crate.
+//!
+//! What it does NOT do: decide what a proxy sees (that is `xds::view`) or serve
+//! anything. [`Engine::run`] follows a log until shutdown; everything else is
+//! synchronous and deterministic.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use deltapilot_proto::Event;
+use futures::StreamExt;
+use imbl::Vector;
+use tokio::sync::watch;
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::{SkipReason, Skipped, fold};
+use crate::log::{EventLog, FollowItem, Position, Record, RecordPos};
+use crate::snapshot::{RECENT_CHANGES, Snapshot, SnapshotReader, SnapshotWriter};
+use crate::state::{ModelState, Touched};
+use crate::xds::generate::{GenError, GenOptions, build_all, regenerate};
+use crate::xds::{ChangeSet, Resource, ResourceMap, ResourceSet, ResourceType};
+use crate::{Error, Result};
+
+/// Counters of the engine, readable from any thread while it runs.
+#[derive(Debug, Default)]
+pub struct EngineStats {
+    events_applied: AtomicU64,
+    skipped: [AtomicU64; SkipReason::ALL.len()],
+    gen_errors: AtomicU64,
+    batches: AtomicU64,
+    caught_up: AtomicBool,
+}
+
+impl EngineStats {
+    /// Events folded into the state (including rewrites that changed nothing).
+    pub fn events_applied(&self) -> u64 {
+        self.events_applied.load(Ordering::Relaxed)
+    }
+
+    /// Events or records skipped for `reason`.
+    pub fn skipped(&self, reason: SkipReason) -> u64 {
+        self.skipped[reason.index()].load(Ordering::Relaxed)
+    }
+
+    /// Events or records skipped, all reasons.
+    pub fn skipped_total(&self) -> u64 {
+        SkipReason::ALL.iter().map(|r| self.skipped(*r)).sum()
+    }
+
+    /// xDS resources that failed to build or encode (and were not published).
+    pub fn gen_errors(&self) -> u64 {
+        self.gen_errors.load(Ordering::Relaxed)
+    }
+
+    /// Batches folded.
+    pub fn batches(&self) -> u64 {
+        self.batches.load(Ordering::Relaxed)
+    }
+
+    /// Whether the engine has caught up with the log head at least once (readiness).
+    pub fn caught_up(&self) -> bool {
+        self.caught_up.load(Ordering::Relaxed)
+    }
+}
+
+/// What one batch did.
+#[derive(Debug, Clone, Default)]
+pub struct StepReport {
+    /// Records (or events) in the batch, skipped ones included.
+    pub records: usize,
+    /// Events applied.
+    pub applied: usize,
+    /// Records or events skipped, in log order.
+    pub skipped: Vec<Skipped>,
+    /// What the fold touched.
+    pub touched: Touched,
+    /// Resources that failed to build or encode.
+    pub gen_errors: Vec<GenError>,
+    /// The xDS changes this batch produced (empty: no push).
+    pub changes: Arc<ChangeSet>,
+    /// Sequence number of the published snapshot (unchanged if `changes` is empty).
+    pub seq: u64,
+    /// Its content hash.
+    pub hash: u64,
+    /// Its log position.
+    pub position: Position,
+}
+
+/// The fold loop's owner: one per process, not `Clone` (there is one writer).
+#[derive(Debug)]
+pub struct Engine {
+    model: ModelState,
+    resources: ResourceSet,
+    resources_hash: u64,
+    opts: GenOptions,
+    writer: SnapshotWriter,
+    position: Position,
+    seq: u64,
+    recent: Vector<(u64, Arc<ChangeSet>)>,
+    stats: Arc<EngineStats>,
+    ready: watch::Sender<bool>,
+}
+
+impl Engine {
+    /// An engine with an empty state, publishing its first snapshot (seq 0) at once.
+    pub fn new(opts: GenOptions) -> Self {
+        let model = ModelState::default();
+        let (resources, errors) = build_all(&model, &opts);
+        for e in &errors {
+            tracing::warn!(resource = %e.name, reason = %e.reason, "xDS resource not published");
+        }
+        let resources_hash = resources_hash(&resources);
+        let stats = Arc::new(EngineStats::default());
+        stats
+            .gen_errors
+            .fetch_add(errors.len() as u64, Ordering::Relaxed);
+        let initial = Snapshot {
+            seq: 0,
+            position: Position::default(),
+            hash: snapshot_hash(model.hash(), resources_hash),
+            model: model.clone(),
+            resources: resources.clone(),
+            recent: Vector::new(),
+        };
+        let (writer, _reader) = SnapshotWriter::new(initial);
+        let (ready, _) = watch::channel(false);
+        Engine {
+            model,
+            resources,
+            resources_hash,
+            opts,
+            writer,
+            position: Position::default(),
+            seq: 0,
+            recent: Vector::new(),
+            stats,
+            ready,
+        }
+    }
+
+    /// A reader of the published snapshots.
+    pub fn reader(&self) -> SnapshotReader {
+        self.writer.reader()
+    }
+
+    /// The engine's counters (shared; they keep counting while the engine runs).
+    pub fn stats(&self) -> Arc<EngineStats> {
+        self.stats.clone()
+    }
+
+    /// Becomes `true` once the engine has caught up with the log head (and stays
+    /// so): the replica is ready to serve.
+    pub fn ready(&self) -> watch::Receiver<bool> {
+        self.ready.subscribe()
+    }
+
+    /// The snapshot currently published.
+    pub fn current(&self) -> Arc<Snapshot> {
+        self.writer.current()
+    }
+
+    /// The folded state.
+    pub fn model(&self) -> &ModelState {
+        &self.model
+    }
+
+    /// Where the engine stands in the log: everything before it is folded.
+    pub fn position(&self) -> &Position {
+        &self.position
+    }
+
+    /// Decodes, folds and publishes one batch of records. Records at or before the
+    /// engine's position in their partition (a re-delivery) are ignored.
+    pub fn apply_records(&mut self, records: &[Record]) -> StepReport {
+        let mut events: Vec<(RecordPos, Event)> = Vec::with_capacity(records.len());
+        let mut skipped = Vec::new();
+        let mut fresh = 0;
+        for r in records {
+            if self.position.contains(r.pos) {
+                tracing::debug!(position = %r.pos, "record already folded; ignored");
+                continue;
+            }
+            fresh += 1;
+            match r.decode() {
+                Ok(ev) => events.push((r.pos, ev)),
+                Err(e) => {
+                    let reason = match e {
+                        Error::SchemaTooNew { .. } => SkipReason::SchemaTooNew,
+                        _ => SkipReason::Decode,
+                    };
+                    skipped.push(Skipped {
+                        pos: r.pos,
+                        key: None,
+                        reason,
+                        detail: e.to_string(),
+                    });
+                }
+            }
+            self.position.advance(r.pos);
+        }
+        let mut report = self.step(&events, skipped);
+        report.records = fresh;
+        report
+    }
+
+    /// Folds and publishes one batch of already decoded events (replay tools and
+    /// tests); positions advance as for records.
+    pub fn apply_events(&mut self, batch: &[(RecordPos, Event)]) -> StepReport {
+        for (pos, _) in batch {
+            self.position.advance(*pos);
+        }
+        self.step(batch, Vec::new())
+    }
+
+    fn step(&mut self, events: &[(RecordPos, Event)], mut skipped: Vec<Skipped>) -> StepReport {
+        let out = fold(&self.model, events);
+        skipped.extend(out.skipped);
+        skipped.sort_by_key(|s| s.pos);
+        for s in &skipped {
+            self.stats.skipped[s.reason.index()].fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                position = %s.pos,
+                key = s.key.as_deref().unwrap_or("-"),
+                reason = s.reason.as_str(),
+                "event skipped: {}",
+                s.detail
+            );
+        }
+        self.stats
+            .events_applied
+            .fetch_add(out.applied as u64, Ordering::Relaxed);
+        self.stats.batches.fetch_add(1, Ordering::Relaxed);
+
+        let (resources, changes, gen_errors) =
+            regenerate(&self.resources, &out.state, &out.touched, &self.opts);
+        for e in &gen_errors {
+            tracing::warn!(resource = %e.name, reason = %e.reason, "xDS resource not published");
+        }
+        self.stats
+            .gen_errors
+            .fetch_add(gen_errors.len() as u64, Ordering::Relaxed);
+
+        self.resources_hash =
+            update_resources_hash(self.resources_hash, &self.resources, &resources, &changes);
+        self.model = out.state;
+        self.resources = resources;
+        let changes = Arc::new(changes);
+        if !changes.is_empty() {
+            self.seq += 1;
+            self.recent.push_back((self.seq, changes.clone()));
+            while self.recent.len() > RECENT_CHANGES {
+                self.recent.pop_front();
+            }
+        }
+        let hash = self.publish();
+        StepReport {
+            records: events.len() + skipped.len(),
+            applied: out.applied,
+            skipped,
+            touched: out.touched,
+            gen_errors,
+            changes,
+            seq: self.seq,
+            hash,
+            position: self.position.clone(),
+        }
+    }
+
+    fn publish(&self) -> u64 {
+        let hash = snapshot_hash(self.model.hash(), self.resources_hash);
+        self.writer.publish(Snapshot {
+            seq: self.seq,
+            position: self.position.clone(),
+            hash,
+            model: self.model.clone(),
+            resources: self.resources.clone(),
+            recent: self.recent.clone(),
+        });
+        hash
+    }
+
+    /// Records that the log has been read up to `head`: the engine's position moves
+    /// up to it (per partition) and the engine becomes ready.
+    pub fn mark_caught_up(&mut self, head: &Position) {
+        self.mark_position(head);
+        self.stats.caught_up.store(true, Ordering::Relaxed);
+        self.ready.send_if_modified(|r| !std::mem::replace(r, true));
+        self.publish();
+    }
+
+    /// Follows `log` from `from`, folding every batch, until `shutdown` turns `true`
+    /// (or its sender is dropped), the log stream ends, or the log fails. A log error
+    /// is returned: the log is the truth, so the engine never skips past a failure
+    /// of the log itself (only past individual bad records).
+    pub async fn run<L: EventLog + ?Sized>(
+        &mut self,
+        log: &L,
+        from: Position,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<()> {
+        if !self.position.covers(&from) {
+            self.mark_position(&from);
+        }
+        let mut stream = log.follow(from);
+        let stop = shutdown.wait_for(|s| *s);
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut stop => return Ok(()),
+                item = stream.next() => match item {
+                    None => return Ok(()),
+                    Some(Err(e)) => return Err(e),
+                    Some(Ok(FollowItem::Records(records))) => {
+                        self.apply_records(&records);
+                    }
+                    Some(Ok(FollowItem::CaughtUp(head))) => self.mark_caught_up(&head),
+                },
+            }
+        }
+    }
+
+    /// Moves the position up to `at`, per partition (never back).
+    fn mark_position(&mut self, at: &Position) {
+        let n = self.position.partitions().max(at.partitions());
+        let merged: Vec<u64> = (0..n as u32)
+            .map(|p| self.position.offset(p).max(at.offset(p)))
+            .collect();
+        self.position = Position::from_offsets(merged);
+    }
+}
+
+/// A snapshot's hash recomputed from scratch (O(state)): equals `snapshot.hash` for
+/// every snapshot an [`Engine`] publishes. For tests and debug tools.
+pub fn full_snapshot_hash(snapshot: &Snapshot) -> u64 {
+    snapshot_hash(
+        snapshot.model.recompute_hash(),
+        resources_hash(&snapshot.resources),
+    )
+}
+
+/// The snapshot hash: model hash and resources hash, mixed.
+fn snapshot_hash(model: u64, resources: u64) -> u64 {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&model.to_le_bytes());
+    b[8..].copy_from_slice(&resources.to_le_bytes());
+    xxh3_64(&b)
+}
+
+/// The maps that hold resources of type `t` (listeners come in two flavours), each
+/// with a tag so equal names in different maps hash apart.
+fn maps_of(set: &ResourceSet, t: ResourceType) -> Vec<(u8, &ResourceMap)> {
+    match t {
+        ResourceType::Cluster => vec![(1, &set.clusters)],
+        ResourceType::Endpoint => vec![(2, &set.endpoints)],
+        ResourceType::Listener => vec![(3, &set.sidecar_listeners), (4, &set.grpc_listeners)],
+        ResourceType::Route => vec![(5, &set.routes)],
+    }
+}
+
+fn entry_hash(tag: u8, r: &Resource) -> u64 {
+    let mut buf = Vec::with_capacity(r.name.len() + r.version.len() + 9);
+    buf.push(tag);
+    buf.extend_from_slice(&(r.name.len() as u64).to_le_bytes());
+    buf.extend_from_slice(r.name.as_bytes());
+    buf.extend_from_slice(r.version.as_bytes());
+    xxh3_64(&buf)
+}
+
+/// Hash of a whole resource set: the wrapping sum of one digest per (map, name,
+/// version). O(resources); the engine maintains it incrementally instead.
+pub fn resources_hash(set: &ResourceSet) -> u64 {
+    let mut h = 0u64;
+    for t in ResourceType::ALL {
+        for (tag, map) in maps_of(set, t) {
+            for r in map.values() {
+                h = h.wrapping_add(entry_hash(tag, r));
+            }
+        }
+    }
+    h
+}
+
+/// Moves `h` (the hash of `prev`) to the hash of `next`, looking only at the names
+/// in `changes`. Equals `resources_hash(next)` as long as `changes` names every
+/// resource that differs between the two sets.
+fn update_resources_hash(
+    mut h: u64,
+    prev: &ResourceSet,
+    next: &ResourceSet,
+    changes: &ChangeSet,
+) -> u64 {
+    for t in ResourceType::ALL {
+        let tc = changes.of(t);
+        if tc.is_empty() {
+            continue;
+        }
+        let before = maps_of(prev, t);
+        let after = maps_of(next, t);
+        // A set, so a name listed as both upserted and removed is counted once.
+        let names: std::collections::BTreeSet<&Arc<str>> =
+            tc.upserted.iter().chain(tc.removed.iter()).collect();
+        for name in names {
+            for ((tag, old), (_, new)) in before.iter().zip(after.iter()) {
+                if let Some(r) = old.get(name) {
+                    h = h.wrapping_sub(entry_hash(*tag, r));
+                }
+                if let Some(r) = new.get(name) {
+                    h = h.wrapping_add(entry_hash(*tag, r));
+                }
+            }
+        }
+    }
+    h
+}

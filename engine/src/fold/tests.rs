@@ -1,0 +1,377 @@
+//! Unit tests of the fold rules and the runner (see `state::mk` for the builders).
+
+use bytes::Bytes;
+use deltapilot_proto::{Event, SCHEMA_VERSION};
+
+use super::runner::Engine;
+use super::*;
+use crate::log::{Record, encode_event};
+use crate::model::Hostname;
+use crate::state::mk::*;
+use crate::xds::generate::GenOptions;
+
+fn h(s: &str) -> Hostname {
+    Hostname::new(s)
+}
+
+fn reasons(out: &FoldOutput) -> Vec<SkipReason> {
+    out.skipped.iter().map(|s| s.reason).collect()
+}
+
+fn base() -> ModelState {
+    ModelState::from_events(&[
+        svc("a", 1, "ns", "h", &[80]),
+        ep("a", 1, "ep/1", "10.0.0.1", &["h"]),
+    ])
+}
+
+#[test]
+fn touched_names_what_changed_and_nothing_else() {
+    let st = ModelState::default();
+    let out = fold(
+        &st,
+        &at(
+            0,
+            vec![
+                svc("a", 0, "ns", "h", &[80]),
+                ep("a", 0, "ep/1", "10.0.0.1", &["h"]),
+            ],
+        ),
+    );
+    assert_eq!(out.touched.services, [h("h")].into());
+    assert_eq!(out.touched.endpoints, [h("h")].into());
+    assert!(!out.touched.configs);
+    assert_eq!(out.applied, 2);
+
+    let again = fold(
+        &out.state,
+        &at(
+            2,
+            vec![
+                svc("a", 0, "ns", "h", &[80]),
+                ep("a", 0, "ep/1", "10.0.0.1", &["h"]),
+            ],
+        ),
+    );
+    assert!(
+        again.touched.is_empty(),
+        "identical rewrites touch nothing: {:?}",
+        again.touched
+    );
+    assert_eq!(again.state.hash(), out.state.hash());
+
+    let cfg_out = fold(&out.state, &at(4, vec![cfg("a", 0, "vs", "{}")]));
+    assert!(cfg_out.touched.configs && cfg_out.touched.services.is_empty());
+}
+
+#[test]
+fn losing_definition_changes_touch_no_service() {
+    let st =
+        ModelState::from_events(&[svc("a", 0, "ns", "h", &[80]), svc("b", 0, "ns", "h", &[81])]);
+    let out = fold(&st, &at(0, vec![svc("b", 0, "ns", "h", &[82])]));
+    assert!(
+        out.touched.services.is_empty(),
+        "b's definition is shadowed by a's"
+    );
+    let out = fold(&st, &at(0, vec![svc_del("a", 0, "ns", "h")]));
+    assert_eq!(out.touched.services, [h("h")].into(), "b takes over");
+    assert_eq!(out.state.get_service("h").expect("b").ports[0].number, 81);
+}
+
+#[test]
+fn service_changed_and_changed_back_in_one_batch_is_not_touched() {
+    let st = base();
+    let out = fold(
+        &st,
+        &at(
+            0,
+            vec![svc("a", 1, "ns", "h", &[81]), svc("a", 1, "ns", "h", &[80])],
+        ),
+    );
+    assert!(out.touched.services.is_empty());
+}
+
+#[test]
+fn each_kind_of_bad_input_is_skipped_and_later_events_still_apply() {
+    let st = base();
+    let mut empty = svc("a", 1, "ns", "x", &[80]);
+    empty.payload = None;
+    let batch = at(
+        10,
+        vec![
+            empty,
+            svc("a", 1, "ns", "bad-port", &[70000]),
+            ep("a", 1, "ep/bad-ip", "not-an-ip", &["h"]),
+            ep("a", 1, "ep/orphan", "10.0.0.5", &["unknown"]),
+            ep("b", 1, "ep/1", "10.0.0.9", &["h"]),
+            ep_del("b", 1, "ep/1"),
+            resync("a", 1, false),
+            ep("a", 1, "ep/2", "10.0.0.2", &["h"]),
+        ],
+    );
+    let out = fold(&st, &batch);
+    assert_eq!(
+        reasons(&out),
+        [
+            SkipReason::EmptyPayload,
+            SkipReason::Invalid,
+            SkipReason::Invalid,
+            SkipReason::UnknownService,
+            SkipReason::KeyConflict,
+            SkipReason::KeyConflict,
+        ]
+    );
+    let offsets: Vec<u64> = out.skipped.iter().map(|s| s.pos.offset).collect();
+    assert_eq!(
+        offsets,
+        [10, 11, 12, 13, 14, 15],
+        "each skip carries its log position"
+    );
+    assert_eq!(out.skipped[3].key.as_deref(), Some("ep/orphan"));
+    assert!(
+        out.skipped[1].detail.contains("70000"),
+        "{}",
+        out.skipped[1].detail
+    );
+    assert_eq!(out.applied, 2);
+    let ep1 = out.state.raw_endpoint("ep/1").expect("kept");
+    assert_eq!(
+        (&*ep1.source, ep1.value.address.to_string()),
+        ("a", "10.0.0.1".into())
+    );
+    assert_eq!(
+        out.state.endpoint_count("h"),
+        2,
+        "the good endpoint after the bad ones applied"
+    );
+    assert_eq!(out.state.get_service("bad-port"), None);
+    assert_eq!(out.state.hash(), out.state.recompute_hash());
+    assert_eq!(out.state, out.state.rebuild());
+}
+
+#[test]
+fn a_skipped_event_leaves_state_untouched() {
+    let st = base();
+    let out = fold(&st, &at(0, vec![ep("a", 1, "ep/1", "10.0.0.7", &["gone"])]));
+    assert_eq!(reasons(&out), [SkipReason::UnknownService]);
+    assert_eq!(out.state, st);
+    assert!(out.touched.is_empty());
+}
+
+#[test]
+fn completed_resync_sweeps_older_generations_of_that_source_only() {
+    let st = ModelState::from_events(&[
+        svc("a", 1, "ns", "h", &[80]),
+        svc("a", 1, "ns", "gone", &[80]),
+        svc("b", 1, "ns", "b-svc", &[80]),
+        ep("a", 1, "ep/keep", "10.0.0.1", &["h"]),
+        ep("a", 1, "ep/drop", "10.0.0.2", &["h"]),
+        ep("b", 1, "ep/b", "10.0.0.3", &["b-svc"]),
+        cfg("a", 1, "vs", "{}"),
+    ]);
+    let started = fold(&st, &at(0, vec![resync("a", 2, false)]));
+    assert!(started.touched.is_empty());
+    assert_eq!(
+        started.state.source_gen("a"),
+        SourceGen {
+            started: 2,
+            completed: 0
+        }
+    );
+
+    let relist = vec![
+        svc("a", 2, "ns", "h", &[80]),
+        ep("a", 2, "ep/keep", "10.0.0.1", &["h"]),
+        resync("a", 2, true),
+    ];
+    let out = fold(&started.state, &at(1, relist));
+    assert!(out.skipped.is_empty(), "{:?}", out.skipped);
+    let st2 = out.state;
+    assert_eq!(st2.get_service("gone"), None);
+    assert!(st2.get_service("h").is_some());
+    assert!(
+        st2.get_service("b-svc").is_some(),
+        "other sources are not swept"
+    );
+    assert_eq!(
+        st2.endpoints_of("h")
+            .map(|e| e.key.to_string())
+            .collect::<Vec<_>>(),
+        ["ep/keep"]
+    );
+    assert!(st2.raw_endpoint("ep/b").is_some());
+    assert_eq!(st2.configs().count(), 0);
+    assert_eq!(out.touched.services, [h("gone")].into());
+    assert_eq!(out.touched.endpoints, [h("h")].into());
+    assert!(out.touched.configs);
+    assert_eq!(
+        st2.source_gen("a"),
+        SourceGen {
+            started: 2,
+            completed: 2
+        }
+    );
+    assert_eq!(st2, st2.rebuild());
+}
+
+#[test]
+fn resync_of_an_unchanged_registry_touches_nothing() {
+    let st = base();
+    let out = fold(
+        &st,
+        &at(
+            0,
+            vec![
+                resync("a", 2, false),
+                svc("a", 2, "ns", "h", &[80]),
+                ep("a", 2, "ep/1", "10.0.0.1", &["h"]),
+                resync("a", 2, true),
+            ],
+        ),
+    );
+    assert!(out.touched.is_empty(), "{:?}", out.touched);
+    assert_ne!(out.state.hash(), st.hash(), "generations moved");
+}
+
+#[test]
+fn events_older_than_a_completed_resync_are_stale() {
+    let st = fold(&base(), &at(0, vec![resync("a", 3, true)])).state;
+    assert_eq!(st.counts().endpoints, 0, "gen-1 entities swept");
+    let out = fold(
+        &st,
+        &at(
+            1,
+            vec![
+                svc("a", 2, "ns", "h", &[80]),
+                ep_del("a", 1, "ep/1"),
+                resync("a", 2, true),
+                svc("a", 3, "ns", "h", &[80]),
+            ],
+        ),
+    );
+    assert_eq!(
+        reasons(&out),
+        [
+            SkipReason::StaleGeneration,
+            SkipReason::StaleGeneration,
+            SkipReason::StaleGeneration
+        ]
+    );
+    assert!(
+        out.state.get_service("h").is_some(),
+        "the current-generation write applied"
+    );
+}
+
+#[test]
+fn endpoint_stays_when_its_service_goes_and_serves_again_when_it_returns() {
+    let st = fold(&base(), &at(0, vec![svc_del("a", 1, "ns", "h")])).state;
+    assert_eq!(st.get_service("h"), None);
+    assert_eq!(
+        st.endpoint_count("h"),
+        1,
+        "stored endpoints are not dropped with the service"
+    );
+    let back = fold(&st, &at(1, vec![svc("b", 1, "ns", "h", &[80])]));
+    assert_eq!(back.touched.services, [h("h")].into());
+    assert_eq!(
+        back.state
+            .instances_by_port("h", 80, &Default::default())
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn deleting_an_unknown_key_is_a_no_op() {
+    let out = fold(
+        &base(),
+        &at(
+            0,
+            vec![ep_del("a", 1, "ep/none"), svc_del("a", 1, "ns", "none")],
+        ),
+    );
+    assert!(out.skipped.is_empty() && out.touched.is_empty());
+    assert_eq!(out.applied, 2);
+}
+
+fn record(offset: u64, bytes: Vec<u8>) -> Record {
+    Record {
+        pos: RecordPos {
+            partition: 0,
+            offset,
+        },
+        bytes: Bytes::from(bytes),
+    }
+}
+
+fn records(events: &[Event]) -> Vec<Record> {
+    events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| record(i as u64, encode_event(e)))
+        .collect()
+}
+
+#[test]
+fn runner_skips_undecodable_records_counts_them_and_moves_on() {
+    let mut engine = Engine::new(GenOptions::default());
+    let newer = Event {
+        schema_version: SCHEMA_VERSION + 1,
+        ..svc("a", 0, "ns", "x", &[80])
+    };
+    let recs = vec![
+        record(0, encode_event(&svc("a", 0, "ns", "h", &[80]))),
+        record(1, vec![0xff, 0xff, 0xff]),
+        record(2, encode_event(&newer)),
+        record(3, encode_event(&ep("a", 0, "ep/1", "10.0.0.1", &["h"]))),
+    ];
+    let report = engine.apply_records(&recs);
+    let rs: Vec<SkipReason> = report.skipped.iter().map(|s| s.reason).collect();
+    assert_eq!(rs, [SkipReason::Decode, SkipReason::SchemaTooNew]);
+    assert_eq!(report.applied, 2);
+    assert_eq!(report.records, 4);
+    let stats = engine.stats();
+    assert_eq!(stats.skipped(SkipReason::Decode), 1);
+    assert_eq!(stats.skipped(SkipReason::SchemaTooNew), 1);
+    assert_eq!(stats.events_applied(), 2);
+    assert_eq!(engine.position().offsets(), &[4]);
+    let snap = engine.current();
+    assert_eq!(
+        snap.position.offsets(),
+        &[4],
+        "published even without xDS changes"
+    );
+    assert_eq!(snap.model.endpoint_count("h"), 1);
+    assert_eq!(snap.hash, report.hash);
+
+    let again = engine.apply_records(&recs);
+    assert_eq!(again.records, 0, "re-delivered records are ignored");
+    assert_eq!(stats.events_applied(), 2);
+}
+
+#[test]
+fn runner_seq_moves_only_with_changes() {
+    let mut engine = Engine::new(GenOptions::default());
+    let reader = engine.reader();
+    let r = engine.apply_records(&records(&[svc("a", 0, "ns", "h", &[80])]));
+    assert_eq!(r.seq, u64::from(!r.changes.is_empty()));
+    assert_eq!(engine.current().seq, r.seq);
+    assert_eq!(reader.load().seq, r.seq);
+    let before = engine.current().hash;
+    let r2 = engine.apply_records(&[record(1, encode_event(&svc("a", 0, "ns", "h", &[80])))]);
+    assert!(r2.changes.is_empty(), "identical rewrite");
+    assert_eq!(r2.seq, r.seq);
+    assert_eq!(r2.hash, before);
+    assert_eq!(reader.load().seq, r.seq);
+}
+
+#[test]
+fn caught_up_makes_the_engine_ready_and_moves_position() {
+    let mut engine = Engine::new(GenOptions::default());
+    let ready = engine.ready();
+    assert!(!*ready.borrow());
+    engine.mark_caught_up(&crate::log::Position::from_offsets(vec![5, 7]));
+    assert!(*ready.borrow() && engine.stats().caught_up());
+    assert_eq!(engine.current().position.offsets(), &[5, 7]);
+}

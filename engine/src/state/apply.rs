@@ -1,0 +1,391 @@
+//! The mutation primitives of [`ModelState`]: put and remove one raw entity, record
+//! a source's resync generations, sweep a source. Each keeps the merged view, the
+//! indexes and the content hash consistent, and records what it touched.
+//!
+//! Rewriting an entity with identical content never touches anything (at most its
+//! generation stamp, and so the hash, moves): identical content must never cause a
+//! push.
+//!
+//! What it does NOT do: validate events or enforce ownership and admission rules;
+//! the fold decides whether a primitive may run.
+
+use std::sync::Arc;
+
+use imbl::OrdSet;
+
+use super::canon::{self, Kind};
+use super::{Claim, HKey, ModelState, ServiceSlot, SourceGen, Touch, Written};
+use crate::model::{Config, Endpoint, Hostname, Service};
+
+impl ModelState {
+    fn hash_add(&mut self, h: u64) {
+        self.hash = self.hash.wrapping_add(h);
+    }
+
+    fn hash_sub(&mut self, h: u64) {
+        self.hash = self.hash.wrapping_sub(h);
+    }
+
+    /// Records a source's resync generations. All-zero bookkeeping is not stored, so
+    /// a source that never sent a marker leaves no trace in the state (or its hash).
+    pub(crate) fn set_source_gen(&mut self, source: Arc<str>, g: SourceGen) {
+        let old = if g == SourceGen::default() {
+            self.sources.remove(&source)
+        } else {
+            self.sources.insert(source.clone(), g)
+        };
+        if let Some(o) = old {
+            self.hash_sub(canon::source_hash(&source, o.started, o.completed));
+        }
+        if g != SourceGen::default() {
+            self.hash_add(canon::source_hash(&source, g.started, g.completed));
+        }
+    }
+
+    /// Stores a service definition under `slot` and re-resolves its hostname.
+    pub(crate) fn put_service(
+        &mut self,
+        slot: ServiceSlot,
+        generation: u64,
+        svc: Arc<Service>,
+        touched: &mut impl Touch,
+    ) {
+        let digest = canon::service_digest(&svc);
+        if let Some(old) = self.raw_services.get(&slot)
+            && old.digest == digest
+            && *old.value == *svc
+        {
+            if old.generation != generation {
+                let value = old.value.clone();
+                self.restamp_service(slot, generation, value, digest);
+            }
+            return;
+        }
+        let written = Written {
+            value: svc.clone(),
+            source: slot.source.clone(),
+            generation,
+            digest,
+        };
+        self.hash_add(written.entity_hash(Kind::Service, &slot.key));
+        let old = self.raw_services.insert(slot.clone(), written);
+        if let Some(old) = &old {
+            self.hash_sub(old.entity_hash(Kind::Service, &slot.key));
+            if old.value.hostname != svc.hostname || old.value.namespace != svc.namespace {
+                self.remove_claim(&old.value, &slot, touched);
+            }
+        }
+        self.add_claim(&slot, svc, touched);
+    }
+
+    fn restamp_service(
+        &mut self,
+        slot: ServiceSlot,
+        generation: u64,
+        value: Arc<Service>,
+        digest: u64,
+    ) {
+        let written = Written {
+            value,
+            source: slot.source.clone(),
+            generation,
+            digest,
+        };
+        self.hash_add(written.entity_hash(Kind::Service, &slot.key));
+        if let Some(old) = self.raw_services.insert(slot.clone(), written) {
+            self.hash_sub(old.entity_hash(Kind::Service, &slot.key));
+        }
+    }
+
+    /// Removes the definition under `slot`; the next claim on its hostname (if any)
+    /// takes over. Returns whether there was one.
+    pub(crate) fn remove_service(&mut self, slot: &ServiceSlot, touched: &mut impl Touch) -> bool {
+        let Some(old) = self.raw_services.remove(slot) else {
+            return false;
+        };
+        self.hash_sub(old.entity_hash(Kind::Service, &slot.key));
+        self.remove_claim(&old.value, slot, touched);
+        true
+    }
+
+    fn claim_of(svc: &Service, slot: &ServiceSlot) -> Claim {
+        Claim {
+            source: slot.source.clone(),
+            namespace: svc.namespace.clone(),
+            key: slot.key.clone(),
+        }
+    }
+
+    fn add_claim(&mut self, slot: &ServiceSlot, svc: Arc<Service>, touched: &mut impl Touch) {
+        let host = svc.hostname.clone();
+        let hk = HKey::of(host.as_str());
+        let claim = Self::claim_of(&svc, slot);
+        match self.claims.get_mut(&hk) {
+            Some(list) => {
+                let list = Arc::make_mut(list);
+                match list.binary_search_by(|(c, _)| c.cmp(&claim)) {
+                    Ok(i) => list[i].1 = svc,
+                    Err(i) => list.insert(i, (claim, svc)),
+                }
+            }
+            None => {
+                self.claims.insert(hk, Arc::new(vec![(claim, svc)]));
+            }
+        }
+        self.refresh_winner(&hk, &host, touched);
+    }
+
+    fn remove_claim(&mut self, svc: &Service, slot: &ServiceSlot, touched: &mut impl Touch) {
+        let claim = Self::claim_of(svc, slot);
+        let host = &svc.hostname;
+        let hk = HKey::of(host.as_str());
+        let now_empty = match self.claims.get_mut(&hk) {
+            Some(list) => {
+                let list = Arc::make_mut(list);
+                if let Ok(i) = list.binary_search_by(|(c, _)| c.cmp(&claim)) {
+                    list.remove(i);
+                }
+                list.is_empty()
+            }
+            None => false,
+        };
+        if now_empty {
+            self.claims.remove(&hk);
+        }
+        self.refresh_winner(&hk, host, touched);
+    }
+
+    /// Makes the merged service of `host` the lowest claim's definition; touches the
+    /// hostname only if the merged content actually changed.
+    fn refresh_winner(&mut self, hk: &HKey, host: &Hostname, touched: &mut impl Touch) {
+        let winner = self
+            .claims
+            .get(hk)
+            .and_then(|l| l.first())
+            .map(|(_, s)| s.clone());
+        let current = self.services.get(host);
+        match (current, winner) {
+            (None, None) => {}
+            (Some(cur), Some(win)) if Arc::ptr_eq(cur, &win) || **cur == *win => {}
+            (_, Some(win)) => {
+                self.services.insert(host.clone(), win);
+                touched.service(host);
+            }
+            (Some(_), None) => {
+                self.services.remove(host);
+                touched.service(host);
+            }
+        }
+    }
+
+    /// Stores an endpoint under its key (replacing any previous one) and indexes it
+    /// under each of its hostnames and its address.
+    pub(crate) fn put_endpoint(
+        &mut self,
+        source: Arc<str>,
+        generation: u64,
+        ep: Arc<Endpoint>,
+        touched: &mut impl Touch,
+    ) {
+        let hk = HKey::of(&ep.key);
+        let current = self.raw_endpoints.get(&hk).cloned();
+        self.put_endpoint_over(hk, current, source, generation, ep, touched);
+    }
+
+    /// [`ModelState::put_endpoint`] when the caller has already looked up the key's
+    /// hash and what is stored under it (`current`): saves a lookup.
+    pub(crate) fn put_endpoint_over(
+        &mut self,
+        hk: HKey,
+        current: Option<Arc<Written<Endpoint>>>,
+        source: Arc<str>,
+        generation: u64,
+        ep: Arc<Endpoint>,
+        touched: &mut impl Touch,
+    ) {
+        let digest = canon::endpoint_digest(&ep);
+        if let Some(old) = &current
+            && old.digest == digest
+            && *old.value == *ep
+            && old.source == source
+        {
+            if old.generation != generation {
+                let written = Written {
+                    value: old.value.clone(),
+                    source,
+                    generation,
+                    digest,
+                };
+                self.replace_raw_endpoint(hk, written);
+            }
+            return;
+        }
+        let written = Written {
+            value: ep.clone(),
+            source,
+            generation,
+            digest,
+        };
+        let old = self.replace_raw_endpoint(hk, written);
+        self.reindex_endpoint(old.as_ref().map(|o| &*o.value), Some(&ep), touched);
+    }
+
+    fn replace_raw_endpoint(
+        &mut self,
+        hk: HKey,
+        written: Written<Endpoint>,
+    ) -> Option<Arc<Written<Endpoint>>> {
+        self.hash_add(written.entity_hash(Kind::Endpoint, &written.value.key));
+        let old = self.raw_endpoints.insert(hk, Arc::new(written));
+        if let Some(o) = &old {
+            self.hash_sub(o.entity_hash(Kind::Endpoint, &o.value.key));
+        }
+        old
+    }
+
+    /// Removes the endpoint under `hk` from the raw layer and every index. Returns
+    /// whether there was one.
+    pub(crate) fn remove_endpoint_at(&mut self, hk: &HKey, touched: &mut impl Touch) -> bool {
+        let Some(old) = self.raw_endpoints.remove(hk) else {
+            return false;
+        };
+        self.hash_sub(old.entity_hash(Kind::Endpoint, &old.value.key));
+        self.reindex_endpoint(Some(&old.value), None, touched);
+        true
+    }
+
+    /// Moves an endpoint's index entries from `old` to `new` (same key; either may
+    /// be absent). Only memberships that change are written: a content update
+    /// with the same hostnames and address leaves both indexes as they are. Every
+    /// hostname of either version is touched (its endpoints' content changed).
+    fn reindex_endpoint(
+        &mut self,
+        old: Option<&Endpoint>,
+        new: Option<&Arc<Endpoint>>,
+        touched: &mut impl Touch,
+    ) {
+        let Some(key) = new.map(|n| &n.key).or(old.map(|o| &o.key)).cloned() else {
+            return;
+        };
+        let lists = |e: &Endpoint, host: &Hostname| e.services.iter().any(|(_, h)| h == host);
+        if let Some(o) = old {
+            for (_, host) in &o.services {
+                if !new.is_some_and(|n| lists(n, host)) {
+                    let hk = HKey::of(host.as_str());
+                    let now_empty = match self.endpoints_by_host.get_mut(&hk) {
+                        Some(set) => {
+                            set.remove(&key);
+                            set.is_empty()
+                        }
+                        None => false,
+                    };
+                    if now_empty {
+                        self.endpoints_by_host.remove(&hk);
+                    }
+                }
+                touched.endpoints(host);
+            }
+        }
+        if let Some(n) = new {
+            for (_, host) in &n.services {
+                if !old.is_some_and(|o| lists(o, host)) {
+                    let hk = HKey::of(host.as_str());
+                    match self.endpoints_by_host.get_mut(&hk) {
+                        Some(set) => {
+                            set.insert(key.clone());
+                        }
+                        None => {
+                            self.endpoints_by_host.insert(hk, OrdSet::unit(key.clone()));
+                        }
+                    }
+                }
+                touched.endpoints(host);
+            }
+        }
+        let old_addr = old.map(|o| o.address);
+        let new_addr = new.map(|n| n.address);
+        if old_addr != new_addr {
+            if let Some(a) = old_addr {
+                self.endpoints_by_addr.remove(&(a, key.clone()));
+            }
+            if let Some(a) = new_addr {
+                self.endpoints_by_addr.insert((a, key));
+            }
+        }
+    }
+
+    /// Stores a config object under its key.
+    pub(crate) fn put_config(
+        &mut self,
+        source: Arc<str>,
+        generation: u64,
+        cfg: Arc<Config>,
+        touched: &mut impl Touch,
+    ) {
+        let digest = canon::config_digest(&cfg);
+        let key = cfg.key.clone();
+        let content_same = self
+            .raw_configs
+            .get(&*key)
+            .is_some_and(|old| old.digest == digest && *old.value == *cfg);
+        let written = Written {
+            value: cfg,
+            source,
+            generation,
+            digest,
+        };
+        self.hash_add(written.entity_hash(Kind::Config, &key));
+        if let Some(old) = self.raw_configs.insert(key.clone(), written) {
+            self.hash_sub(old.entity_hash(Kind::Config, &key));
+        }
+        if !content_same {
+            touched.configs();
+        }
+    }
+
+    /// Removes the config object under `key`. Returns whether there was one.
+    pub(crate) fn remove_config(&mut self, key: &str, touched: &mut impl Touch) -> bool {
+        let Some((k, old)) = self.raw_configs.remove_with_key(key) else {
+            return false;
+        };
+        self.hash_sub(old.entity_hash(Kind::Config, &k));
+        touched.configs();
+        true
+    }
+
+    /// Removes every entity of `source` whose generation is below `below`. O(entities
+    /// of all sources) to find them (resyncs are rare), O(removed) to remove them.
+    /// Returns how many were removed.
+    pub(crate) fn sweep(&mut self, source: &str, below: u64, touched: &mut impl Touch) -> usize {
+        let stale = |s: &Arc<str>, g: u64| g < below && &**s == source;
+        let services: Vec<ServiceSlot> = self
+            .raw_services
+            .iter()
+            .filter(|(_, w)| stale(&w.source, w.generation))
+            .map(|(slot, _)| slot.clone())
+            .collect();
+        let endpoints: Vec<HKey> = self
+            .raw_endpoints
+            .iter()
+            .filter(|(_, w)| stale(&w.source, w.generation))
+            .map(|(k, _)| *k)
+            .collect();
+        let configs: Vec<Arc<str>> = self
+            .raw_configs
+            .iter()
+            .filter(|(_, w)| stale(&w.source, w.generation))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let n = services.len() + endpoints.len() + configs.len();
+        for slot in &services {
+            self.remove_service(slot, touched);
+        }
+        for key in &endpoints {
+            self.remove_endpoint_at(key, touched);
+        }
+        for key in &configs {
+            self.remove_config(key, touched);
+        }
+        n
+    }
+}

@@ -1,0 +1,207 @@
+//! The ServiceDiscovery query API (the operations of Istio's `ServiceDiscovery`
+//! interface) over a [`ModelState`], plus the accessors the xDS generator and debug
+//! views use. Every result comes in a deterministic order.
+//!
+//! What it does NOT do: change state (see `apply`) or know about xDS.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::{KeyText, ModelState, hkey};
+use crate::model::{
+    Config, Endpoint, LabelSelector, Port, Protocol, Proxy, ProxyType, Service, ServiceInstance,
+};
+
+/// The workload label that declares management (health-check) ports: a list of port
+/// numbers separated by `_` or `,` (Kubernetes label values cannot hold `,`, so
+/// adapters of such registries use `_`), e.g. `8081_9090`. deltapilot's stand-in for
+/// the probe ports Istio's Kubernetes registry reads from pod specs.
+pub const MANAGEMENT_PORTS_LABEL: &str = "deltapilot.io/management-ports";
+
+/// Entity counts, for debug views and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StateCounts {
+    /// Hostnames with a merged service.
+    pub services: usize,
+    /// Raw service definitions (over all sources; ≥ `services`).
+    pub service_definitions: usize,
+    /// Stored endpoints.
+    pub endpoints: usize,
+    /// Hostnames that have at least one endpoint.
+    pub hostnames_with_endpoints: usize,
+    /// Stored config objects.
+    pub configs: usize,
+    /// Sources with resync bookkeeping.
+    pub sources: usize,
+}
+
+impl ModelState {
+    /// Every merged service, sorted by hostname (Istio's `Services()`).
+    pub fn services(&self) -> impl ExactSizeIterator<Item = &Arc<Service>> + '_ {
+        self.services.values()
+    }
+
+    /// The merged service of a hostname (Istio's `GetService`). Accepts `&str` or
+    /// `&Hostname`.
+    pub fn get_service<Q: KeyText + ?Sized>(&self, host: &Q) -> Option<Arc<Service>> {
+        self.claims
+            .get(&hkey(host))
+            .and_then(|l| l.first())
+            .map(|(_, s)| s.clone())
+    }
+
+    /// Every definition of a hostname, winner first (the merge order), with the
+    /// source that wrote it: for debug views that explain a merge.
+    pub fn service_definitions<Q: KeyText + ?Sized>(
+        &self,
+        host: &Q,
+    ) -> Vec<(Arc<str>, Arc<Service>)> {
+        self.claims
+            .get(&hkey(host))
+            .map(|l| {
+                l.iter()
+                    .map(|(c, s)| (c.source.clone(), s.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The endpoints of a hostname (the union over sources), sorted by endpoint key.
+    /// Yields endpoints even for a hostname that has no merged service right now.
+    pub fn endpoints_of<Q: KeyText + ?Sized>(
+        &self,
+        host: &Q,
+    ) -> impl Iterator<Item = &Arc<Endpoint>> + '_ {
+        self.endpoints_by_host
+            .get(&hkey(host))
+            .into_iter()
+            .flat_map(|keys| keys.iter())
+            .filter_map(|k| self.raw_endpoints.get(&hkey(k)).map(|w| &w.value))
+    }
+
+    /// Number of endpoints of a hostname.
+    pub fn endpoint_count<Q: KeyText + ?Sized>(&self, host: &Q) -> usize {
+        self.endpoints_by_host
+            .get(&hkey(host))
+            .map_or(0, |m| m.len())
+    }
+
+    /// The endpoints at an address, sorted by key.
+    pub fn endpoints_at(&self, addr: IpAddr) -> impl Iterator<Item = &Arc<Endpoint>> + '_ {
+        self.endpoints_by_addr
+            .range((addr, Arc::<str>::from(""))..)
+            .take_while(move |(a, _)| *a == addr)
+            .filter_map(|(_, key)| self.raw_endpoints.get(&hkey(key)).map(|w| &w.value))
+    }
+
+    /// Every config object, sorted by key (`cfg/<kind>/<namespace>/<name>`).
+    pub fn configs(&self) -> impl ExactSizeIterator<Item = &Arc<Config>> + '_ {
+        self.raw_configs.values().map(|w| &w.value)
+    }
+
+    /// The instances of `port` (a service port number) of `host` whose workload
+    /// labels match `selector` (Istio's `InstancesByPort`), sorted by endpoint key.
+    /// Empty if the hostname has no merged service or the service no such port.
+    /// Unhealthy instances are included; callers filter on `endpoint.health`.
+    pub fn instances_by_port(
+        &self,
+        host: &str,
+        port: u16,
+        selector: &LabelSelector,
+    ) -> Vec<ServiceInstance> {
+        let Some(svc) = self.get_service(host) else {
+            return Vec::new();
+        };
+        let Some(sp) = svc.port(port) else {
+            return Vec::new();
+        };
+        self.endpoints_of(host)
+            .filter(|ep| selector.matches(&ep.labels))
+            .map(|ep| instance(&svc, sp, ep))
+            .collect()
+    }
+
+    /// The instances running on a proxy: every (service, port) instance whose
+    /// endpoint address is one of the proxy's IPs (Istio's
+    /// `GetProxyServiceInstances`), sorted by (hostname, port, endpoint key). None
+    /// for a router (gateway) proxy, which fronts no workload of its own.
+    pub fn proxy_service_instances(&self, proxy: &Proxy) -> Vec<ServiceInstance> {
+        if proxy.proxy_type == ProxyType::Router {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for ip in &proxy.ips {
+            for ep in self.endpoints_at(*ip) {
+                for (_, host) in &ep.services {
+                    let Some(svc) = self.get_service(host) else {
+                        continue;
+                    };
+                    out.extend(svc.ports.iter().map(|p| instance(&svc, p, ep)));
+                }
+            }
+        }
+        out.sort_by(|a, b| {
+            (&a.service.hostname, a.service_port.number, &a.endpoint.key).cmp(&(
+                &b.service.hostname,
+                b.service_port.number,
+                &b.endpoint.key,
+            ))
+        });
+        out.dedup_by(|a, b| {
+            a.service.hostname == b.service.hostname
+                && a.service_port.number == b.service_port.number
+                && a.endpoint.key == b.endpoint.key
+        });
+        out
+    }
+
+    /// The management (health-check) ports of the workload(s) at `addr` (Istio's
+    /// `ManagementPorts`), sorted by number, without duplicates. They come from the
+    /// [`MANAGEMENT_PORTS_LABEL`] workload label; entries that are not a port number
+    /// in 1..=65535 are ignored. Each is reported as TCP and named
+    /// `mgmt-<number>-tcp`, as Istio names probe ports. Empty when no workload at
+    /// that address declares any: deltapilot does not see probe definitions.
+    pub fn management_ports(&self, addr: IpAddr) -> Vec<Port> {
+        let mut numbers: Vec<u16> = self
+            .endpoints_at(addr)
+            .filter_map(|ep| ep.labels.get(MANAGEMENT_PORTS_LABEL))
+            .flat_map(|v| {
+                v.split(['_', ','])
+                    .filter_map(|p| p.trim().parse::<u16>().ok())
+                    .collect::<Vec<_>>()
+            })
+            .filter(|n| *n > 0)
+            .collect();
+        numbers.sort_unstable();
+        numbers.dedup();
+        numbers
+            .into_iter()
+            .map(|number| Port {
+                name: Arc::from(format!("mgmt-{number}-tcp").as_str()),
+                number,
+                protocol: Protocol::Tcp,
+            })
+            .collect()
+    }
+
+    /// Entity counts (O(1)).
+    pub fn counts(&self) -> super::StateCounts {
+        StateCounts {
+            services: self.services.len(),
+            service_definitions: self.raw_services.len(),
+            endpoints: self.raw_endpoints.len(),
+            hostnames_with_endpoints: self.endpoints_by_host.len(),
+            configs: self.raw_configs.len(),
+            sources: self.sources.len(),
+        }
+    }
+}
+
+fn instance(svc: &Arc<Service>, port: &Port, ep: &Arc<Endpoint>) -> ServiceInstance {
+    ServiceInstance {
+        service: svc.clone(),
+        service_port: port.clone(),
+        endpoint: ep.clone(),
+        target_port: ep.target_port(port),
+    }
+}

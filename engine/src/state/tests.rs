@@ -1,0 +1,221 @@
+//! Unit tests of the state: merge rule, union index, query API, hash and rebuild.
+//! States are built by folding events (see `mk`).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::mk::*;
+use super::*;
+use crate::model::{LabelSelector, Proxy, ProxyType};
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("ip")
+}
+
+fn keys<'a>(it: impl Iterator<Item = &'a Arc<Endpoint>>) -> Vec<String> {
+    it.map(|e| e.key.to_string()).collect()
+}
+
+#[test]
+fn lowest_source_wins_a_shared_hostname_and_the_next_takes_over() {
+    let st = ModelState::from_events(&[
+        svc("k8s", 0, "ns", "a.svc", &[80]),
+        svc("eureka", 0, "ns", "a.svc", &[8080]),
+        svc("k8s", 0, "other", "a.svc", &[90]),
+    ]);
+    let defs = st.service_definitions("a.svc");
+    let order: Vec<(&str, &str)> = defs.iter().map(|(s, d)| (&**s, &*d.namespace)).collect();
+    assert_eq!(order, [("eureka", "ns"), ("k8s", "ns"), ("k8s", "other")]);
+    let won = st.get_service("a.svc").expect("merged");
+    assert_eq!(won.ports[0].number, 8080, "eureka < k8s");
+
+    let after = ModelState::from_events(&[
+        svc("k8s", 0, "ns", "a.svc", &[80]),
+        svc("eureka", 0, "ns", "a.svc", &[8080]),
+        svc("k8s", 0, "other", "a.svc", &[90]),
+        svc_del("eureka", 0, "ns", "a.svc"),
+    ]);
+    assert_eq!(
+        after.get_service("a.svc").expect("merged").ports[0].number,
+        80
+    );
+    assert_eq!(after.counts().service_definitions, 2);
+}
+
+#[test]
+fn merge_outcome_does_not_depend_on_arrival_order() {
+    let a =
+        ModelState::from_events(&[svc("s2", 0, "ns", "h", &[1]), svc("s1", 0, "ns", "h", &[2])]);
+    let b =
+        ModelState::from_events(&[svc("s1", 0, "ns", "h", &[2]), svc("s2", 0, "ns", "h", &[1])]);
+    assert_eq!(a, b);
+    assert_eq!(a.hash(), b.hash());
+    assert_eq!(a.get_service("h").expect("h").ports[0].number, 2);
+}
+
+#[test]
+fn endpoints_are_the_union_over_sources_sorted_by_key() {
+    let st = ModelState::from_events(&[
+        svc("a", 0, "ns", "h", &[80]),
+        svc("b", 0, "ns", "h", &[80]),
+        ep("b", 0, "ep/b/2", "10.0.0.2", &["h"]),
+        ep("a", 0, "ep/a/1", "10.0.0.1", &["h"]),
+        ep("a", 0, "ep/a/3", "10.0.0.3", &["h", "other"]),
+    ]);
+    assert_eq!(keys(st.endpoints_of("h")), ["ep/a/1", "ep/a/3", "ep/b/2"]);
+    assert_eq!(
+        keys(st.endpoints_of("other")),
+        ["ep/a/3"],
+        "indexed under every hostname it names"
+    );
+    assert_eq!(st.endpoint_count("h"), 3);
+}
+
+#[test]
+fn instances_by_port_filters_by_selector_and_port() {
+    let st = ModelState::from_events(&[
+        svc("a", 0, "ns", "h", &[80, 90]),
+        ep_labeled("a", 0, "ep/1", "10.0.0.1", &["h"], &[("version", "v1")]),
+        ep_labeled("a", 0, "ep/2", "10.0.0.2", &["h"], &[("version", "v2")]),
+    ]);
+    let all = st.instances_by_port("h", 90, &LabelSelector::default());
+    assert_eq!(all.len(), 2);
+    assert!(
+        all.iter()
+            .all(|i| i.service_port.number == 90 && i.target_port == 90)
+    );
+    let sel = LabelSelector(
+        [(Arc::from("version"), Arc::from("v2"))]
+            .into_iter()
+            .collect(),
+    );
+    let v2 = st.instances_by_port("h", 80, &sel);
+    assert_eq!(v2.len(), 1);
+    assert_eq!(&*v2[0].endpoint.key, "ep/2");
+    assert!(
+        st.instances_by_port("h", 81, &sel).is_empty(),
+        "no such port"
+    );
+    assert!(st.instances_by_port("nope", 80, &sel).is_empty());
+}
+
+#[test]
+fn proxy_service_instances_match_ips_and_exclude_routers() {
+    let st = ModelState::from_events(&[
+        svc("a", 0, "ns", "b.svc", &[80]),
+        svc("a", 0, "ns", "a.svc", &[9090, 80]),
+        ep("a", 0, "ep/1", "10.0.0.1", &["a.svc", "b.svc"]),
+        ep("a", 0, "ep/2", "10.0.0.2", &["a.svc"]),
+    ]);
+    let proxy = Proxy {
+        ips: vec![ip("10.0.0.1")],
+        ..Default::default()
+    };
+    let got: Vec<(String, u16)> = st
+        .proxy_service_instances(&proxy)
+        .iter()
+        .map(|i| (i.service.hostname.to_string(), i.service_port.number))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("a.svc".into(), 80),
+            ("a.svc".into(), 9090),
+            ("b.svc".into(), 80)
+        ]
+    );
+    let router = Proxy {
+        proxy_type: ProxyType::Router,
+        ..proxy
+    };
+    assert!(st.proxy_service_instances(&router).is_empty());
+}
+
+#[test]
+fn management_ports_come_from_the_workload_label() {
+    let st = ModelState::from_events(&[
+        svc("a", 0, "ns", "h", &[80]),
+        ep_labeled(
+            "a",
+            0,
+            "ep/1",
+            "10.0.0.1",
+            &["h"],
+            &[(MANAGEMENT_PORTS_LABEL, "9090_8081_x_0")],
+        ),
+        ep_labeled(
+            "a",
+            0,
+            "ep/2",
+            "10.0.0.1",
+            &["h"],
+            &[(MANAGEMENT_PORTS_LABEL, "8081")],
+        ),
+    ]);
+    let ports: Vec<(u16, String)> = st
+        .management_ports(ip("10.0.0.1"))
+        .into_iter()
+        .map(|p| (p.number, p.name.to_string()))
+        .collect();
+    assert_eq!(
+        ports,
+        [
+            (8081, "mgmt-8081-tcp".into()),
+            (9090, "mgmt-9090-tcp".into())
+        ]
+    );
+    assert!(st.management_ports(ip("10.0.0.9")).is_empty());
+}
+
+#[test]
+fn moving_an_endpoint_updates_address_and_host_indexes() {
+    let st = ModelState::from_events(&[
+        svc("a", 0, "ns", "h1", &[80]),
+        svc("a", 0, "ns", "h2", &[80]),
+        ep("a", 0, "ep/1", "10.0.0.1", &["h1"]),
+        ep("a", 0, "ep/1", "10.0.0.2", &["h2"]),
+    ]);
+    assert_eq!(st.endpoints_of("h1").count(), 0);
+    assert_eq!(keys(st.endpoints_of("h2")), ["ep/1"]);
+    assert_eq!(st.endpoints_at(ip("10.0.0.1")).count(), 0);
+    assert_eq!(keys(st.endpoints_at(ip("10.0.0.2"))), ["ep/1"]);
+    assert_eq!(st, st.rebuild());
+}
+
+#[test]
+fn equal_entity_sets_hash_equal_whatever_the_history() {
+    let direct = ModelState::from_events(&[
+        svc("a", 0, "ns", "h", &[80]),
+        ep("a", 0, "ep/1", "10.0.0.1", &["h"]),
+    ]);
+    let winding = ModelState::from_events(&[
+        svc("a", 0, "ns", "h", &[81]),
+        ep("a", 0, "ep/2", "10.0.0.2", &["h"]),
+        ep("a", 0, "ep/1", "10.0.0.9", &["h"]),
+        svc("a", 0, "ns", "h", &[80]),
+        ep_del("a", 0, "ep/2"),
+        ep("a", 0, "ep/1", "10.0.0.1", &["h"]),
+        cfg("a", 0, "vs", "{}"),
+        cfg_del("a", 0, "vs"),
+    ]);
+    assert_eq!(direct, winding);
+    assert_eq!(direct.hash(), winding.hash());
+    assert_eq!(winding.hash(), winding.recompute_hash());
+    assert_ne!(direct.hash(), ModelState::default().hash());
+}
+
+#[test]
+fn generation_is_part_of_the_state() {
+    let g1 = ModelState::from_events(&[svc("a", 1, "ns", "h", &[80])]);
+    let g2 = ModelState::from_events(&[svc("a", 2, "ns", "h", &[80])]);
+    assert_ne!(g1.hash(), g2.hash());
+    assert_eq!(g1.get_service("h"), g2.get_service("h"));
+}
+
+#[test]
+fn configs_are_listed_by_key() {
+    let st = ModelState::from_events(&[cfg("a", 0, "b", "{}"), cfg("a", 0, "a", r#"{"x":1}"#)]);
+    let names: Vec<&str> = st.configs().map(|c| &*c.name).collect();
+    assert_eq!(names, ["a", "b"]);
+    assert_eq!(st.counts().configs, 2);
+}
