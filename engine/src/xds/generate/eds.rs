@@ -1,0 +1,324 @@
+//! EDS: one ClusterLoadAssignment per EDS cluster, named like the cluster.
+//!
+//! Shape rules, each one a rejection (or a silent black hole) seen in real clients:
+//! - endpoints are grouped by locality, groups sorted by (region, zone, subzone);
+//!   `locality` is set on every group, even when all its fields are empty
+//!   (proxyless gRPC NACKs a group without one);
+//! - every endpoint and every group has `load_balancing_weight` > 0 (gRPC drops
+//!   weight-0 endpoints and localities); a group's weight is the sum of its
+//!   endpoints' weights, and a total above `u32::MAX` is an error (Envoy rejects it);
+//! - the socket address is the endpoint IP and its target port for this service
+//!   port ([`Endpoint::target_port`]);
+//! - one endpoint per (address, port): when several workloads (say, from two
+//!   sources) claim the same socket, the one with the smallest entity key wins
+//!   (gRPC NACKs duplicate addresses, gRFC A61);
+//! - health: Healthy→HEALTHY, Unhealthy→UNHEALTHY, Draining→DRAINING,
+//!   NotReady→UNHEALTHY. Not-ready endpoints are kept (visible in Envoy's
+//!   `/clusters` for debugging) but receive no traffic, because clusters disable
+//!   panic mode (see `cds`).
+//! - a cluster without endpoints still gets an assignment with an empty list, so
+//!   Envoy finishes warming the cluster instead of waiting for it.
+//!
+//! What it does NOT do: priorities or locality-aware failover (everything is
+//! priority 0), subset metadata. Those come with DestinationRule support.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::config::core::v3::{
+    Address, HealthStatus, SocketAddress, address,
+    socket_address::{PortSpecifier, Protocol as SocketProtocol},
+};
+use envoy_types::pb::envoy::config::endpoint::v3::Endpoint as PbEndpoint;
+
+use super::ModelRead;
+use super::common::cluster_name;
+use super::wire::{
+    len_field_size, put_len_header, put_str_field, put_varint_field, put_varint_field_always,
+    str_field_size, varint_field_size, varint_field_size_always,
+};
+use crate::model::{Endpoint, Health, Hostname, Locality, Port, Service};
+
+/// An Envoy endpoint at `address:port` (TCP).
+pub(crate) fn socket_endpoint(address: String, port: u16) -> PbEndpoint {
+    PbEndpoint {
+        address: Some(Address {
+            address: Some(address::Address::SocketAddress(SocketAddress {
+                protocol: SocketProtocol::Tcp as i32,
+                address,
+                port_specifier: Some(PortSpecifier::PortValue(u32::from(port))),
+                ..Default::default()
+            })),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Appends the textual form of an IP address. IPv4, by far the common case, is
+/// written by hand: `Display` goes through the formatting machinery, which was a
+/// tenth of an endpoint-batch regeneration.
+fn push_ip(out: &mut String, ip: IpAddr) {
+    let IpAddr::V4(v4) = ip else {
+        use std::fmt::Write;
+        let _ = write!(out, "{ip}");
+        return;
+    };
+    for (i, octet) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        if octet >= 100 {
+            out.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            out.push(char::from(b'0' + octet / 10 % 10));
+        }
+        out.push(char::from(b'0' + octet % 10));
+    }
+}
+
+/// The Envoy health status for a registry health.
+pub(crate) fn health_status(h: Health) -> HealthStatus {
+    match h {
+        Health::Healthy => HealthStatus::Healthy,
+        Health::Unhealthy | Health::NotReady => HealthStatus::Unhealthy,
+        Health::Draining => HealthStatus::Draining,
+    }
+}
+
+/// The endpoints of one service, collected from the model once and shared by the
+/// assignments of all its ports.
+pub(crate) struct HostEndpoints(Vec<Arc<Endpoint>>);
+
+impl HostEndpoints {
+    /// Every endpoint of `host` (shared, not copied).
+    pub(crate) fn collect<M: ModelRead + ?Sized>(model: &M, host: &Hostname) -> Self {
+        let mut eps = Vec::new();
+        model.for_each_endpoint(host, &mut |e| eps.push(e.clone()));
+        HostEndpoints(eps)
+    }
+}
+
+/// Builds and encodes the assignment for one EDS port of `svc`, writing the
+/// protobuf directly (see `wire`); byte-identical to encoding the equivalent
+/// prost message (the tests compare the two).
+pub(crate) fn load_assignment(
+    eps: &HostEndpoints,
+    svc: &Service,
+    port: &Port,
+) -> Result<Bytes, String> {
+    let name = cluster_name(port.number, &svc.hostname);
+    let members = members(eps, port);
+    let mut out = Vec::with_capacity(name.len() + 8 + members.len() * 40);
+    // ClusterLoadAssignment { cluster_name = 1, endpoints = 2 }
+    put_str_field(&mut out, 1, &name);
+    let mut lbs = Vec::new();
+    let mut ip = String::with_capacity(39);
+    let mut total: u64 = 0;
+    for group in members.chunk_by(|a, b| a.2.locality == b.2.locality) {
+        lbs.clear();
+        let mut weight: u64 = 0;
+        for (address, port, e) in group {
+            let w = u64::from(e.weight.max(1));
+            weight += w;
+            ip.clear();
+            push_ip(&mut ip, *address);
+            let health = health_status(e.health) as i32 as u64;
+            // SocketAddress { protocol = 1 (TCP = 0, omitted), address = 2, port_value = 3 }
+            let socket = str_field_size(2, &ip) + varint_field_size_always(3, u64::from(*port));
+            let address = len_field_size(1, socket); // Address { socket_address = 1 }
+            let endpoint = len_field_size(1, address); // Endpoint { address = 1 }
+            let weight_msg = varint_field_size(1, w); // UInt32Value { value = 1 }
+            // LbEndpoint { endpoint = 1, health_status = 2, load_balancing_weight = 4 }
+            let lb = len_field_size(1, endpoint)
+                + varint_field_size(2, health)
+                + len_field_size(4, weight_msg);
+            put_len_header(&mut lbs, 2, lb); // LocalityLbEndpoints.lb_endpoints = 2
+            put_len_header(&mut lbs, 1, endpoint);
+            put_len_header(&mut lbs, 1, address);
+            put_len_header(&mut lbs, 1, socket);
+            put_str_field(&mut lbs, 2, &ip);
+            put_varint_field_always(&mut lbs, 3, u64::from(*port));
+            put_varint_field(&mut lbs, 2, health);
+            put_len_header(&mut lbs, 4, weight_msg);
+            put_varint_field(&mut lbs, 1, w);
+        }
+        total += weight;
+        let l: &Locality = &group[0].2.locality;
+        // Locality { region = 1, zone = 2, sub_zone = 3 }
+        let locality = str_field_size(1, &l.region)
+            + str_field_size(2, &l.zone)
+            + str_field_size(3, &l.subzone);
+        // Cannot truncate once `total` passes the check below.
+        let group_weight = u64::from(u32::try_from(weight).unwrap_or(u32::MAX));
+        let weight_msg = varint_field_size(1, group_weight);
+        // LocalityLbEndpoints { locality = 1, lb_endpoints = 2, load_balancing_weight = 3 }
+        let size = len_field_size(1, locality) + lbs.len() + len_field_size(3, weight_msg);
+        put_len_header(&mut out, 2, size);
+        put_len_header(&mut out, 1, locality);
+        put_str_field(&mut out, 1, &l.region);
+        put_str_field(&mut out, 2, &l.zone);
+        put_str_field(&mut out, 3, &l.subzone);
+        out.extend_from_slice(&lbs);
+        put_len_header(&mut out, 3, weight_msg);
+        put_varint_field(&mut out, 1, group_weight);
+    }
+    if total > u64::from(u32::MAX) {
+        return Err(format!(
+            "endpoint weights of {name} sum to {total}, above the {} Envoy accepts",
+            u32::MAX
+        ));
+    }
+    Ok(Bytes::from(out))
+}
+
+/// The endpoints of `port` as (address, target port, endpoint): one per socket
+/// (smallest key wins), grouped by locality in locality order, socket order
+/// within a group (the second sort is stable).
+fn members<'a>(eps: &'a HostEndpoints, port: &Port) -> Vec<(IpAddr, u16, &'a Endpoint)> {
+    let mut members: Vec<(IpAddr, u16, &Endpoint)> = eps
+        .0
+        .iter()
+        .map(|e| (e.address, e.target_port(port), &**e))
+        .collect();
+    members.sort_unstable_by(|a, b| (a.0, a.1, &a.2.key).cmp(&(b.0, b.1, &b.2.key)));
+    members.dedup_by(|later, first| later.0 == first.0 && later.1 == first.1);
+    members.sort_by(|a, b| a.2.locality.cmp(&b.2.locality));
+    members
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::config::core::v3::Locality as PbLocality;
+    use envoy_types::pb::envoy::config::endpoint::v3::{
+        ClusterLoadAssignment, LbEndpoint, LocalityLbEndpoints, lb_endpoint::HostIdentifier,
+    };
+    use envoy_types::pb::google::protobuf::UInt32Value;
+
+    use super::super::common::encode;
+    use crate::model::{Protocol, Resolution};
+
+    /// The same assignment built as prost messages: what the direct writer must
+    /// equal byte for byte.
+    fn reference(eps: &HostEndpoints, svc: &Service, port: &Port) -> Bytes {
+        let endpoints = members(eps, port)
+            .chunk_by(|a, b| a.2.locality == b.2.locality)
+            .map(|group| {
+                let l = &group[0].2.locality;
+                let weight: u64 = group.iter().map(|m| u64::from(m.2.weight.max(1))).sum();
+                LocalityLbEndpoints {
+                    locality: Some(PbLocality {
+                        region: l.region.to_string(),
+                        zone: l.zone.to_string(),
+                        sub_zone: l.subzone.to_string(),
+                    }),
+                    lb_endpoints: group
+                        .iter()
+                        .map(|(a, p, e)| LbEndpoint {
+                            host_identifier: Some(HostIdentifier::Endpoint(socket_endpoint(
+                                a.to_string(),
+                                *p,
+                            ))),
+                            health_status: health_status(e.health) as i32,
+                            load_balancing_weight: Some(UInt32Value {
+                                value: e.weight.max(1),
+                            }),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    load_balancing_weight: Some(UInt32Value {
+                        value: u32::try_from(weight).unwrap_or(u32::MAX),
+                    }),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        encode(&ClusterLoadAssignment {
+            cluster_name: cluster_name(port.number, &svc.hostname).to_string(),
+            endpoints,
+            ..Default::default()
+        })
+    }
+
+    fn endpoint(i: usize) -> Arc<Endpoint> {
+        let localities = [
+            ("", "", ""),
+            ("us-east1", "b", ""),
+            ("eu", "x", "rack-7"),
+            ("", "z", ""),
+        ];
+        let (region, zone, subzone) = localities[i % localities.len()];
+        let addresses = [
+            "10.0.0.1",
+            "10.0.0.2",
+            "192.168.100.200",
+            "fd00::1",
+            "2001:db8::ff",
+        ];
+        let mut ports = std::collections::BTreeMap::new();
+        if i.is_multiple_of(3) {
+            ports.insert(Arc::from("http"), 8080 + (i % 2) as u16);
+        }
+        Arc::new(Endpoint {
+            key: Arc::from(format!("ep/{i}")),
+            address: addresses[i % addresses.len()].parse().expect("ip"),
+            ports,
+            labels: Default::default(),
+            locality: Locality {
+                region: Arc::from(region),
+                zone: Arc::from(zone),
+                subzone: Arc::from(subzone),
+            },
+            weight: [1, 2, 300, 70_000, 0][i % 5],
+            health: [
+                Health::Healthy,
+                Health::Unhealthy,
+                Health::Draining,
+                Health::NotReady,
+            ][i % 4],
+            service_account: Arc::from(""),
+            services: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn direct_writer_equals_prost() {
+        let svc = Service {
+            hostname: Hostname::new("a.ns.svc.cluster.local"),
+            namespace: Arc::from("ns"),
+            ports: Vec::new(),
+            labels: Default::default(),
+            resolution: Resolution::StaticEndpoints,
+        };
+        let port = Port {
+            name: Arc::from("http"),
+            number: 80,
+            protocol: Protocol::Http,
+        };
+        for n in [0, 1, 2, 7, 40] {
+            let eps = HostEndpoints((0..n).map(endpoint).collect());
+            let direct = load_assignment(&eps, &svc, &port).expect("fits");
+            assert_eq!(direct, reference(&eps, &svc, &port), "{n} endpoints");
+        }
+    }
+
+    #[test]
+    fn ip_strings_match_display() {
+        for ip in [
+            "0.0.0.0",
+            "10.0.0.1",
+            "10.20.100.255",
+            "192.168.9.99",
+            "255.255.255.255",
+            "fd00::1",
+            "::",
+        ] {
+            let ip: IpAddr = ip.parse().expect("valid");
+            let mut s = String::new();
+            push_ip(&mut s, ip);
+            assert_eq!(s, ip.to_string());
+        }
+    }
+}

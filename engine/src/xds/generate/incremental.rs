@@ -1,0 +1,308 @@
+//! The incremental generator: a batch recomputes only the resources its touched
+//! hostnames feed, through reverse indexes, and reports exactly the names whose
+//! bytes changed.
+//!
+//! ## Reverse dependencies
+//! | touched | recomputed |
+//! | --- | --- |
+//! | service `H` (created, changed, removed) | for every port `P` `H` served before or serves now: cluster and assignment `outbound\|P\|\|H`, gRPC listener and route `H:P`, sidecar listener `0.0.0.0_P`, route `P` |
+//! | endpoints of `H` | the assignments of `H`'s EDS ports, nothing else |
+//! | configs | nothing yet (the traffic-rule seam is `rds::routes_for`) |
+//!
+//! A port's sidecar listener and route configuration depend on *every* service on
+//! that port number, so [`Generator`] keeps the index port → services (split HTTP
+//! / TCP), and for route configurations each service's encoded virtual host and
+//! the per-domain claims (see `rds::PortRoutes`): a membership change re-encodes
+//! only the virtual hosts whose domains move, then concatenates cached bytes.
+//! Endpoint-only batches never touch CDS, LDS or RDS.
+//!
+//! What it does NOT do: fold events (the model arrives folded) or decide what a
+//! given proxy sees (see `view`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::common::{cluster_name, grpc_name, port_route_name, sidecar_listener_name};
+use super::rds::PortRoutes;
+use super::{GenError, GenOptions, ModelRead, cds, eds, lds, rds, served_ports};
+use crate::model::{Hostname, Resolution, Service};
+use crate::state::Touched;
+use crate::xds::{ChangeSet, Resource, ResourceMap, ResourceSet, ResourceType, TypeChanges};
+
+/// What a service contributed to the indexes at the last regeneration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HostEntry {
+    /// The merged service as of the last batch that touched it: the model's
+    /// answer until `Touched::services` names the host again, so endpoint-only
+    /// batches need no service lookup.
+    svc: Arc<Service>,
+    /// Served port numbers with whether each is HTTP-like.
+    ports: Vec<(u16, bool)>,
+}
+
+/// The incremental xDS generator: the indexes that let a batch recompute only
+/// what it touches. The runner keeps one alongside the published [`ResourceSet`]
+/// and feeds it every batch's [`Touched`], in log order.
+///
+/// Invariant: after [`Generator::regenerate`] returns `(set, ..)`, the generator
+/// describes `set`; the next call must pass that `set` as `prev`. Folding a
+/// different history needs a fresh generator ([`Generator::build`]).
+#[derive(Debug, Clone)]
+pub struct Generator {
+    opts: GenOptions,
+    hosts: HashMap<Hostname, HostEntry>,
+    tcp: BTreeMap<u16, BTreeSet<Hostname>>,
+    http: BTreeMap<u16, PortRoutes>,
+}
+
+/// Resource keys one batch must recompute.
+#[derive(Default)]
+struct Dirty {
+    /// Per host, the ports whose cluster, assignment, gRPC listener and gRPC route
+    /// must be recomputed.
+    host_ports: BTreeMap<Hostname, BTreeSet<u16>>,
+    /// Per host (not in `host_ports`), the ports whose assignment only must be.
+    assignments: BTreeMap<Hostname, BTreeSet<u16>>,
+    /// Sidecar listener and route configuration of a port.
+    ports: BTreeSet<u16>,
+}
+
+/// The next resource set being written, with its change set and errors.
+struct Out {
+    set: ResourceSet,
+    changes: ChangeSet,
+    errors: Vec<GenError>,
+}
+
+impl Out {
+    fn apply(
+        &mut self,
+        t: ResourceType,
+        grpc: bool,
+        name: Arc<str>,
+        desired: Option<Result<Bytes, String>>,
+    ) {
+        let map: &mut ResourceMap = match t {
+            ResourceType::Cluster => &mut self.set.clusters,
+            ResourceType::Endpoint => &mut self.set.endpoints,
+            ResourceType::Listener if grpc => &mut self.set.grpc_listeners,
+            ResourceType::Listener => &mut self.set.sidecar_listeners,
+            ResourceType::Route => &mut self.set.routes,
+        };
+        let changes: &mut TypeChanges = self.changes.of_mut(t);
+        let bytes = match desired {
+            Some(Ok(bytes)) => bytes,
+            failed_or_gone => {
+                if let Some(Err(reason)) = failed_or_gone {
+                    self.errors.push(GenError::new(t, &name, reason));
+                }
+                if map.remove(&name).is_some() {
+                    changes.removed.insert(name);
+                }
+                return;
+            }
+        };
+        // One traversal in the common case (the content changed); an unchanged
+        // resource is put back so that snapshots keep sharing it.
+        let new = Arc::new(Resource::new(name.clone(), bytes));
+        match map.insert(name.clone(), new.clone()) {
+            Some(old) if old.bytes == new.bytes => {
+                map.insert(name, old);
+            }
+            _ => {
+                changes.upserted.insert(name);
+            }
+        }
+    }
+}
+
+impl Generator {
+    /// A generator for an empty model (matching an empty [`ResourceSet`]).
+    pub fn new(opts: GenOptions) -> Self {
+        Generator {
+            opts,
+            hosts: HashMap::new(),
+            tcp: BTreeMap::new(),
+            http: BTreeMap::new(),
+        }
+    }
+
+    /// The options resources are generated with.
+    pub fn options(&self) -> &GenOptions {
+        &self.opts
+    }
+
+    /// A generator and the full resource set for `model`, as if every service had
+    /// been touched on an empty state (startup from a restored model).
+    pub fn build<M: ModelRead + ?Sized>(
+        model: &M,
+        opts: GenOptions,
+    ) -> (Self, ResourceSet, Vec<GenError>) {
+        let mut g = Generator::new(opts);
+        let mut touched = Touched::default();
+        model.for_each_service(&mut |s| {
+            touched.services.insert(s.hostname.clone());
+        });
+        let (set, _, errors) = g.regenerate(&ResourceSet::default(), model, &touched);
+        (g, set, errors)
+    }
+
+    /// Recomputes only what `touched` affects, starting from `prev` (the set this
+    /// generator produced last). Returns the next set, the names whose bytes
+    /// changed or disappeared, and the resources that failed to build (left out of
+    /// the set, and removed if they were in `prev`).
+    pub fn regenerate<M: ModelRead + ?Sized>(
+        &mut self,
+        prev: &ResourceSet,
+        model: &M,
+        touched: &Touched,
+    ) -> (ResourceSet, ChangeSet, Vec<GenError>) {
+        let mut dirty = Dirty::default();
+        for h in &touched.services {
+            self.reindex(model, h, &mut dirty);
+        }
+        for h in &touched.endpoints {
+            if touched.services.contains(h) {
+                continue;
+            }
+            let Some(entry) = self.hosts.get(h) else {
+                continue;
+            };
+            if entry.svc.resolution == Resolution::StaticEndpoints {
+                let ports = entry.ports.iter().map(|(p, _)| *p).collect();
+                dirty.assignments.insert(h.clone(), ports);
+            }
+        }
+
+        let mut out = Out {
+            set: prev.clone(),
+            changes: ChangeSet::default(),
+            errors: Vec::new(),
+        };
+        for (h, ports) in &dirty.host_ports {
+            self.rebuild_host(model, h, ports, false, &mut out);
+        }
+        for (h, ports) in &dirty.assignments {
+            self.rebuild_host(model, h, ports, true, &mut out);
+        }
+        let empty = BTreeSet::new();
+        for p in &dirty.ports {
+            let routes = self.http.get_mut(p);
+            let any_http = routes.as_ref().is_some_and(|r| !r.is_empty());
+            let route_config = routes.and_then(|r| r.encode()).map(Ok);
+            let tcp = self.tcp.get(p).unwrap_or(&empty);
+            let listener = lds::sidecar_listener(*p, any_http, tcp, &self.opts);
+            out.apply(
+                ResourceType::Listener,
+                false,
+                sidecar_listener_name(*p),
+                listener,
+            );
+            out.apply(
+                ResourceType::Route,
+                false,
+                port_route_name(*p),
+                route_config,
+            );
+            if self.http.get(p).is_some_and(PortRoutes::is_empty) {
+                self.http.remove(p);
+            }
+        }
+        (out.set, out.changes, out.errors)
+    }
+
+    /// Moves `h` in the port indexes from what it served to what it serves now,
+    /// marking every resource either state feeds. A port's listener and route
+    /// configuration are marked only when its membership actually changes.
+    fn reindex<M: ModelRead + ?Sized>(&mut self, model: &M, h: &Hostname, dirty: &mut Dirty) {
+        let old = self.hosts.remove(h).map_or_else(Vec::new, |e| e.ports);
+        let svc = model.service(h);
+        let new: Vec<(u16, bool)> = svc.as_deref().map_or_else(Vec::new, |svc| {
+            served_ports(svc)
+                .map(|p| (p.number, p.protocol.is_http()))
+                .collect()
+        });
+        for &(p, http) in &old {
+            dirty.host_ports.entry(h.clone()).or_default().insert(p);
+            if new.contains(&(p, http)) {
+                continue;
+            }
+            dirty.ports.insert(p);
+            if http {
+                if let Some(r) = self.http.get_mut(&p) {
+                    r.remove(h);
+                }
+            } else if let Some(set) = self.tcp.get_mut(&p) {
+                set.remove(h);
+                if set.is_empty() {
+                    self.tcp.remove(&p);
+                }
+            }
+        }
+        for &(p, http) in &new {
+            dirty.host_ports.entry(h.clone()).or_default().insert(p);
+            if old.contains(&(p, http)) {
+                continue;
+            }
+            dirty.ports.insert(p);
+            if http {
+                self.http
+                    .entry(p)
+                    .or_insert_with(|| PortRoutes::new(p))
+                    .insert(h);
+            } else {
+                self.tcp.entry(p).or_default().insert(h.clone());
+            }
+        }
+        if let (Some(svc), false) = (svc, new.is_empty()) {
+            self.hosts.insert(h.clone(), HostEntry { svc, ports: new });
+        }
+    }
+
+    /// Recomputes the per-(service, port) resources of `h` for `ports`: cluster,
+    /// assignment, gRPC listener and route, or only the assignment. The service is
+    /// the indexed one (absent: it serves nothing now); its endpoints are read
+    /// from the model once for all its ports.
+    fn rebuild_host<M: ModelRead + ?Sized>(
+        &self,
+        model: &M,
+        h: &Hostname,
+        ports: &BTreeSet<u16>,
+        assignments_only: bool,
+        out: &mut Out,
+    ) {
+        let svc = self.hosts.get(h).map(|e| &e.svc);
+        let eps = svc
+            .map(|s| &**s)
+            .filter(|s| s.resolution == Resolution::StaticEndpoints)
+            .map(|_| eds::HostEndpoints::collect(model, h));
+        for &p in ports {
+            let found = svc.map(|s| &**s).and_then(|s| {
+                served_ports(s)
+                    .find(|x| x.number == p)
+                    .map(|port| (s, port))
+            });
+            let assignment = found
+                .zip(eps.as_ref())
+                .map(|((s, port), eps)| eds::load_assignment(eps, s, port));
+            out.apply(
+                ResourceType::Endpoint,
+                false,
+                cluster_name(p, h),
+                assignment,
+            );
+            if assignments_only {
+                continue;
+            }
+            let cluster = found.map(|(s, port)| cds::cluster(s, port, &self.opts));
+            out.apply(ResourceType::Cluster, false, cluster_name(p, h), cluster);
+            let http = found.is_some_and(|(_, port)| port.protocol.is_http());
+            let listener = http.then(|| Ok(lds::grpc_listener(h, p)));
+            out.apply(ResourceType::Listener, true, grpc_name(h, p), listener);
+            let route = http.then(|| Ok(rds::grpc_route_config(h, p)));
+            out.apply(ResourceType::Route, false, grpc_name(h, p), route);
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! What the generator reads from the folded model, as a small trait.
+//!
+//! The generator only needs three questions answered: "which services exist", "what
+//! is the merged service for this hostname", and "which endpoints belong to this
+//! hostname". Keeping them behind [`ModelRead`] lets the builders be unit-tested on
+//! a tiny in-memory model and keeps the generator independent of how the fold stores
+//! its maps.
+//!
+//! What it does NOT do: merge sources or decide precedence. The model answers with
+//! the already-merged view (the fold's job).
+
+use std::sync::Arc;
+
+use crate::model::{Endpoint, Hostname, Service};
+
+/// Read access to the merged registry model, as the xDS generator needs it.
+///
+/// Implementations must be deterministic: the same model state answers the same
+/// way. Order of iteration does not matter; the generator sorts what it emits.
+pub trait ModelRead {
+    /// The merged service for `host`, if any source defines it.
+    fn service(&self, host: &Hostname) -> Option<Arc<Service>>;
+
+    /// Calls `f` once for every service (any order).
+    fn for_each_service(&self, f: &mut dyn FnMut(&Service));
+
+    /// Calls `f` once for every endpoint that belongs to `host` (the union over
+    /// sources, any order). An endpoint serving several services is visited for
+    /// each of them.
+    fn for_each_endpoint(&self, host: &Hostname, f: &mut dyn FnMut(&Arc<Endpoint>));
+}
+
+/// The folded state, as the generator reads it: its merged view (one service per
+/// hostname; endpoints as the union over sources).
+impl ModelRead for crate::state::ModelState {
+    fn service(&self, host: &Hostname) -> Option<Arc<Service>> {
+        self.get_service(host)
+    }
+
+    fn for_each_service(&self, f: &mut dyn FnMut(&Service)) {
+        for s in self.services() {
+            f(s);
+        }
+    }
+
+    fn for_each_endpoint(&self, host: &Hostname, f: &mut dyn FnMut(&Arc<Endpoint>)) {
+        for e in self.endpoints_of(host) {
+            f(e);
+        }
+    }
+}
