@@ -28,7 +28,7 @@ use super::{SkipReason, Skipped, fold};
 use crate::log::{EventLog, FollowItem, Position, Record, RecordPos};
 use crate::snapshot::{RECENT_CHANGES, Snapshot, SnapshotReader, SnapshotWriter};
 use crate::state::{ModelState, Touched};
-use crate::xds::generate::{GenError, GenOptions, build_all, regenerate};
+use crate::xds::generate::{GenError, GenOptions, Generator};
 use crate::xds::{ChangeSet, Resource, ResourceMap, ResourceSet, ResourceType};
 use crate::{Error, Result};
 
@@ -103,7 +103,8 @@ pub struct Engine {
     model: ModelState,
     resources: ResourceSet,
     resources_hash: u64,
-    opts: GenOptions,
+    /// The incremental generator and its reverse indexes (entity → resources).
+    generator: Generator,
     writer: SnapshotWriter,
     position: Position,
     seq: u64,
@@ -115,8 +116,18 @@ pub struct Engine {
 impl Engine {
     /// An engine with an empty state, publishing its first snapshot (seq 0) at once.
     pub fn new(opts: GenOptions) -> Self {
-        let model = ModelState::default();
-        let (resources, errors) = build_all(&model, &opts);
+        Self::with_state(opts, ModelState::default(), Position::default())
+    }
+
+    /// An engine restored from a checkpoint: its state at its position, every
+    /// resource built from that state, published at once as snapshot seq 0. Run it
+    /// from `checkpoint.position` to continue where the checkpoint was taken.
+    pub fn from_checkpoint(opts: GenOptions, checkpoint: crate::checkpoint::Checkpoint) -> Self {
+        Self::with_state(opts, checkpoint.model, checkpoint.position)
+    }
+
+    fn with_state(opts: GenOptions, model: ModelState, position: Position) -> Self {
+        let (generator, resources, errors) = Generator::build(&model, opts);
         for e in &errors {
             tracing::warn!(resource = %e.name, reason = %e.reason, "xDS resource not published");
         }
@@ -127,7 +138,7 @@ impl Engine {
             .fetch_add(errors.len() as u64, Ordering::Relaxed);
         let initial = Snapshot {
             seq: 0,
-            position: Position::default(),
+            position: position.clone(),
             hash: snapshot_hash(model.hash(), resources_hash),
             model: model.clone(),
             resources: resources.clone(),
@@ -139,9 +150,9 @@ impl Engine {
             model,
             resources,
             resources_hash,
-            opts,
+            generator,
             writer,
-            position: Position::default(),
+            position,
             seq: 0,
             recent: Vector::new(),
             stats,
@@ -243,7 +254,8 @@ impl Engine {
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
 
         let (resources, changes, gen_errors) =
-            regenerate(&self.resources, &out.state, &out.touched, &self.opts);
+            self.generator
+                .regenerate(&self.resources, &out.state, &out.touched);
         for e in &gen_errors {
             tracing::warn!(resource = %e.name, reason = %e.reason, "xDS resource not published");
         }
