@@ -54,6 +54,27 @@ pub enum Error {
         reason: String,
     },
 
+    /// A request to a Eureka server failed or its answer was unusable: refused,
+    /// timed out, an HTTP error status, not JSON, too large, or not an
+    /// `applications` document. The Eureka adapter keeps its last state, shows
+    /// this in its status and retries with backoff.
+    #[error("eureka {url}: {reason}")]
+    Eureka {
+        /// The request URL.
+        url: String,
+        /// What kind of failure, for metrics and tests.
+        kind: crate::eureka::FetchErrorKind,
+        /// What happened, in words an operator can act on.
+        reason: String,
+    },
+
+    /// The Kubernetes client could not be set up: no kubeconfig or in-cluster
+    /// environment found, an unreadable kubeconfig, bad credentials or TLS
+    /// material. (API server failures while running are not errors: the adapter
+    /// keeps its last state, shows them in its status and retries.)
+    #[error("kubernetes client: {0}")]
+    KubeClient(String),
+
     /// A background task of the adapter died (a panic in a blocking scan).
     #[error("adapter task failed: {0}")]
     Task(String),

@@ -3,6 +3,10 @@
 //! engine directly (invariant 1: the log is the truth).
 //!
 //! - [`file`](mod@file): directories of Istio networking YAML (ServiceEntry and friends).
+//! - [`eureka`]: a Eureka server's registry (full fetch, then deltas reconciled by
+//!   hashcode), one service per VIP and one endpoint per instance.
+//! - [`kubernetes`]: a cluster's Services, EndpointSlices, Pods, Nodes and Istio
+//!   networking objects, watched with kube-rs.
 //!
 //! What it does NOT do: fold events, build xDS or serve anything (engine and server
 //! do), or parse CLI flags (the `deltapilot` binary maps its flags onto each

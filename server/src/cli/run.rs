@@ -1,5 +1,5 @@
-//! `deltapilot run`: one process holding the embedded log, the file adapter, the
-//! engine, the xDS server and the admin server.
+//! `deltapilot run`: one process holding the embedded log, the in-process adapters
+//! (file, Kubernetes, Eureka), the engine, the xDS server and the admin server.
 //!
 //! Settings come from flags, their `DELTAPILOT_*` environment variables, and an
 //! optional `--config FILE` whose keys mirror the long flag names
@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
+use deltapilot_adapters::eureka::{EurekaAdapter, EurekaOptions};
 use deltapilot_adapters::file::{FileAdapter, FileAdapterOptions};
+use deltapilot_adapters::kubernetes::{KubernetesAdapter, KubernetesOptions};
 use deltapilot_engine::fold::runner::Engine;
 use deltapilot_engine::log::{EventLog, Log, LogOptions, LogUri};
 use deltapilot_engine::xds::generate::GenOptions;
@@ -26,6 +28,8 @@ use deltapilot_server::xds::Limits;
 use deltapilot_server::xds::service::{PublishClock, XdsShared};
 use serde::Deserialize;
 use tokio::sync::watch;
+
+use super::replay::live::{self, DebugEndpoints, Live, LiveArgs, LiveFileConfig};
 
 /// Arguments of `deltapilot run`. Every flag is optional so that a config file can
 /// supply it; defaults are applied after merging.
@@ -49,6 +53,17 @@ pub(crate) struct RunArgs {
         value_delimiter = ','
     )]
     watch: Vec<PathBuf>,
+    /// A kubeconfig naming a Kubernetes cluster to watch in-process (Services,
+    /// EndpointSlices, Pods, Nodes, Istio networking objects).
+    #[arg(long, env = "DELTAPILOT_KUBECONFIG", value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// Base URL of a Eureka server to read in-process, everything before `/apps`
+    /// (e.g. `http://HOST:8080/eureka/v2`, or Spring Cloud's `http://HOST:8761/eureka`).
+    #[arg(long, env = "DELTAPILOT_EUREKA_URL", value_name = "URL")]
+    eureka_url: Option<String>,
+    /// Seconds between Eureka delta polls, fractions allowed [default: 30].
+    #[arg(long, env = "DELTAPILOT_EUREKA_REFRESH_SECS", value_name = "SECS")]
+    eureka_refresh_secs: Option<f64>,
     /// A YAML or JSON file whose keys mirror these flags (e.g. `xds-addr`, `watch`).
     #[arg(long, value_name = "FILE", env = "DELTAPILOT_CONFIG")]
     config: Option<PathBuf>,
@@ -77,6 +92,9 @@ pub(crate) struct RunArgs {
     /// Seconds to wait for streams and tasks to finish after SIGTERM/SIGINT [default: 10].
     #[arg(long, env = "DELTAPILOT_DRAIN_GRACE_SECS")]
     drain_grace_secs: Option<u64>,
+    /// Checkpoints and debug endpoints (see `cli/replay/live.rs`).
+    #[command(flatten)]
+    live: LiveArgs,
 }
 
 /// The config file: the same keys as the long flags.
@@ -88,6 +106,9 @@ struct FileConfig {
     data_dir: Option<PathBuf>,
     #[serde(default)]
     watch: Vec<PathBuf>,
+    kubeconfig: Option<PathBuf>,
+    eureka_url: Option<String>,
+    eureka_refresh_secs: Option<f64>,
     bind_outbound: Option<bool>,
     outbound_address: Option<IpAddr>,
     max_names_per_stream: Option<usize>,
@@ -96,6 +117,10 @@ struct FileConfig {
     max_streams: Option<usize>,
     stall_timeout_secs: Option<u64>,
     drain_grace_secs: Option<u64>,
+    checkpoint_every_events: Option<u64>,
+    checkpoint_every_secs: Option<u64>,
+    checkpoint_keep: Option<usize>,
+    debug_endpoints: Option<DebugEndpoints>,
 }
 
 /// Validated settings.
@@ -105,9 +130,12 @@ pub(crate) struct Settings {
     admin_addr: SocketAddr,
     data_dir: PathBuf,
     watch: Vec<PathBuf>,
+    kubeconfig: Option<PathBuf>,
+    eureka: Option<EurekaOptions>,
     gen_opts: GenOptions,
     limits: Limits,
     drain_grace: Duration,
+    live: Live,
 }
 
 fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
@@ -120,6 +148,7 @@ fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
     let rebase = |p: PathBuf| if p.is_relative() { base.join(p) } else { p };
     cfg.data_dir = cfg.data_dir.map(rebase);
     cfg.watch = cfg.watch.into_iter().map(rebase).collect();
+    cfg.kubeconfig = cfg.kubeconfig.map(rebase);
     Ok(cfg)
 }
 
@@ -211,6 +240,20 @@ impl RunArgs {
                 data_dir.display()
             );
         }
+        let kubeconfig = self.kubeconfig.or(file.kubeconfig);
+        if let Some(k) = &kubeconfig
+            && !k.is_file()
+        {
+            bail!(
+                "--kubeconfig {}: not a file (fix the path, or leave the flag out)",
+                k.display()
+            );
+        }
+        let eureka = eureka_options(
+            self.eureka_url.or(file.eureka_url),
+            self.eureka_refresh_secs.or(file.eureka_refresh_secs),
+            &data_dir,
+        )?;
         let defaults = GenOptions::default();
         let gen_opts = GenOptions {
             outbound_address: self
@@ -226,11 +269,23 @@ impl RunArgs {
                 .or(file.drain_grace_secs)
                 .unwrap_or(10),
         );
+        let live = self.live.settings(
+            LiveFileConfig {
+                checkpoint_every_events: file.checkpoint_every_events,
+                checkpoint_every_secs: file.checkpoint_every_secs,
+                checkpoint_keep: file.checkpoint_keep,
+                debug_endpoints: file.debug_endpoints,
+            },
+            admin_addr,
+        )?;
         Ok(Settings {
+            live,
             xds_addr,
             admin_addr,
             data_dir,
             watch,
+            kubeconfig,
+            eureka,
             gen_opts,
             limits,
             drain_grace,
@@ -266,6 +321,32 @@ async fn terminated() {
 pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
     let s = args.settings()?;
     let adapter = file_adapter(&s)?;
+    let eureka = match &s.eureka {
+        Some(opts) => Some(
+            EurekaAdapter::new(opts.clone())
+                .context("starting the eureka adapter (--eureka-url)")?,
+        ),
+        None => None,
+    };
+    let k8s = match &s.kubeconfig {
+        Some(path) => Some(
+            KubernetesAdapter::from_kubeconfig(
+                Some(path),
+                KubernetesOptions {
+                    state_dir: Some(s.data_dir.join("kubernetes-adapter")),
+                    ..KubernetesOptions::default()
+                },
+            )
+            .await
+            .with_context(|| {
+                format!(
+                    "starting the kubernetes adapter (--kubeconfig {})",
+                    path.display()
+                )
+            })?,
+        ),
+        None => None,
+    };
     let xds_listener = bind(s.xds_addr, "xds").await?;
     let admin_listener = bind(s.admin_addr, "admin").await?;
     let log_dir = s.data_dir.join("log");
@@ -281,7 +362,23 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
     );
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let mut engine = Engine::new(s.gen_opts.clone());
+    let checkpoints = s
+        .live
+        .checkpoints
+        .map(|p| (live::store(&s.data_dir, &p), p));
+    let restored = match &checkpoints {
+        Some((store, _)) => live::restore(&log, store).await?,
+        None => None,
+    };
+    let mut engine = match restored {
+        Some(cp) => Engine::from_checkpoint(s.gen_opts.clone(), cp),
+        None => Engine::new(s.gen_opts.clone()),
+    };
+    let from = if engine.position().total() > 0 {
+        engine.position().clone()
+    } else {
+        log.start()
+    };
     let snapshots = engine.reader();
     let ready = engine.ready();
     let metrics = Arc::new(Metrics::new());
@@ -290,8 +387,8 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     {
         let (log, shutdown) = (log.clone(), shutdown_rx.clone());
+        let from = from.clone();
         tasks.spawn(async move {
-            let from = log.start();
             engine
                 .run(&*log, from, shutdown)
                 .await
@@ -330,6 +427,36 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
                 .context("file adapter stopped")
         });
     }
+    if let Some((store, policy)) = checkpoints {
+        tasks.spawn(live::checkpointer(
+            log.clone(),
+            store,
+            policy,
+            snapshots.clone(),
+            from,
+            shutdown_rx.clone(),
+        ));
+    }
+    let debug = s.live.debug.then(|| (snapshots.clone(), log.clone()));
+    let k8s_status = k8s.as_ref().map(KubernetesAdapter::status);
+    if let Some(k8s) = k8s {
+        let (log, shutdown) = (log.clone(), shutdown_rx.clone());
+        tasks.spawn(async move {
+            k8s.run(log, shutdown)
+                .await
+                .context("kubernetes adapter stopped")
+        });
+    }
+    let eureka_status = eureka.as_ref().map(EurekaAdapter::status);
+    if let Some(eureka) = eureka {
+        let (log, shutdown) = (log.clone(), shutdown_rx.clone());
+        tasks.spawn(async move {
+            eureka
+                .run(log, shutdown)
+                .await
+                .context("eureka adapter stopped")
+        });
+    }
     let shared = XdsShared::new(
         snapshots,
         s.limits,
@@ -338,6 +465,7 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
         ready.clone(),
         clock,
     );
+    let debug = debug.map(|(snapshots, log)| live::debug_state(snapshots, shared.streams(), log));
     tasks.spawn(async move {
         deltapilot_server::xds::service::serve(xds_listener, shared)
             .await
@@ -347,16 +475,26 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
         let ready = ready.clone();
         let mut shutdown = shutdown_rx.clone();
         tasks.spawn(async move {
-            // Ready = the engine has caught up with the log head and, when files are
-            // watched, the adapter's start-up resync is in the log (otherwise a fresh
-            // replica would report ready while still serving the previous run's view).
+            // Ready = the engine has caught up with the log head and every in-process
+            // adapter's start-up resync is in the log (otherwise a fresh replica would
+            // report ready while still serving the previous run's view). A Eureka
+            // server (or Kubernetes API server) that has not answered since start keeps
+            // the process not ready; one that goes down later does not (the last state
+            // is kept and served).
             let ready_fn: deltapilot_server::admin::ReadyFn = Arc::new(move || {
                 *ready.borrow()
                     && adapter_status
                         .as_ref()
                         .is_none_or(|st| st.borrow().resync_completed)
+                    && k8s_status
+                        .as_ref()
+                        .is_none_or(|st| st.borrow().resync_completed)
+                    && eureka_status
+                        .as_ref()
+                        .is_none_or(|st| st.borrow().resync_completed)
             });
-            deltapilot_server::admin::serve(admin_listener, metrics, ready_fn, async move {
+            let routes = deltapilot_server::admin::router_with_debug(metrics, ready_fn, debug);
+            deltapilot_server::admin::serve_routes(admin_listener, routes, async move {
                 let _ = shutdown.wait_for(|s| *s).await;
             })
             .await
@@ -365,7 +503,8 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
     }
     tracing::info!(
         xds = %s.xds_addr, admin = %s.admin_addr, data_dir = %s.data_dir.display(),
-        watch = ?s.watch, bind_outbound = s.gen_opts.bind_outbound, "deltapilot running"
+        watch = ?s.watch, kubeconfig = ?s.kubeconfig, eureka = s.eureka.as_ref().map_or("", |e| e.base_url.as_str()),
+        bind_outbound = s.gen_opts.bind_outbound, "deltapilot running"
     );
 
     let failure = tokio::select! {
@@ -394,6 +533,32 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
     }
 }
 
+/// The Eureka adapter's options for `--eureka-url`, validated before anything runs.
+fn eureka_options(
+    url: Option<String>,
+    refresh_secs: Option<f64>,
+    data_dir: &Path,
+) -> anyhow::Result<Option<EurekaOptions>> {
+    let Some(url) = url else {
+        if refresh_secs.is_some() {
+            bail!("--eureka-refresh-secs needs --eureka-url");
+        }
+        return Ok(None);
+    };
+    let mut opts = EurekaOptions::new(url);
+    if let Some(secs) = refresh_secs {
+        if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
+            bail!("--eureka-refresh-secs {secs}: must be above 0 and at most 86400");
+        }
+        opts.refresh_interval = Duration::from_secs_f64(secs);
+    }
+    // A fixed source id (see `file_adapter`), and the generation kept next to the log.
+    opts.source_id = EurekaOptions::DEFAULT_SOURCE.into();
+    opts.state_dir = Some(data_dir.join("eureka-adapter"));
+    opts.validate().context("--eureka-url")?;
+    Ok(Some(opts))
+}
+
 /// The file adapter over every `--watch` directory, validated before anything runs.
 fn file_adapter(s: &Settings) -> anyhow::Result<Option<FileAdapter>> {
     if s.watch.is_empty() {
@@ -415,6 +580,72 @@ fn file_adapter(s: &Settings) -> anyhow::Result<Option<FileAdapter>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn settings(args: &[&str]) -> anyhow::Result<Settings> {
+        use clap::Parser as _;
+        Cli::try_parse_from(std::iter::once("run").chain(args.iter().copied()))?
+            .run
+            .settings()
+    }
+
+    #[test]
+    fn registries_come_from_flags_or_the_config_file() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let data = dir.path().join("data");
+        let data = data.to_str().expect("utf-8");
+        let e = format!(
+            "{:#}",
+            settings(&["--data-dir", data, "--kubeconfig", "/nonexistent/kc"])
+                .expect_err("missing")
+        );
+        assert!(e.contains("--kubeconfig /nonexistent/kc"), "{e}");
+        std::fs::write(dir.path().join("kc.yaml"), "apiVersion: v1\nkind: Config\n").expect("kc");
+        let c = dir.path().join("c.yaml");
+        std::fs::write(
+            &c,
+            "kubeconfig: kc.yaml\neureka-url: http://127.0.0.1:8761/eureka\neureka-refresh-secs: 2\n",
+        )
+        .expect("config");
+        let s =
+            settings(&["--data-dir", data, "--config", c.to_str().expect("utf-8")]).expect("valid");
+        assert_eq!(s.kubeconfig, Some(dir.path().join("kc.yaml")));
+        let eureka = s.eureka.expect("eureka");
+        assert_eq!(eureka.base_url, "http://127.0.0.1:8761/eureka");
+        assert_eq!(eureka.refresh_interval, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn eureka_settings_are_checked_before_anything_runs() {
+        let data = Path::new("/var/lib/dp");
+        assert!(eureka_options(None, None, data).expect("none").is_none());
+        let o = eureka_options(
+            Some("http://127.0.0.1:8761/eureka".into()),
+            Some(0.25),
+            data,
+        )
+        .expect("valid")
+        .expect("some");
+        assert_eq!(o.refresh_interval, Duration::from_millis(250));
+        assert_eq!(
+            o.state_dir.as_deref(),
+            Some(data.join("eureka-adapter").as_path())
+        );
+        let e = |url: Option<&str>, secs: Option<f64>| {
+            format!(
+                "{:#}",
+                eureka_options(url.map(str::to_owned), secs, data).expect_err("invalid")
+            )
+        };
+        assert!(e(None, Some(1.0)).contains("needs --eureka-url"));
+        assert!(e(Some("ftp://x/eureka"), None).contains("scheme"));
+        assert!(e(Some("http://x/eureka"), Some(0.0)).contains("above 0"));
+    }
 
     #[test]
     fn config_file_yaml_and_json_with_relative_paths() {

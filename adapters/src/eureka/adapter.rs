@@ -1,0 +1,405 @@
+//! [`EurekaAdapter`]: the fetch loop (full fetch, then deltas reconciled by
+//! hashcode), the adapter's views, and the appends of their differences.
+//!
+//! What it does NOT do: HTTP details (see `client`), JSON (see `json`), the local
+//! registry copy (see `registry`), mapping (see `mapping`) or diffing (see `view`).
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use deltapilot_engine::log::EventLog;
+use deltapilot_proto::Event;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::client::{Fetch, Fetcher};
+use super::json::Applications;
+use super::mapping;
+use super::options::EurekaOptions;
+use super::registry::Registry;
+use super::state::{GenerationStore, next_generation};
+use super::status::{EurekaAdapterStatus, FetchErrorKind, InstanceProblem};
+use super::view::{Emitted, EntityMap, ResyncPhase};
+use crate::{Error, Result};
+
+/// The Eureka adapter: polls one Eureka server and appends entity-level events. See
+/// the [module docs](super) for the rules it follows.
+pub struct EurekaAdapter {
+    core: Core,
+    fetcher: Fetcher,
+    opts: EurekaOptions,
+    status_tx: watch::Sender<EurekaAdapterStatus>,
+}
+
+impl std::fmt::Debug for EurekaAdapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EurekaAdapter")
+            .field("source", &self.core.source)
+            .field("url", &self.core.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EurekaAdapter {
+    /// Checks the options, builds the HTTP client and loads the persisted
+    /// generation, so a misconfiguration fails at startup with a clear message.
+    /// Makes no request yet.
+    pub fn new(opts: EurekaOptions) -> Result<Self> {
+        opts.validate()?;
+        let fetcher = Fetcher::new(&opts)?;
+        let mut persisted_generation = 0;
+        let store = match &opts.state_dir {
+            None => None,
+            Some(dir) => {
+                let store = GenerationStore::open(dir, &opts.source_id)?;
+                match store.load() {
+                    Ok(g) => persisted_generation = g,
+                    Err(e) => tracing::warn!(
+                        state_file = %store.path().display(),
+                        error = %e,
+                        "eureka adapter: ignoring unusable state file; generation from the clock"
+                    ),
+                }
+                Some(store)
+            }
+        };
+        let core = Core {
+            source: opts.source_id.clone(),
+            namespace: opts.namespace.clone(),
+            url: fetcher.url(Fetch::Full).to_string(),
+            store,
+            persisted_generation,
+            registry: Registry::default(),
+            desired: EntityMap::new(),
+            problems: Vec::new(),
+            emitted: None,
+            batch_max: opts.append_batch_max,
+            counters: Counters::default(),
+        };
+        let (status_tx, _) = watch::channel(core.status());
+        Ok(Self {
+            core,
+            fetcher,
+            opts,
+            status_tx,
+        })
+    }
+
+    /// The source id stamped on every event.
+    pub fn source(&self) -> &str {
+        &self.core.source
+    }
+
+    /// A receiver of the adapter's status, updated whenever it changes; `borrow()`
+    /// is cheap, so metrics and `/readyz` read it on every request.
+    pub fn status(&self) -> watch::Receiver<EurekaAdapterStatus> {
+        self.status_tx.subscribe()
+    }
+
+    /// Runs the adapter until `shutdown` becomes `true` (or its sender is dropped).
+    ///
+    /// Picks a new generation, fetches the whole registry, appends the resync
+    /// (`STARTED`, every entity, `COMPLETED`), then polls deltas every refresh
+    /// interval and appends only what changed. A delta after which the local copy's
+    /// hashcode differs from the server's is followed at once by a full fetch. A
+    /// failed fetch keeps the last state, is retried with capped exponential backoff
+    /// and jitter, and is followed by a full fetch; a log that refuses an append is
+    /// retried the same way. Nothing here stops the loop: it returns `Ok` on
+    /// shutdown.
+    pub async fn run<L: EventLog + 'static>(
+        self,
+        log: Arc<L>,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<()> {
+        let EurekaAdapter {
+            mut core,
+            fetcher,
+            opts,
+            status_tx,
+        } = self;
+        core.begin();
+        tracing::info!(source = %core.source, url = %core.url, generation = core.generation(), "eureka adapter: started");
+        publish(&status_tx, &core);
+
+        let mut next_fetch = Instant::now();
+        let mut need_full = true;
+        let mut last_full: Option<Instant> = None;
+        let mut append_retry_at: Option<Instant> = None;
+        let mut append_failures: u32 = 0;
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            if Instant::now() >= next_fetch {
+                let full_due = opts
+                    .full_fetch_interval
+                    .is_some_and(|every| last_full.is_some_and(|t| t.elapsed() >= every));
+                let which = if need_full || full_due || !core.registry.is_loaded() {
+                    Fetch::Full
+                } else {
+                    Fetch::Delta
+                };
+                let result = tokio::select! {
+                    r = fetcher.fetch(which) => r,
+                    changed = shutdown.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                };
+                match result {
+                    Ok(doc) => {
+                        let reconciled = core.fetched(which, doc);
+                        if which == Fetch::Full {
+                            last_full = Some(Instant::now());
+                            need_full = false;
+                        }
+                        if !reconciled {
+                            // Eureka's client does the same: a copy that no longer
+                            // matches the server is replaced at once, before anything
+                            // is appended from it.
+                            tracing::info!(
+                                local = %core.registry.hashcode(),
+                                server = core.counters.last_hashcode.as_deref().unwrap_or("(none)"),
+                                "eureka adapter: hashcode mismatch after a delta; fetching the full registry"
+                            );
+                            need_full = true;
+                            publish(&status_tx, &core);
+                            continue;
+                        }
+                        next_fetch = Instant::now() + opts.refresh_interval;
+                    }
+                    Err(e) => {
+                        core.fetch_failed(&e);
+                        need_full = true;
+                        let delay = opts.backoff(core.counters.consecutive_fetch_failures);
+                        tracing::warn!(error = %e, retry_in = ?delay, "eureka adapter: fetch failed; keeping the last state");
+                        next_fetch = Instant::now() + delay;
+                    }
+                }
+                publish(&status_tx, &core);
+            }
+            if append_retry_at.is_none_or(|t| Instant::now() >= t) {
+                match flush(&mut core, log.as_ref(), &shutdown).await {
+                    Ok(()) => {
+                        if append_failures > 0 {
+                            tracing::info!(
+                                after_failures = append_failures,
+                                "eureka adapter: the log accepts appends again"
+                            );
+                        }
+                        append_failures = 0;
+                        append_retry_at = None;
+                        core.counters.last_append_error = None;
+                    }
+                    Err(e) => {
+                        append_failures = append_failures.saturating_add(1);
+                        let delay = opts.backoff(append_failures);
+                        tracing::warn!(error = %e, retry_in = ?delay, "eureka adapter: append failed; keeping state and retrying");
+                        core.counters.append_failures_total += 1;
+                        core.counters.last_append_error = Some(e.to_string());
+                        append_retry_at = Some(Instant::now() + delay);
+                    }
+                }
+                publish(&status_tx, &core);
+            }
+            let wake = append_retry_at.map_or(next_fetch, |t| t.min(next_fetch));
+            tokio::select! {
+                changed = shutdown.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+                () = tokio::time::sleep_until(wake) => {}
+            }
+        }
+        tracing::info!(source = %core.source, "eureka adapter: stopped");
+        Ok(())
+    }
+}
+
+/// Appends plans until the log matches the desired view, a batch fails, or shutdown
+/// is requested.
+async fn flush<L: EventLog>(
+    core: &mut Core,
+    log: &L,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<()> {
+    loop {
+        if *shutdown.borrow() {
+            return Ok(());
+        }
+        let plan = core.plan();
+        if plan.is_empty() {
+            return Ok(());
+        }
+        log.append(&plan).await?;
+        core.commit(&plan);
+    }
+}
+
+fn publish(tx: &watch::Sender<EurekaAdapterStatus>, core: &Core) {
+    let next = core.status();
+    tx.send_if_modified(|s| {
+        if *s == next {
+            false
+        } else {
+            *s = next;
+            true
+        }
+    });
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    full_fetches_total: u64,
+    delta_fetches_total: u64,
+    fetch_failures_total: u64,
+    consecutive_fetch_failures: u32,
+    last_fetch_error: Option<(Option<FetchErrorKind>, String)>,
+    hashcode_mismatches_total: u64,
+    last_hashcode: Option<String>,
+    malformed_instances_total: u64,
+    events_emitted_total: u64,
+    append_failures_total: u64,
+    last_append_error: Option<String>,
+}
+
+/// Everything the adapter knows.
+#[derive(Debug)]
+struct Core {
+    source: String,
+    namespace: String,
+    url: String,
+    store: Option<GenerationStore>,
+    persisted_generation: u64,
+    registry: Registry,
+    desired: EntityMap,
+    problems: Vec<InstanceProblem>,
+    emitted: Option<Emitted>,
+    batch_max: usize,
+    counters: Counters,
+}
+
+impl Core {
+    fn generation(&self) -> u64 {
+        self.emitted.as_ref().map_or(0, Emitted::generation)
+    }
+
+    /// Picks this start's generation and persists it before any event uses it.
+    fn begin(&mut self) {
+        let generation = next_generation(self.persisted_generation, now_micros());
+        self.persisted_generation = generation;
+        self.emitted = Some(Emitted::new(self.source.clone(), generation));
+        if let Some(store) = &self.store
+            && let Err(e) = store.save(generation)
+        {
+            tracing::warn!(error = %e, "eureka adapter: cannot write state file; continuing without it");
+        }
+    }
+
+    /// Applies a fetched document; returns `false` when a delta left the copy out
+    /// of step with the server's hashcode.
+    fn fetched(&mut self, which: Fetch, doc: Applications) -> bool {
+        let c = &mut self.counters;
+        c.consecutive_fetch_failures = 0;
+        c.last_fetch_error = None;
+        c.last_hashcode.clone_from(&doc.hashcode);
+        let hashcode = doc.hashcode.clone();
+        let first = !self.registry.is_loaded();
+        let applied = match which {
+            Fetch::Full => {
+                c.full_fetches_total += 1;
+                self.registry.replace(doc)
+            }
+            Fetch::Delta => {
+                c.delta_fetches_total += 1;
+                self.registry.apply_delta(doc)
+            }
+        };
+        c.malformed_instances_total += applied.malformed;
+        if applied.changed || first {
+            self.desired =
+                mapping::desired(self.registry.instances(), &self.source, &self.namespace);
+        }
+        let problems = self.registry.problems();
+        for p in problems.iter().filter(|p| !self.problems.contains(p)) {
+            tracing::warn!(problem = %p, "eureka adapter: malformed instance skipped");
+        }
+        self.problems = problems;
+        let reconciled =
+            which == Fetch::Full || self.registry.matches_hashcode(hashcode.as_deref());
+        if !reconciled {
+            self.counters.hashcode_mismatches_total += 1;
+        }
+        reconciled
+    }
+
+    fn fetch_failed(&mut self, e: &Error) {
+        let c = &mut self.counters;
+        c.fetch_failures_total += 1;
+        c.consecutive_fetch_failures = c.consecutive_fetch_failures.saturating_add(1);
+        let kind = match e {
+            Error::Eureka { kind, .. } => Some(*kind),
+            _ => None,
+        };
+        c.last_fetch_error = Some((kind, e.to_string()));
+    }
+
+    /// Nothing is planned before the first full fetch: the resync must carry the
+    /// whole registry, and until Eureka answers the log keeps the last run's view.
+    fn plan(&self) -> Vec<Event> {
+        match &self.emitted {
+            Some(em) if self.registry.is_loaded() => {
+                em.plan(&self.desired, self.batch_max, now_micros())
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn commit(&mut self, events: &[Event]) {
+        if let Some(em) = &mut self.emitted {
+            em.commit(events);
+            self.counters.events_emitted_total += events.len() as u64;
+        }
+    }
+
+    fn status(&self) -> EurekaAdapterStatus {
+        let c = &self.counters;
+        let (applications, instances) = self.registry.sizes();
+        EurekaAdapterStatus {
+            source: self.source.clone(),
+            url: self.url.clone(),
+            generation: self.generation(),
+            resync_completed: self
+                .emitted
+                .as_ref()
+                .is_some_and(|e| e.phase() == ResyncPhase::Completed),
+            registry_reachable: c.consecutive_fetch_failures == 0
+                && c.full_fetches_total + c.delta_fetches_total > 0,
+            consecutive_fetch_failures: c.consecutive_fetch_failures,
+            last_fetch_error: c.last_fetch_error.as_ref().map(|(_, m)| m.clone()),
+            last_fetch_error_kind: c.last_fetch_error.as_ref().and_then(|(k, _)| *k),
+            full_fetches_total: c.full_fetches_total,
+            delta_fetches_total: c.delta_fetches_total,
+            fetch_failures_total: c.fetch_failures_total,
+            hashcode_mismatches_total: c.hashcode_mismatches_total,
+            last_hashcode: c.last_hashcode.clone(),
+            applications,
+            instances,
+            malformed_instances_total: c.malformed_instances_total,
+            entities_in_view: self.emitted.as_ref().map_or(0, Emitted::len),
+            events_emitted_total: c.events_emitted_total,
+            append_failures_total: c.append_failures_total,
+            last_append_error: c.last_append_error.clone(),
+            problems: self.problems.clone(),
+        }
+    }
+}
+
+fn now_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
