@@ -41,6 +41,10 @@ pub struct Snapshot {
     pub model: ModelState,
     /// Every xDS resource, encoded.
     pub resources: ResourceSet,
+    /// Observed-at time (Unix microseconds) of the newest event folded into the
+    /// batch that produced this `seq`, or 0 if unknown. The server measures
+    /// convergence from it: registry observation to the proxy's ACK.
+    pub observed_at_micros: i64,
     /// Change sets of the most recent snapshots: `(seq, changes that produced seq)`,
     /// oldest first, at most [`RECENT_CHANGES`].
     pub recent: Vector<(u64, Arc<ChangeSet>)>,

@@ -109,6 +109,8 @@ pub struct Engine {
     position: Position,
     seq: u64,
     recent: Vector<(u64, Arc<ChangeSet>)>,
+    /// See [`Snapshot::observed_at_micros`].
+    observed_at_micros: i64,
     stats: Arc<EngineStats>,
     ready: watch::Sender<bool>,
 }
@@ -142,6 +144,7 @@ impl Engine {
             hash: snapshot_hash(model.hash(), resources_hash),
             model: model.clone(),
             resources: resources.clone(),
+            observed_at_micros: 0,
             recent: Vector::new(),
         };
         let (writer, _reader) = SnapshotWriter::new(initial);
@@ -155,6 +158,7 @@ impl Engine {
             position,
             seq: 0,
             recent: Vector::new(),
+            observed_at_micros: 0,
             stats,
             ready,
         }
@@ -270,6 +274,11 @@ impl Engine {
         let changes = Arc::new(changes);
         if !changes.is_empty() {
             self.seq += 1;
+            self.observed_at_micros = events
+                .iter()
+                .map(|(_, e)| e.observed_at_unix_micros)
+                .max()
+                .unwrap_or(0);
             self.recent.push_back((self.seq, changes.clone()));
             while self.recent.len() > RECENT_CHANGES {
                 self.recent.pop_front();
@@ -297,6 +306,7 @@ impl Engine {
             hash,
             model: self.model.clone(),
             resources: self.resources.clone(),
+            observed_at_micros: self.observed_at_micros,
             recent: self.recent.clone(),
         });
         hash

@@ -407,7 +407,16 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
                 tokio::select! {
                     snap = reader.changed() => match snap {
                         Some(snap) => {
-                            clock.record(snap.seq, SystemTime::now());
+                            // Convergence is measured from when the registry change
+                            // was observed; events without that time fall back to
+                            // when this server first saw the snapshot.
+                            let at = u64::try_from(snap.observed_at_micros)
+                                .ok()
+                                .filter(|m| *m > 0)
+                                .map_or_else(SystemTime::now, |m| {
+                                    SystemTime::UNIX_EPOCH + Duration::from_micros(m)
+                                });
+                            clock.record(snap.seq, at);
                             metrics.snapshot_seq.set(snap.seq as i64);
                         }
                         None => return Ok(()),
