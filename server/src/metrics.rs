@@ -21,6 +21,12 @@
 //! - `xds_stale_nonces_total` — ACK/NACKs whose nonce matched nothing (ignored).
 //! - `snapshot_seq` — newest snapshot sequence the server has seen.
 //! - `ready` — 1 once the engine has caught up with the log head.
+//! - `adapter_events_emitted_total{adapter}` — events an in-process adapter appended
+//!   (`rate()` of it is events per second).
+//! - `adapter_view_entities{adapter}` — entities in the adapter's last-known view.
+//! - `adapter_registry_up{adapter}` — 1 while the registry answers (files: none broken).
+//! - `adapter_resync_completed{adapter}` — 1 once its start-up resync is in the log.
+//! - `adapter_malformed_objects_total{adapter}` — registry objects skipped as malformed.
 //!
 //! What it does NOT do: serve HTTP (see `admin`).
 
@@ -74,6 +80,16 @@ pub struct Metrics {
     pub snapshot_seq: Gauge,
     /// See the module docs.
     pub ready: Gauge,
+    /// See the module docs.
+    pub adapter_events_emitted: Family<Labels<1>, Counter>,
+    /// See the module docs.
+    pub adapter_view_entities: Family<Labels<1>, Gauge>,
+    /// See the module docs.
+    pub adapter_registry_up: Family<Labels<1>, Gauge>,
+    /// See the module docs.
+    pub adapter_resync_completed: Family<Labels<1>, Gauge>,
+    /// See the module docs.
+    pub adapter_malformed: Family<Labels<1>, Counter>,
 }
 
 impl Default for Metrics {
@@ -102,6 +118,11 @@ impl Metrics {
             stale_nonces: Counter::default(),
             snapshot_seq: Gauge::default(),
             ready: Gauge::default(),
+            adapter_events_emitted: Family::default(),
+            adapter_view_entities: Family::default(),
+            adapter_registry_up: Family::default(),
+            adapter_resync_completed: Family::default(),
+            adapter_malformed: Family::default(),
         };
         registry.register(
             "xds_connected_proxies",
@@ -160,6 +181,31 @@ impl Metrics {
             "ready",
             "1 once the engine has caught up with the log head",
             m.ready.clone(),
+        );
+        registry.register(
+            "adapter_events_emitted",
+            "Events appended by an in-process adapter",
+            m.adapter_events_emitted.clone(),
+        );
+        registry.register(
+            "adapter_view_entities",
+            "Entities in an adapter's last-known registry view",
+            m.adapter_view_entities.clone(),
+        );
+        registry.register(
+            "adapter_registry_up",
+            "1 while the adapter's registry answers",
+            m.adapter_registry_up.clone(),
+        );
+        registry.register(
+            "adapter_resync_completed",
+            "1 once the adapter's start-up resync is in the log",
+            m.adapter_resync_completed.clone(),
+        );
+        registry.register(
+            "adapter_malformed_objects",
+            "Registry objects an adapter skipped as malformed",
+            m.adapter_malformed.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -1,0 +1,174 @@
+//! In-process adapters as the server reports them: one neutral [`AdapterReport`]
+//! per adapter, exported as Prometheus metrics and used by `/readyz`.
+//!
+//! Each adapter publishes its own rich status through a `watch` channel; this module
+//! reduces those to the few facts an operator alerts on (is the registry reachable,
+//! has the start-up resync landed, how big is the view, how many events were
+//! emitted). What it does NOT do: run adapters or decide their retry policy.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deltapilot_adapters::eureka::EurekaAdapterStatus;
+use deltapilot_adapters::file::FileAdapterStatus;
+use deltapilot_adapters::kubernetes::KubernetesAdapterStatus;
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+
+/// How often adapter statuses are copied into metrics: frequent enough for a
+/// scrape interval of a few seconds, cheap (a handful of gauges).
+pub const EXPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A live adapter's status channel.
+#[derive(Debug, Clone)]
+pub enum AdapterWatch {
+    /// The file adapter.
+    File(watch::Receiver<FileAdapterStatus>),
+    /// The Eureka adapter.
+    Eureka(watch::Receiver<EurekaAdapterStatus>),
+    /// The Kubernetes adapter.
+    Kubernetes(watch::Receiver<KubernetesAdapterStatus>),
+}
+
+/// What the server reports about one adapter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdapterReport {
+    /// `file`, `eureka` or `kubernetes` (the metric label).
+    pub adapter: &'static str,
+    /// Its source id in the log.
+    pub source: String,
+    /// Whether its start-up resync is in the log.
+    pub resync_completed: bool,
+    /// Whether the registry answered its last request (files: the directories are
+    /// readable and no file is broken).
+    pub registry_healthy: bool,
+    /// Entities in the adapter's last-known view.
+    pub entities_in_view: usize,
+    /// Events appended since start.
+    pub events_emitted_total: u64,
+    /// Malformed objects skipped since start.
+    pub malformed_total: u64,
+    /// The most recent registry or append error, if any.
+    pub last_error: Option<String>,
+}
+
+impl AdapterWatch {
+    /// The current report.
+    pub fn report(&self) -> AdapterReport {
+        match self {
+            AdapterWatch::File(rx) => {
+                let s = rx.borrow();
+                AdapterReport {
+                    adapter: "file",
+                    source: s.source.clone(),
+                    resync_completed: s.resync_completed,
+                    registry_healthy: s.files_bad == 0,
+                    entities_in_view: s.entities_in_view,
+                    events_emitted_total: s.events_emitted_total,
+                    malformed_total: s.malformed_documents_total + s.invalid_files_total,
+                    last_error: s
+                        .last_append_error
+                        .clone()
+                        .or_else(|| s.problems.first().map(|p| p.to_string())),
+                }
+            }
+            AdapterWatch::Eureka(rx) => {
+                let s = rx.borrow();
+                AdapterReport {
+                    adapter: "eureka",
+                    source: s.source.clone(),
+                    resync_completed: s.resync_completed,
+                    registry_healthy: s.registry_reachable,
+                    entities_in_view: s.entities_in_view,
+                    events_emitted_total: s.events_emitted_total,
+                    malformed_total: s.malformed_instances_total,
+                    last_error: s.last_fetch_error.clone().or(s.last_append_error.clone()),
+                }
+            }
+            AdapterWatch::Kubernetes(rx) => {
+                let s = rx.borrow();
+                AdapterReport {
+                    adapter: "kubernetes",
+                    source: s.source.clone(),
+                    resync_completed: s.resync_completed,
+                    registry_healthy: s.registry_healthy(),
+                    entities_in_view: s.entities_in_view,
+                    events_emitted_total: s.events_emitted_total,
+                    malformed_total: s.malformed_objects_total,
+                    last_error: s
+                        .last_registry_error
+                        .clone()
+                        .or(s.last_append_error.clone()),
+                }
+            }
+        }
+    }
+}
+
+/// Why the adapters make the process not ready, or `None` when they are all ready
+/// (their start-up resyncs are in the log).
+pub fn not_ready_reason(adapters: &[AdapterWatch]) -> Option<String> {
+    let waiting: Vec<String> = adapters
+        .iter()
+        .map(AdapterWatch::report)
+        .filter(|r| !r.resync_completed)
+        .map(|r| match r.last_error {
+            Some(e) => format!(
+                "{} adapter ({}) has not completed its resync: {e}",
+                r.adapter, r.source
+            ),
+            None => format!(
+                "{} adapter ({}) has not completed its resync yet",
+                r.adapter, r.source
+            ),
+        })
+        .collect();
+    (!waiting.is_empty()).then(|| waiting.join("; "))
+}
+
+/// Copies adapter reports into `metrics` every [`EXPORT_INTERVAL`] until `shutdown`.
+pub async fn export(
+    adapters: Vec<AdapterWatch>,
+    metrics: Arc<Metrics>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut emitted_seen = vec![0u64; adapters.len()];
+    let mut malformed_seen = vec![0u64; adapters.len()];
+    let mut tick = tokio::time::interval(EXPORT_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        for (i, a) in adapters.iter().enumerate() {
+            let r = a.report();
+            let l = [("adapter", r.adapter)];
+            // Totals only grow; a counter is advanced by what is new since last time.
+            let emitted = r.events_emitted_total.saturating_sub(emitted_seen[i]);
+            metrics
+                .adapter_events_emitted
+                .get_or_create(&l)
+                .inc_by(emitted);
+            emitted_seen[i] = r.events_emitted_total.max(emitted_seen[i]);
+            let malformed = r.malformed_total.saturating_sub(malformed_seen[i]);
+            metrics
+                .adapter_malformed
+                .get_or_create(&l)
+                .inc_by(malformed);
+            malformed_seen[i] = r.malformed_total.max(malformed_seen[i]);
+            metrics
+                .adapter_view_entities
+                .get_or_create(&l)
+                .set(i64::try_from(r.entities_in_view).unwrap_or(i64::MAX));
+            metrics
+                .adapter_registry_up
+                .get_or_create(&l)
+                .set(i64::from(r.registry_healthy));
+            metrics
+                .adapter_resync_completed
+                .get_or_create(&l)
+                .set(i64::from(r.resync_completed));
+        }
+    }
+}
