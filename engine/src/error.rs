@@ -23,7 +23,9 @@ pub enum Error {
 
     /// A record in the middle of the embedded log failed its checks. Never skipped:
     /// the log up to `offset` is trustworthy, everything after it is not.
-    #[error("corrupt record in segment {segment} at byte {byte_offset} (log offset {offset}): {reason}")]
+    #[error(
+        "corrupt record in segment {segment} at byte {byte_offset} (log offset {offset}): {reason}"
+    )]
     Corrupt {
         /// The segment file.
         segment: PathBuf,
@@ -83,7 +85,9 @@ pub enum Error {
     },
 
     /// A record was written by a newer schema than this build understands.
-    #[error("record at {position} has schema version {found}, newer than the newest this build reads ({supported}); upgrade deltapilot to read it")]
+    #[error(
+        "record at {position} has schema version {found}, newer than the newest this build reads ({supported}); upgrade deltapilot to read it"
+    )]
     SchemaTooNew {
         /// Where the record sits.
         position: String,

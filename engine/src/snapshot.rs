@@ -151,18 +151,31 @@ mod tests {
 
     fn cs(name: &str) -> Arc<ChangeSet> {
         let mut c = ChangeSet::default();
-        c.of_mut(ResourceType::Cluster).upserted.insert(Arc::from(name));
+        c.of_mut(ResourceType::Cluster)
+            .upserted
+            .insert(Arc::from(name));
         Arc::new(c)
     }
 
     #[test]
     fn changes_since_merges_recent_and_gives_up_when_too_old() {
-        let mut s = Snapshot { seq: 12, ..Default::default() };
+        let mut s = Snapshot {
+            seq: 12,
+            ..Default::default()
+        };
         s.recent = (10..=12).map(|q| (q, cs(&format!("c{q}")))).collect();
         let m = s.changes_since(10).expect("known");
-        let names: Vec<_> = m.of(ResourceType::Cluster).upserted.iter().map(|n| n.to_string()).collect();
+        let names: Vec<_> = m
+            .of(ResourceType::Cluster)
+            .upserted
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
         assert_eq!(names, ["c11", "c12"]);
-        assert!(s.changes_since(9).is_some(), "seq 10's changes are kept, so 9 is reachable");
+        assert!(
+            s.changes_since(9).is_some(),
+            "seq 10's changes are kept, so 9 is reachable"
+        );
         assert!(s.changes_since(8).is_none());
         assert!(s.changes_since(12).expect("current").is_empty());
     }
@@ -170,8 +183,15 @@ mod tests {
     #[tokio::test]
     async fn readers_wake_only_on_new_sequence() {
         let (w, mut r) = SnapshotWriter::new(Snapshot::default());
-        w.publish(Snapshot { seq: 0, ..Default::default() });
-        w.publish(Snapshot { seq: 1, hash: 7, ..Default::default() });
+        w.publish(Snapshot {
+            seq: 0,
+            ..Default::default()
+        });
+        w.publish(Snapshot {
+            seq: 1,
+            hash: 7,
+            ..Default::default()
+        });
         let s = r.changed().await.expect("writer alive");
         assert_eq!((s.seq, s.hash), (1, 7));
         let pending = tokio::time::timeout(std::time::Duration::from_millis(20), r.changed()).await;

@@ -66,8 +66,11 @@ pub trait EventLog: Send + Sync {
     /// Reads up to `limit` records at or after `from`, in log order within each
     /// partition. Returns fewer (possibly none) at the end of the log; never waits
     /// for new records.
-    fn read(&self, from: &Position, limit: usize)
-    -> impl Future<Output = Result<Vec<Record>>> + Send;
+    fn read(
+        &self,
+        from: &Position,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Record>>> + Send;
 
     /// Follows the log from `from`: yields everything already there, then new records
     /// as they are appended, with [`FollowItem::CaughtUp`] whenever it reaches the

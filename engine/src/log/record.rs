@@ -69,7 +69,10 @@ mod tests {
         };
         let err = decode_event(&encode_event(&e), AT).expect_err("newer schema");
         let text = err.to_string();
-        assert!(text.contains("0:7") && text.contains("schema version"), "{text}");
+        assert!(
+            text.contains("0:7") && text.contains("schema version"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -64,7 +64,9 @@ pub fn parse(uri: &str) -> Result<(LogUri, LogOptions)> {
 
     if let Some(dir) = base.strip_prefix("file://") {
         if dir.is_empty() {
-            return Err(bad("file:// needs a directory, e.g. file://./data/log".into()));
+            return Err(bad(
+                "file:// needs a directory, e.g. file://./data/log".into()
+            ));
         }
         for (k, v) in params {
             match k {
@@ -73,7 +75,11 @@ pub fn parse(uri: &str) -> Result<(LogUri, LogOptions)> {
                         "always" => FsyncPolicy::Always,
                         "never" => FsyncPolicy::Never,
                         "interval" => FsyncPolicy::Interval(opts.file.fsync.interval_or_default()),
-                        _ => return Err(bad(format!("fsync={v}: expected always, interval or never"))),
+                        _ => {
+                            return Err(bad(format!(
+                                "fsync={v}: expected always, interval or never"
+                            )));
+                        }
                     }
                 }
                 "fsync_interval_ms" => {
@@ -87,10 +93,19 @@ pub fn parse(uri: &str) -> Result<(LogUri, LogOptions)> {
                     }
                     opts.file.segment_bytes = n;
                 }
-                _ => return Err(bad(format!("unknown option {k:?} for file:// (known: fsync, fsync_interval_ms, segment_bytes)"))),
+                _ => {
+                    return Err(bad(format!(
+                        "unknown option {k:?} for file:// (known: fsync, fsync_interval_ms, segment_bytes)"
+                    )));
+                }
             }
         }
-        return Ok((LogUri::File { dir: PathBuf::from(dir) }, opts));
+        return Ok((
+            LogUri::File {
+                dir: PathBuf::from(dir),
+            },
+            opts,
+        ));
     }
 
     if let Some(rest) = base.strip_prefix("kafka://") {
@@ -107,7 +122,7 @@ pub fn parse(uri: &str) -> Result<(LogUri, LogOptions)> {
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
         {
             return Err(bad(
-                "topic must be 1-249 characters of [A-Za-z0-9._-]".into(),
+                "topic must be 1-249 characters of [A-Za-z0-9._-]".into()
             ));
         }
         for (k, v) in params {
@@ -123,9 +138,14 @@ pub fn parse(uri: &str) -> Result<(LogUri, LogOptions)> {
                     opts.kafka.append_timeout = Duration::from_millis(parse_num(k, v).map_err(bad)?)
                 }
                 "request_timeout_ms" => {
-                    opts.kafka.request_timeout = Duration::from_millis(parse_num(k, v).map_err(bad)?)
+                    opts.kafka.request_timeout =
+                        Duration::from_millis(parse_num(k, v).map_err(bad)?)
                 }
-                _ => return Err(bad(format!("unknown option {k:?} for kafka:// (known: partitions, append_timeout_ms, request_timeout_ms)"))),
+                _ => {
+                    return Err(bad(format!(
+                        "unknown option {k:?} for kafka:// (known: partitions, append_timeout_ms, request_timeout_ms)"
+                    )));
+                }
             }
         }
         return Ok((
@@ -161,7 +181,12 @@ mod tests {
     #[test]
     fn file_uri_with_options() {
         let (u, o) = parse("file://./data/log?fsync=always&segment_bytes=65536").expect("parse");
-        assert_eq!(u, LogUri::File { dir: "./data/log".into() });
+        assert_eq!(
+            u,
+            LogUri::File {
+                dir: "./data/log".into()
+            }
+        );
         assert_eq!(o.file.fsync, FsyncPolicy::Always);
         assert_eq!(o.file.segment_bytes, 65536);
     }
@@ -171,7 +196,10 @@ mod tests {
         let (u, o) = parse("kafka://127.0.0.1:9092/events?partitions=3").expect("parse");
         assert_eq!(
             u,
-            LogUri::Kafka { brokers: "127.0.0.1:9092".into(), topic: "events".into() }
+            LogUri::Kafka {
+                brokers: "127.0.0.1:9092".into(),
+                topic: "events".into()
+            }
         );
         assert_eq!(o.kafka.partitions, 3);
     }

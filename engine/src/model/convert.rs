@@ -25,14 +25,21 @@ fn hostname(h: &str) -> Result<Hostname, ConvertError> {
     if h.is_empty() || h.len() > 253 {
         return err(format!("hostname {h:?} must be 1-253 characters"));
     }
-    if !h.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '*' | '_')) {
-        return err(format!("hostname {h:?} has characters outside [A-Za-z0-9-._*]"));
+    if !h
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '*' | '_'))
+    {
+        return err(format!(
+            "hostname {h:?} has characters outside [A-Za-z0-9-._*]"
+        ));
     }
     Ok(Hostname::new(&h.to_ascii_lowercase()))
 }
 
 fn labels(m: &std::collections::BTreeMap<String, String>) -> Labels {
-    m.iter().map(|(k, v)| (Arc::from(k.as_str()), Arc::from(v.as_str()))).collect()
+    m.iter()
+        .map(|(k, v)| (Arc::from(k.as_str()), Arc::from(v.as_str())))
+        .collect()
 }
 
 fn protocol(p: i32) -> Protocol {
@@ -69,20 +76,36 @@ pub fn service_from_proto(s: &pb::Service) -> Result<Service, ConvertError> {
     for p in &s.ports {
         let number = port_number(p.number, &format!("service {host}: port {:?}", p.name))?;
         if !numbers.insert(number) {
-            return err(format!("service {host}: port number {number} appears twice"));
+            return err(format!(
+                "service {host}: port number {number} appears twice"
+            ));
         }
         if !p.name.is_empty() && !names.insert(p.name.clone()) {
-            return err(format!("service {host}: port name {:?} appears twice", p.name));
+            return err(format!(
+                "service {host}: port name {:?} appears twice",
+                p.name
+            ));
         }
-        let name = if p.name.is_empty() { number.to_string() } else { p.name.clone() };
-        ports.push(Port { name: Arc::from(name.as_str()), number, protocol: protocol(p.protocol) });
+        let name = if p.name.is_empty() {
+            number.to_string()
+        } else {
+            p.name.clone()
+        };
+        ports.push(Port {
+            name: Arc::from(name.as_str()),
+            number,
+            protocol: protocol(p.protocol),
+        });
     }
     ports.sort_by_key(|p| p.number);
-    let resolution = match pb::Resolution::try_from(s.resolution).unwrap_or(pb::Resolution::Unspecified) {
-        pb::Resolution::Dns => Resolution::Dns,
-        pb::Resolution::Passthrough => Resolution::Passthrough,
-        pb::Resolution::StaticEndpoints | pb::Resolution::Unspecified => Resolution::StaticEndpoints,
-    };
+    let resolution =
+        match pb::Resolution::try_from(s.resolution).unwrap_or(pb::Resolution::Unspecified) {
+            pb::Resolution::Dns => Resolution::Dns,
+            pb::Resolution::Passthrough => Resolution::Passthrough,
+            pb::Resolution::StaticEndpoints | pb::Resolution::Unspecified => {
+                Resolution::StaticEndpoints
+            }
+        };
     Ok(Service {
         hostname: host,
         namespace: Arc::from(s.namespace.as_str()),
@@ -97,13 +120,18 @@ pub fn endpoint_from_proto(key: &str, e: &pb::Endpoint) -> Result<Endpoint, Conv
     if key.is_empty() {
         return err("endpoint key is empty");
     }
-    let address = e
-        .address
-        .parse()
-        .map_err(|_| ConvertError(format!("endpoint {key}: address {:?} is not an IP address", e.address)))?;
+    let address = e.address.parse().map_err(|_| {
+        ConvertError(format!(
+            "endpoint {key}: address {:?} is not an IP address",
+            e.address
+        ))
+    })?;
     let mut ports = std::collections::BTreeMap::new();
     for (name, n) in &e.ports {
-        ports.insert(Arc::from(name.as_str()), port_number(*n, &format!("endpoint {key}: port {name:?}"))?);
+        ports.insert(
+            Arc::from(name.as_str()),
+            port_number(*n, &format!("endpoint {key}: port {name:?}"))?,
+        );
     }
     if e.services.is_empty() {
         return err(format!("endpoint {key}: belongs to no service"));
@@ -114,11 +142,14 @@ pub fn endpoint_from_proto(key: &str, e: &pb::Endpoint) -> Result<Endpoint, Conv
     }
     services.sort();
     services.dedup();
-    let locality = e.locality.as_ref().map_or_else(Locality::default, |l| Locality {
-        region: Arc::from(l.region.as_str()),
-        zone: Arc::from(l.zone.as_str()),
-        subzone: Arc::from(l.subzone.as_str()),
-    });
+    let locality = e
+        .locality
+        .as_ref()
+        .map_or_else(Locality::default, |l| Locality {
+            region: Arc::from(l.region.as_str()),
+            zone: Arc::from(l.zone.as_str()),
+            subzone: Arc::from(l.subzone.as_str()),
+        });
     let health = match pb::Health::try_from(e.health).unwrap_or(pb::Health::Unspecified) {
         pb::Health::Unhealthy => Health::Unhealthy,
         pb::Health::Draining => Health::Draining,
@@ -143,31 +174,61 @@ mod tests {
     use super::*;
 
     fn svc(ports: Vec<pb::Port>) -> pb::Service {
-        pb::Service { hostname: "a.ns.svc".into(), namespace: "ns".into(), ports, ..Default::default() }
+        pb::Service {
+            hostname: "a.ns.svc".into(),
+            namespace: "ns".into(),
+            ports,
+            ..Default::default()
+        }
     }
 
     #[test]
     fn invalid_ports_are_rejected_with_reason() {
-        let bad = svc(vec![pb::Port { name: "http".into(), number: 70000, protocol: 1 }]);
+        let bad = svc(vec![pb::Port {
+            name: "http".into(),
+            number: 70000,
+            protocol: 1,
+        }]);
         let e = service_from_proto(&bad).expect_err("port out of range");
         assert!(e.0.contains("70000"), "{e}");
 
         let dup = svc(vec![
-            pb::Port { name: "a".into(), number: 80, protocol: 1 },
-            pb::Port { name: "b".into(), number: 80, protocol: 1 },
+            pb::Port {
+                name: "a".into(),
+                number: 80,
+                protocol: 1,
+            },
+            pb::Port {
+                name: "b".into(),
+                number: 80,
+                protocol: 1,
+            },
         ]);
-        assert!(service_from_proto(&dup).expect_err("dup").0.contains("twice"));
+        assert!(
+            service_from_proto(&dup)
+                .expect_err("dup")
+                .0
+                .contains("twice")
+        );
     }
 
     #[test]
     fn endpoint_weight_zero_becomes_one_and_bad_ip_is_rejected() {
         let mut e = pb::Endpoint {
             address: "10.0.0.1".into(),
-            services: vec![pb::ServiceRef { namespace: "ns".into(), hostname: "a.ns.svc".into() }],
+            services: vec![pb::ServiceRef {
+                namespace: "ns".into(),
+                hostname: "a.ns.svc".into(),
+            }],
             ..Default::default()
         };
         assert_eq!(endpoint_from_proto("ep/1", &e).expect("valid").weight, 1);
         e.address = "not-an-ip".into();
-        assert!(endpoint_from_proto("ep/1", &e).expect_err("bad ip").0.contains("not-an-ip"));
+        assert!(
+            endpoint_from_proto("ep/1", &e)
+                .expect_err("bad ip")
+                .0
+                .contains("not-an-ip")
+        );
     }
 }

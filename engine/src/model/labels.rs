@@ -28,7 +28,10 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> Labels {
-        pairs.iter().map(|(k, v)| (Arc::from(*k), Arc::from(*v))).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (Arc::from(*k), Arc::from(*v)))
+            .collect()
     }
 
     #[test]

@@ -81,20 +81,31 @@ impl Proxy {
             }
         }
 
-        let grpc_agent = node.user_agent_name.to_ascii_lowercase().starts_with("grpc");
+        let grpc_agent = node
+            .user_agent_name
+            .to_ascii_lowercase()
+            .starts_with("grpc");
         if let Some(m) = meta {
             if let Some(ns) = string_field(m, "NAMESPACE") {
                 proxy.namespace = Arc::from(ns);
             }
             if let Some(ips) = string_field(m, "INSTANCE_IPS") {
-                proxy.ips = ips.split(',').filter_map(|s| s.trim().parse().ok()).collect();
+                proxy.ips = ips
+                    .split(',')
+                    .filter_map(|s| s.trim().parse().ok())
+                    .collect();
             }
-            if let Some(Value { kind: Some(Kind::StructValue(labels)) }) = m.fields.get("LABELS") {
+            if let Some(Value {
+                kind: Some(Kind::StructValue(labels)),
+            }) = m.fields.get("LABELS")
+            {
                 proxy.labels = labels
                     .fields
                     .iter()
                     .filter_map(|(k, v)| match &v.kind {
-                        Some(Kind::StringValue(s)) => Some((Arc::from(k.as_str()), Arc::from(s.as_str()))),
+                        Some(Kind::StringValue(s)) => {
+                            Some((Arc::from(k.as_str()), Arc::from(s.as_str())))
+                        }
                         _ => None,
                     })
                     .collect();
@@ -106,7 +117,9 @@ impl Proxy {
                 if matches!(k.as_str(), "NAMESPACE" | "INSTANCE_IPS" | "LABELS") {
                     continue;
                 }
-                proxy.metadata.insert(Arc::from(k.as_str()), Arc::from(flat(v).as_str()));
+                proxy
+                    .metadata
+                    .insert(Arc::from(k.as_str()), Arc::from(flat(v).as_str()));
             }
         }
         if grpc_agent {
@@ -156,7 +169,9 @@ mod tests {
     use super::*;
 
     fn str_value(s: &str) -> Value {
-        Value { kind: Some(Kind::StringValue(s.into())) }
+        Value {
+            kind: Some(Kind::StringValue(s.into())),
+        }
     }
 
     #[test]
@@ -174,13 +189,24 @@ mod tests {
 
     #[test]
     fn grpc_user_agent_or_generator_means_proxyless() {
-        let by_agent = Node { id: "client-1".into(), user_agent_name: "gRPC Python".into(), ..Default::default() };
-        assert_eq!(Proxy::from_node(&by_agent).proxy_type, ProxyType::ProxylessGrpc);
+        let by_agent = Node {
+            id: "client-1".into(),
+            user_agent_name: "gRPC Python".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            Proxy::from_node(&by_agent).proxy_type,
+            ProxyType::ProxylessGrpc
+        );
 
         let mut fields = std::collections::HashMap::new();
         fields.insert("GENERATOR".to_string(), str_value("grpc"));
         fields.insert("NAMESPACE".to_string(), str_value("shop"));
-        let by_meta = Node { id: "x".into(), metadata: Some(Struct { fields }), ..Default::default() };
+        let by_meta = Node {
+            id: "x".into(),
+            metadata: Some(Struct { fields }),
+            ..Default::default()
+        };
         let p = Proxy::from_node(&by_meta);
         assert_eq!(p.proxy_type, ProxyType::ProxylessGrpc);
         assert_eq!(&*p.namespace, "shop");
@@ -189,7 +215,10 @@ mod tests {
 
     #[test]
     fn router_prefix_means_gateway() {
-        let node = Node { id: "router~10.0.0.9~gw.istio-system~istio-system.svc.cluster.local".into(), ..Default::default() };
+        let node = Node {
+            id: "router~10.0.0.9~gw.istio-system~istio-system.svc.cluster.local".into(),
+            ..Default::default()
+        };
         assert_eq!(Proxy::from_node(&node).proxy_type, ProxyType::Router);
     }
 }

@@ -79,7 +79,10 @@ mod tests {
         b.removed.insert(n.clone());
         a.merge(&b);
         assert!(a.upserted.is_empty() && a.removed.contains(&n));
-        a.merge(&TypeChanges { upserted: [n.clone()].into(), removed: Default::default() });
+        a.merge(&TypeChanges {
+            upserted: [n.clone()].into(),
+            removed: Default::default(),
+        });
         assert!(a.removed.is_empty() && a.upserted.contains(&n));
     }
 }

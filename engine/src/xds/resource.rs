@@ -81,7 +81,11 @@ impl Resource {
     /// Wraps encoded bytes, computing the content version.
     pub fn new(name: Arc<str>, bytes: Bytes) -> Self {
         let version = content_version(&bytes);
-        Resource { name, version, bytes }
+        Resource {
+            name,
+            version,
+            bytes,
+        }
     }
 }
 
