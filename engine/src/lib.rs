@@ -7,10 +7,12 @@
 //! What it does NOT do: serve gRPC or HTTP, watch registries, or parse CLI flags.
 //! Those live in `server` and `adapters`, which depend on this crate.
 
+pub mod checkpoint;
 pub mod error;
 pub mod fold;
 pub mod log;
 pub mod model;
+pub mod replay;
 pub mod snapshot;
 pub mod state;
 pub mod xds;

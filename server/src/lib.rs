@@ -5,6 +5,7 @@
 //! What it does NOT do: fold events or build resources (that is the engine), or
 //! watch registries (that is the adapters).
 
+pub mod adapter_health;
 pub mod admin;
 pub mod metrics;
 pub mod xds;

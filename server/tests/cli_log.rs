@@ -663,7 +663,7 @@ fn append_to_an_unreachable_broker_fails_within_its_timeouts() {
         out.stderr
     );
     assert!(
-        out.stderr.contains("Caused by:\n    kafka "),
+        out.stderr.contains(": kafka create topic"),
         "{}",
         out.stderr
     );

@@ -1,8 +1,14 @@
 //! The admin HTTP server: `/healthz` (the process is up), `/readyz` (the engine has
-//! caught up with the log head, so what it serves is current) and `/metrics`
-//! (Prometheus text).
+//! caught up with the log head, so what it serves is current), `/metrics`
+//! (Prometheus text), and the read-only debug views under `/debug/` (see
+//! `debug`): per-proxy sync status, config dumps in Envoy's format, the current
+//! snapshot, log records and the service registry.
 //!
-//! What it does NOT do: expose debug views or anything that mutates state.
+//! Also here, because both the debug views and `deltapilot replay` use them: the
+//! proto3 JSON renderer of encoded resources (`render`) and the config-dump
+//! builder (`dump`).
+//!
+//! What it does NOT do: anything that mutates state.
 
 use std::sync::Arc;
 
@@ -13,6 +19,15 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 
 use crate::metrics::Metrics;
+
+pub mod debug;
+pub mod dump;
+pub mod events;
+pub mod registry_view;
+pub mod render;
+pub mod syncz;
+
+pub use debug::DebugState;
 
 /// Answers "has the engine caught up with the log head?".
 pub type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
@@ -30,6 +45,19 @@ pub fn router(metrics: Arc<Metrics>, ready: ReadyFn) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .with_state(AdminState { metrics, ready })
+}
+
+/// The admin routes plus the `/debug/` views when `debug` is given.
+pub fn router_with_debug(
+    metrics: Arc<Metrics>,
+    ready: ReadyFn,
+    debug: Option<DebugState>,
+) -> Router {
+    let base = router(metrics, ready);
+    match debug {
+        Some(d) => base.merge(debug::routes(d)),
+        None => base,
+    }
 }
 
 async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
@@ -54,6 +82,18 @@ async fn metrics_text(State(s): State<AdminState>) -> impl IntoResponse {
         )],
         s.metrics.encode(),
     )
+}
+
+/// Serves `routes` (see [`router_with_debug`]) on `listener` until `shutdown`
+/// resolves.
+pub async fn serve_routes(
+    listener: tokio::net::TcpListener,
+    routes: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, routes)
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 /// Serves the admin routes on `listener` until `shutdown` resolves.

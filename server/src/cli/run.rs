@@ -441,6 +441,7 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
             log.clone(),
             store,
             policy,
+            s.gen_opts.clone(),
             snapshots.clone(),
             from,
             shutdown_rx.clone(),

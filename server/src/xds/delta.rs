@@ -25,6 +25,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
 use super::encode::DeltaOut;
 use super::order::{TypeWork, pick};
+use super::registry::TypeStatus;
 use super::{Acked, Limits, NonceGen, RequestOutcome, type_of};
 use crate::Error;
 
@@ -64,6 +65,10 @@ struct TypeState {
     in_flight: Option<InFlight>,
     last_nack: Option<String>,
     nacks: u64,
+    /// Snapshot seq of the last response sent (debug views).
+    sent_seq: Option<u64>,
+    /// Nonce and snapshot seq of the last ACKed response (debug views).
+    acked: Option<(String, u64)>,
 }
 
 impl TypeState {
@@ -195,6 +200,42 @@ impl DeltaStream {
         self.types.iter().filter(|s| s.in_flight.is_some()).count()
     }
 
+    /// The newest snapshot this stream has taken into account.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Per-type status for the debug views (O(subscribed names)).
+    pub fn type_statuses(&self) -> Vec<TypeStatus> {
+        ResourceType::ALL
+            .iter()
+            .map(|t| {
+                let s = &self.types[t.index()];
+                let dirty = match &s.dirty {
+                    Dirty::All => true,
+                    Dirty::Names(n) => !n.is_empty(),
+                };
+                TypeStatus {
+                    resource_type: *t,
+                    requested: s.started,
+                    wildcard: s.wildcard,
+                    names: s.names.iter().cloned().collect(),
+                    held: s.known.len(),
+                    sent_nonce: s.last_nonce.clone(),
+                    sent_seq: s.sent_seq,
+                    sent_version: None,
+                    acked_nonce: s.acked.as_ref().map(|a| a.0.clone()),
+                    acked_seq: s.acked.as_ref().map(|a| a.1),
+                    acked_version: None,
+                    in_flight: s.in_flight.as_ref().map(|f| f.nonce.clone()),
+                    pending: dirty || !s.up.is_empty() || !s.rm.is_empty() || !s.forced.is_empty(),
+                    nacks: s.nacks,
+                    last_nack: s.last_nack.clone(),
+                }
+            })
+            .collect()
+    }
+
     /// Applies one request: ACK/NACK by `response_nonce`, then subscription
     /// changes (applied even when the nonce is stale, as the spec requires).
     pub fn on_request(&mut self, req: &DeltaDiscoveryRequest) -> Result<RequestOutcome, Error> {
@@ -232,6 +273,7 @@ impl DeltaStream {
                     }
                     None => {
                         s.last_nack = None;
+                        s.acked = Some((f.nonce.clone(), f.seq));
                         outcome.ack = Some(Acked {
                             seq: f.seq,
                             push: f.push,
@@ -369,6 +411,7 @@ impl DeltaStream {
             }
         }
         s.last_nonce = Some(out.nonce.clone());
+        s.sent_seq = Some(self.seq);
         s.in_flight = Some(InFlight {
             nonce: out.nonce.clone(),
             seq: self.seq,

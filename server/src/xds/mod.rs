@@ -13,6 +13,7 @@
 pub mod delta;
 pub mod encode;
 mod order;
+pub mod registry;
 pub mod service;
 pub mod sotw;
 #[cfg(test)]

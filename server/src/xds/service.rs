@@ -32,6 +32,7 @@ use tonic::{Status, Streaming};
 
 use super::delta::DeltaStream;
 use super::encode::{DeltaOut, SotwOut, XdsCodec};
+use super::registry::{Inspect, StreamRegistry, TypeStatus};
 use super::sotw::SotwStream;
 use super::{Limits, RequestOutcome};
 use crate::Error;
@@ -52,8 +53,9 @@ pub trait ObservedAt: Send + Sync {
     fn observed_at(&self, seq: u64) -> Option<SystemTime>;
 }
 
-/// An [`ObservedAt`] that uses the time the server first saw each snapshot — a
-/// lower bound on convergence, for when the engine does not report event times.
+/// An [`ObservedAt`] fed per snapshot sequence: `deltapilot run` records each
+/// snapshot's `observed_at_micros` (the registry observation time of its newest
+/// event), or the time it first saw the snapshot when events carry none.
 #[derive(Debug, Default)]
 pub struct PublishClock {
     seen: Mutex<VecDeque<(u64, SystemTime)>>,
@@ -92,6 +94,7 @@ pub struct XdsShared {
     observed: Arc<dyn ObservedAt>,
     next_stream: AtomicU64,
     open_streams: AtomicUsize,
+    streams: Arc<StreamRegistry>,
 }
 
 impl XdsShared {
@@ -116,7 +119,13 @@ impl XdsShared {
             observed,
             next_stream: AtomicU64::new(1),
             open_streams: AtomicUsize::new(0),
+            streams: Arc::new(StreamRegistry::default()),
         })
+    }
+
+    /// The live streams, for the admin debug views.
+    pub fn streams(&self) -> Arc<StreamRegistry> {
+        self.streams.clone()
     }
 
     /// Streams currently open.
@@ -257,6 +266,22 @@ trait Protocol: Send + 'static {
     ) -> Option<(Self::Out, ResourceType, usize, usize, usize)>;
     fn proxy(&self) -> Option<&Proxy>;
     fn in_flight(&self) -> usize;
+    fn seq(&self) -> u64;
+    fn type_statuses(&self) -> Vec<TypeStatus>;
+}
+
+/// A stream's state as the registry sees it: locked only while a debug view
+/// reads it.
+impl<P: Protocol> Inspect for Mutex<P> {
+    fn inspect(&self) -> (Option<Proxy>, u64, Vec<TypeStatus>) {
+        let s = lock(self);
+        (s.proxy().cloned(), s.seq(), s.type_statuses())
+    }
+}
+
+/// Locks a stream's state; a panic elsewhere cannot poison what is plain data.
+fn lock<P>(m: &Mutex<P>) -> std::sync::MutexGuard<'_, P> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Protocol for DeltaStream {
@@ -282,6 +307,12 @@ impl Protocol for DeltaStream {
     }
     fn in_flight(&self) -> usize {
         DeltaStream::in_flight(self)
+    }
+    fn seq(&self) -> u64 {
+        DeltaStream::seq(self)
+    }
+    fn type_statuses(&self) -> Vec<TypeStatus> {
+        DeltaStream::type_statuses(self)
     }
 }
 
@@ -309,6 +340,12 @@ impl Protocol for SotwStream {
     fn in_flight(&self) -> usize {
         SotwStream::in_flight(self)
     }
+    fn seq(&self) -> u64 {
+        SotwStream::seq(self)
+    }
+    fn type_statuses(&self) -> Vec<TypeStatus> {
+        SotwStream::type_statuses(self)
+    }
 }
 
 fn reject_reason(e: &Error) -> &'static str {
@@ -326,11 +363,14 @@ fn reject_reason(e: &Error) -> &'static str {
 /// protocol error (sent as the final status) or on a stall.
 async fn run_stream<P: Protocol>(
     shared: Arc<XdsShared>,
-    mut state: P,
+    (id, service): (u64, &'static str),
+    state: P,
     mut inbound: Streaming<P::Req>,
     tx: mpsc::Sender<Result<P::Out, Status>>,
     mut guard: StreamGuard,
 ) {
+    let state = Arc::new(Mutex::new(state));
+    let _registered = shared.streams.register(id, P::API, service, state.clone());
     let mut drain = shared.drain.clone();
     let mut ready = shared.ready.clone();
     while !*ready.borrow_and_update() {
@@ -344,7 +384,7 @@ async fn run_stream<P: Protocol>(
     }
     let mut snapshots = shared.snapshots.clone();
     let mut snap = snapshots.load();
-    state.on_snapshot(&snap);
+    lock(&state).on_snapshot(&snap);
     let mut snapshots_open = true;
     let mut last_heard = Instant::now();
     let stall = shared.limits.stall_timeout;
@@ -355,7 +395,7 @@ async fn run_stream<P: Protocol>(
                 Err(mpsc::error::TrySendError::Full(())) => break,
                 Err(mpsc::error::TrySendError::Closed(())) => return,
             };
-            let Some((out, t, n, removed, resent)) = state.next(&snap) else {
+            let Some((out, t, n, removed, resent)) = lock(&state).next(&snap) else {
                 break;
             };
             shared.sent(P::API, t, n, removed);
@@ -368,7 +408,7 @@ async fn run_stream<P: Protocol>(
             }
             permit.send(Ok(out));
         }
-        let waiting = state.in_flight() > 0;
+        let waiting = lock(&state).in_flight() > 0;
         let deadline = tokio::time::Instant::from_std(last_heard + stall);
         tokio::select! {
             r = drain.changed() => {
@@ -379,9 +419,10 @@ async fn run_stream<P: Protocol>(
             msg = inbound.message() => match msg {
                 Ok(Some(req)) => {
                     last_heard = Instant::now();
-                    match state.on_request(&req) {
+                    let result = lock(&state).on_request(&req);
+                    match result {
                         Ok(outcome) => {
-                            guard.identify(state.proxy());
+                            guard.identify(lock(&state).proxy());
                             shared.record(P::API, &outcome);
                         }
                         Err(e @ Error::UnknownTypeUrl(_)) => {
@@ -412,7 +453,7 @@ async fn run_stream<P: Protocol>(
             s = snapshots.changed(), if snapshots_open => match s {
                 Some(s) => {
                     snap = s;
-                    state.on_snapshot(&snap);
+                    lock(&state).on_snapshot(&snap);
                 }
                 None => snapshots_open = false,
             },
@@ -502,6 +543,7 @@ struct Method<P, K> {
 
 fn open<P: Protocol>(
     shared: Arc<XdsShared>,
+    service: &'static str,
     state: impl FnOnce(u64, &deltapilot_engine::snapshot::Snapshot) -> P,
     inbound: Streaming<P::Req>,
 ) -> Result<ReceiverStream<Result<P::Out, Status>>, Status> {
@@ -509,7 +551,7 @@ fn open<P: Protocol>(
     let id = shared.next_stream.fetch_add(1, Ordering::Relaxed);
     let st = state(id, &shared.snapshots.load());
     let (tx, rx) = mpsc::channel(OUTBOUND_CAPACITY);
-    tokio::spawn(run_stream(shared, st, inbound, tx, guard));
+    tokio::spawn(run_stream(shared, (id, service), st, inbound, tx, guard));
     Ok(ReceiverStream::new(rx))
 }
 
@@ -524,6 +566,7 @@ impl<K: ServiceKind> StreamingService<DeltaDiscoveryRequest> for Method<DeltaStr
             let limits = shared.limits;
             let rx = open(
                 shared,
+                K::NAME,
                 |id, snap| DeltaStream::new(id, K::TYPE, limits, snap),
                 request.into_inner(),
             )?;
@@ -543,6 +586,7 @@ impl<K: ServiceKind> StreamingService<DiscoveryRequest> for Method<SotwStream, K
             let limits = shared.limits;
             let rx = open(
                 shared,
+                K::NAME,
                 |id, snap| SotwStream::new(id, K::TYPE, limits, snap),
                 request.into_inner(),
             )?;

@@ -23,6 +23,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
 use super::encode::SotwOut;
 use super::order::{TypeWork, pick};
+use super::registry::TypeStatus;
 use super::{Acked, Limits, NonceGen, RequestOutcome, type_of};
 use crate::Error;
 
@@ -31,6 +32,7 @@ struct InFlight {
     nonce: String,
     seq: u64,
     push: bool,
+    version: String,
 }
 
 #[derive(Debug, Default)]
@@ -48,6 +50,10 @@ struct TypeState {
     in_flight: Option<InFlight>,
     last_nack: Option<String>,
     nacks: u64,
+    /// Snapshot seq and `version_info` of the last response sent (debug views).
+    last_sent: Option<(u64, String)>,
+    /// Nonce, snapshot seq and `version_info` of the last ACKed response.
+    acked: Option<(String, u64, String)>,
 }
 
 impl TypeState {
@@ -159,6 +165,38 @@ impl SotwStream {
         self.types.iter().filter(|s| s.in_flight.is_some()).count()
     }
 
+    /// The newest snapshot this stream has taken into account.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Per-type status for the debug views (O(subscribed names)).
+    pub fn type_statuses(&self) -> Vec<TypeStatus> {
+        ResourceType::ALL
+            .iter()
+            .map(|t| {
+                let s = &self.types[t.index()];
+                TypeStatus {
+                    resource_type: *t,
+                    requested: s.started,
+                    wildcard: s.wildcard,
+                    names: s.names.iter().cloned().collect(),
+                    held: s.sent.len(),
+                    sent_nonce: s.last_nonce.clone(),
+                    sent_seq: s.last_sent.as_ref().map(|x| x.0),
+                    sent_version: s.last_sent.as_ref().map(|x| x.1.clone()),
+                    acked_nonce: s.acked.as_ref().map(|a| a.0.clone()),
+                    acked_seq: s.acked.as_ref().map(|a| a.1),
+                    acked_version: s.acked.as_ref().map(|a| a.2.clone()),
+                    in_flight: s.in_flight.as_ref().map(|f| f.nonce.clone()),
+                    pending: s.dirty || s.must_respond || s.work.is_some(),
+                    nacks: s.nacks,
+                    last_nack: s.last_nack.clone(),
+                }
+            })
+            .collect()
+    }
+
     /// Applies one request.
     pub fn on_request(&mut self, req: &DiscoveryRequest) -> Result<RequestOutcome, Error> {
         if self.proxy.is_none()
@@ -200,6 +238,7 @@ impl SotwStream {
                     }
                     None => {
                         s.last_nack = None;
+                        s.acked = Some((f.nonce.clone(), f.seq, f.version.clone()));
                         outcome.ack = Some(Acked {
                             seq: f.seq,
                             push: f.push,
@@ -280,10 +319,12 @@ impl SotwStream {
             resources,
         };
         s.last_nonce = Some(out.nonce.clone());
+        s.last_sent = Some((self.seq, out.version_info.clone()));
         s.in_flight = Some(InFlight {
             nonce: out.nonce.clone(),
             seq: self.seq,
             push: self.seq > s.started_seq,
+            version: out.version_info.clone(),
         });
         if p.t == ResourceType::Cluster {
             // Envoy waits for endpoints again after a cluster update; answer EDS anew.

@@ -1,0 +1,360 @@
+//! Replay: re-folding a 1M-event embedded log to its final snapshot, from the start
+//! and from a checkpoint near the end.
+//!
+//! The log is generated once in a temp dir: 10k services (HTTP and gRPC ports),
+//! 100k endpoints, then churn as a Kubernetes registry produces it: endpoints
+//! flipping health and weight, pods deleted and replaced under new keys, and now and
+//! then a service relabelled (which touches its listeners and routes) — 1,000,000
+//! events in all.
+//!
+//! Targets (issue 7): replay of 1M events to a final snapshot ≤ 3 s; replay from a
+//! checkpoint near the end < 100 ms. Each measurement opens the log read-only,
+//! folds to the head, and computes the final snapshot (hash included), as
+//! `deltapilot replay --dump` does. Run with
+//! `cargo bench -p deltapilot-benches --bench replay -- --warm-up-time 1 --measurement-time 10`.
+//! `REPLAY_BENCH_DIR=DIR` keeps (and reuses) the generated log; `REPLAY_BENCH_PHASES=1`
+//! first prints a breakdown (read, decode, fold, regeneration; checkpoint read,
+//! restore, build).
+
+use std::hint::black_box;
+use std::path::Path;
+use std::time::Instant;
+
+use criterion::{Criterion, Throughput};
+use deltapilot_engine::checkpoint::{CheckpointStore, fingerprints, generator_id, load_verified};
+use deltapilot_engine::log::file::{FileLog, FileLogOptions, FsyncPolicy};
+use deltapilot_engine::log::{EventLog, Position};
+use deltapilot_engine::replay::Replayer;
+use deltapilot_engine::replay::drive::fold_to;
+use deltapilot_engine::snapshot::Snapshot;
+use deltapilot_engine::xds::generate::GenOptions;
+use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION, event::Payload};
+
+const SERVICES: usize = 10_000;
+const ENDPOINTS: usize = 100_000;
+const EVENTS: usize = 1_000_000;
+/// The checkpoint sits this many events before the head.
+const TAIL: usize = 1_000;
+
+fn host(s: usize) -> String {
+    format!("svc-{s}.ns-{}.svc.cluster.local", s % 50)
+}
+
+fn event(payload: Payload) -> Event {
+    Event {
+        schema_version: SCHEMA_VERSION,
+        source: "k8s:bench".into(),
+        generation: 1,
+        observed_at_unix_micros: 1_700_000_000_000_000,
+        payload: Some(payload),
+    }
+}
+
+fn service(s: usize, rev: usize) -> Event {
+    event(Payload::ServiceUpsert(pb::ServiceUpsert {
+        service: Some(pb::Service {
+            hostname: host(s),
+            namespace: format!("ns-{}", s % 50),
+            ports: vec![
+                pb::Port {
+                    name: "http".into(),
+                    number: 8080,
+                    protocol: pb::Protocol::Http as i32,
+                },
+                pb::Port {
+                    name: "grpc".into(),
+                    number: 9090,
+                    protocol: pb::Protocol::Grpc as i32,
+                },
+            ],
+            labels: [
+                ("app".to_string(), format!("svc-{s}")),
+                ("rev".to_string(), rev.to_string()),
+            ]
+            .into(),
+            resolution: 0,
+        }),
+    }))
+}
+
+/// Pod `pod` of service `pod % SERVICES`, in a given health and weight.
+fn endpoint(pod: usize, healthy: bool, weight: u32) -> Event {
+    let s = pod % SERVICES;
+    event(Payload::EndpointUpsert(pb::EndpointUpsert {
+        key: format!("ep/k8s/ns-{}/pod-{pod}", s % 50),
+        endpoint: Some(pb::Endpoint {
+            address: format!(
+                "10.{}.{}.{}",
+                (pod >> 16) & 255,
+                (pod >> 8) & 255,
+                pod & 255
+            ),
+            ports: [("http".to_string(), 8080), ("grpc".to_string(), 9090)].into(),
+            labels: [
+                ("app".to_string(), format!("svc-{s}")),
+                ("version".to_string(), "v1".to_string()),
+            ]
+            .into(),
+            locality: Some(pb::Locality {
+                region: "us-east1".into(),
+                zone: format!("us-east1-{}", ["b", "c", "d"][pod % 3]),
+                subzone: String::new(),
+            }),
+            weight,
+            health: if healthy {
+                pb::Health::Healthy
+            } else {
+                pb::Health::Unhealthy
+            } as i32,
+            service_account: format!("spiffe://cluster.local/ns/ns-{}/sa/svc-{s}", s % 50),
+            services: vec![pb::ServiceRef {
+                namespace: format!("ns-{}", s % 50),
+                hostname: host(s),
+            }],
+        }),
+    }))
+}
+
+fn delete(pod: usize) -> Event {
+    let s = pod % SERVICES;
+    event(Payload::EndpointDelete(pb::EntityDelete {
+        key: format!("ep/k8s/ns-{}/pod-{pod}", s % 50),
+    }))
+}
+
+/// The whole event stream, deterministic: the registry, then churn.
+fn events() -> Vec<Event> {
+    let mut out: Vec<Event> = (0..SERVICES).map(|s| service(s, 0)).collect();
+    out.extend((0..ENDPOINTS).map(|p| endpoint(p, true, 1)));
+    // Live pods, by slot: slot i holds pod `live[i]`; replacements get new numbers.
+    let mut live: Vec<usize> = (0..ENDPOINTS).collect();
+    let mut k = 0usize;
+    while out.len() < EVENTS {
+        k += 1;
+        let slot = (k * 7_919) % ENDPOINTS;
+        match k % 20 {
+            // A pod is replaced: the old one goes, a new one (new key, new IP) comes.
+            0 => {
+                out.push(delete(live[slot]));
+                // Same service as the pod it replaces (ENDPOINTS is a multiple of
+                // SERVICES), new key and address.
+                let pod = live[slot] + ENDPOINTS;
+                live[slot] = pod;
+                out.push(endpoint(pod, true, 1));
+            }
+            // A service is relabelled (rare).
+            1 if k % 2_000 == 1 => out.push(service(slot % SERVICES, k)),
+            // Readiness flaps and weight changes: the bulk of real churn.
+            _ => out.push(endpoint(
+                live[slot],
+                !k.is_multiple_of(3),
+                1 + (k % 4) as u32,
+            )),
+        }
+    }
+    out.truncate(EVENTS);
+    out
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Writes the log (and a checkpoint `TAIL` events before its head) into `dir`.
+async fn prepare(dir: &Path) {
+    let started = Instant::now();
+    let log = FileLog::open(
+        &dir.join("log"),
+        FileLogOptions {
+            fsync: FsyncPolicy::Never,
+            ..Default::default()
+        },
+    )
+    .expect("open log");
+    for chunk in events().chunks(10_000) {
+        log.append(chunk).await.expect("append");
+    }
+    let at = Position::single((EVENTS - TAIL) as u64);
+    let mut r = Replayer::new(GenOptions::default());
+    assert!(
+        fold_to(&log, &mut r, &at, &mut |_| {})
+            .await
+            .expect("fold")
+            .is_none()
+    );
+    let fps = fingerprints(&log, &at).await.expect("fingerprints");
+    let id = generator_id(&GenOptions::default());
+    let set = r.resources().clone();
+    CheckpointStore::new(dir.join("checkpoints"), 3)
+        .write(&at, &fps, r.model(), Some((&id, &set)))
+        .expect("checkpoint");
+    println!(
+        "replay bench: wrote {EVENTS} events and a checkpoint at {at} in {:?}",
+        started.elapsed()
+    );
+}
+
+/// Opens the log read-only, starts from a checkpoint when `store` is given, folds
+/// to the head and returns the final snapshot (its hash computed) with the
+/// replayer. The caller drops them outside the measurement: freeing a 100k-entity
+/// state is not part of reaching it (the CLI skips it at exit).
+async fn replay(dir: &Path, store: Option<&CheckpointStore>) -> (Snapshot, Replayer) {
+    let log = FileLog::open_read_only(&dir.join("log")).expect("open");
+    let head = log.head().await.expect("head");
+    let mut r = match store {
+        Some(store) => {
+            let loaded = load_verified(store, &log, Some(&head)).await.expect("load");
+            let (_, cp) = loaded.checkpoint.expect("a checkpoint");
+            Replayer::from_checkpoint(cp, GenOptions::default())
+        }
+        None => Replayer::new(GenOptions::default()),
+    };
+    assert!(
+        fold_to(&log, &mut r, &head, &mut |_| {})
+            .await
+            .expect("fold")
+            .is_none()
+    );
+    (r.snapshot(), r)
+}
+
+/// Where the time of one replay from the start goes (printed, not asserted): the
+/// phases `fold_to` runs, timed one by one, with fold batches of two sizes.
+async fn phases(dir: &Path) {
+    use deltapilot_engine::fold::fold;
+    use deltapilot_engine::state::Touched;
+    use deltapilot_engine::xds::generate::Generator;
+    let log = FileLog::open_read_only(&dir.join("log")).expect("open");
+    let t = Instant::now();
+    let mut recs = Vec::new();
+    let mut at = 0u64;
+    loop {
+        let chunk = log.read(&Position::single(at), 4096).await.expect("read");
+        if chunk.is_empty() {
+            break;
+        }
+        at += chunk.len() as u64;
+        recs.extend(chunk);
+    }
+    let read = t.elapsed();
+    let t = Instant::now();
+    let events: Vec<_> = recs
+        .iter()
+        .map(|r| (r.pos, r.decode().expect("decode")))
+        .collect();
+    let decode = t.elapsed();
+    for batch in [4096usize, 65_536] {
+        let t = Instant::now();
+        let mut model = deltapilot_engine::state::ModelState::default();
+        let mut touched = Touched::default();
+        for chunk in events.chunks(batch) {
+            let out = fold(&model, chunk);
+            touched.services.extend(out.touched.services);
+            touched.endpoints.extend(out.touched.endpoints);
+            touched.configs |= out.touched.configs;
+            model = out.state;
+        }
+        let fold_t = t.elapsed();
+        let t = Instant::now();
+        let mut generator = Generator::new(GenOptions::default());
+        let (set, _, _) = generator.regenerate(&Default::default(), &model, &touched);
+        let gen_t = t.elapsed();
+        println!(
+            "replay bench phases: read {read:?}, decode {decode:?}, fold (batches of {batch}) {fold_t:?}, \
+             one regeneration {gen_t:?} ({} clusters)",
+            set.clusters.len()
+        );
+    }
+}
+
+/// Where the time of one replay from the checkpoint goes (printed, not asserted).
+async fn checkpoint_phases(dir: &Path) {
+    let log = FileLog::open_read_only(&dir.join("log")).expect("open");
+    let head = log.head().await.expect("head");
+    let store = CheckpointStore::new(dir.join("checkpoints"), 3);
+    let t = Instant::now();
+    let (path, cp) = load_verified(&store, &log, Some(&head))
+        .await
+        .expect("load")
+        .checkpoint
+        .expect("cp");
+    let load = t.elapsed();
+    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let t = Instant::now();
+    let mut r = Replayer::from_checkpoint(cp, GenOptions::default());
+    assert!(
+        fold_to(&log, &mut r, &head, &mut |_| {})
+            .await
+            .expect("fold")
+            .is_none()
+    );
+    let fold = t.elapsed();
+    let t = Instant::now();
+    let _ = r.resources();
+    let regen = t.elapsed();
+    let t = Instant::now();
+    let hash = r.snapshot().hash;
+    let snap = t.elapsed();
+    let t = Instant::now();
+    drop(r);
+    let dropped = t.elapsed();
+    println!(
+        "replay bench checkpoint phases: load and verify {load:?} ({size} bytes), fold the tail {fold:?}, \
+         regenerate {regen:?}, snapshot hash {snap:?} ({hash:016x}), drop {dropped:?}"
+    );
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = runtime();
+    // `REPLAY_BENCH_DIR=DIR` keeps the generated log in DIR (made on the first run,
+    // reused after), to iterate without regenerating it.
+    let kept = std::env::var_os("REPLAY_BENCH_DIR").map(std::path::PathBuf::from);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = kept.clone().unwrap_or_else(|| tmp.path().to_owned());
+    if kept.is_none() || !dir.join("checkpoints").is_dir() {
+        rt.block_on(prepare(&dir));
+    }
+    // `REPLAY_BENCH_PHASES=1` prints where the time goes before measuring.
+    if std::env::var_os("REPLAY_BENCH_PHASES").is_some() {
+        rt.block_on(phases(&dir));
+        rt.block_on(checkpoint_phases(&dir));
+    }
+    let store = CheckpointStore::new(dir.join("checkpoints"), 3);
+    let t = Instant::now();
+    let from_zero = rt.block_on(replay(&dir, None));
+    let elapsed = t.elapsed();
+    let from_zero_hash = from_zero.0.hash;
+    drop(from_zero);
+    println!("replay bench: one replay from the start took {elapsed:?}");
+    let t = Instant::now();
+    let from_cp = rt.block_on(replay(&dir, Some(&store)));
+    let elapsed = t.elapsed();
+    println!("replay bench: one replay from the checkpoint took {elapsed:?}");
+    assert_eq!(
+        from_zero_hash, from_cp.0.hash,
+        "a checkpoint replays to the same snapshot hash"
+    );
+    drop(from_cp);
+
+    let mut group = c.benchmark_group("replay_1m_events");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(EVENTS as u64));
+    group.bench_function("from_start_to_final_snapshot", |b| {
+        b.iter_with_large_drop(|| black_box(rt.block_on(replay(&dir, None))))
+    });
+    group.throughput(Throughput::Elements(TAIL as u64));
+    group.bench_function("from_checkpoint_1000_before_head", |b| {
+        b.iter_with_large_drop(|| black_box(rt.block_on(replay(&dir, Some(&store)))))
+    });
+    group.finish();
+}
+
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    bench(&mut c);
+    c.final_summary();
+}

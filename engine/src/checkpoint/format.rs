@@ -1,0 +1,401 @@
+//! The checkpoint file format: a fixed header that makes a damaged file
+//! detectable, then a body holding the position, the log fingerprints and the
+//! entity set.
+//!
+//! ```text
+//! header (40 bytes, little-endian)
+//!   magic            8  b"DPCKPT\r\n"  (the CR LF catches text-mode mangling)
+//!   format version   4  FORMAT_VERSION
+//!   reserved         4  0
+//!   body length      8
+//!   body xxh3-64     8  over the whole body
+//!   header xxh3-64   8  over the 32 bytes above
+//! body
+//!   position         u32 partitions, then u64 next offset per partition
+//!   fingerprints     u32 n, then n × (u32 partition, u64 offset, u64 xxh3 of the record)
+//!   sources          u32 n, then n × (str name, u64 started, u64 completed)
+//!   entities         u64 n, then n × (u8 kind, str key, str source, u64 generation,
+//!                                      bytes payload)
+//!   resources        u8 0 (none), or 1 then str generator id, u32 n, then
+//!                    n × (u8 map, str name, bytes encoded resource)
+//! str, bytes: u32 length then the bytes
+//! ```
+//!
+//! The position comes first in the body so that [`peek_position`] can tell whether
+//! a checkpoint is usable (at or before a wanted position) without reading and
+//! hashing the whole file.
+//!
+//! What it does NOT do: touch files (see `store`) or turn entities into a state
+//! (see `entities`).
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::entities::{Converted, EntityKind, Restorer, StoredEntity, convert, for_each_entity};
+use super::{Checkpoint, Fingerprint, StoredResources};
+use crate::log::Position;
+use crate::state::{ModelState, SourceGen};
+use crate::xds::{Resource, ResourceMap, ResourceSet};
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+/// Identifies a checkpoint file.
+pub(super) const MAGIC: [u8; 8] = *b"DPCKPT\r\n";
+
+/// The body layout version this build writes and reads. A file with another
+/// version is skipped (never misread): an older build ignores newer checkpoints and
+/// falls back to replaying the log.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// Header size in bytes.
+pub(super) const HEADER_LEN: usize = 40;
+
+/// Most partitions a position may list (as `Position::from_str` allows).
+const MAX_PARTITIONS: u32 = 65_536;
+
+fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    // Entities come from events, which the log bounds far below 4 GiB.
+    put_u32(out, u32::try_from(b.len()).unwrap_or(u32::MAX));
+    out.extend_from_slice(b);
+}
+
+fn put_position(out: &mut Vec<u8>, p: &Position) {
+    put_u32(out, u32::try_from(p.partitions()).unwrap_or(u32::MAX));
+    for o in p.offsets() {
+        put_u64(out, *o);
+    }
+}
+
+/// Encodes a whole checkpoint file (header and body).
+pub(super) fn encode(
+    position: &Position,
+    fingerprints: &[Fingerprint],
+    model: &ModelState,
+    resources: Option<(&str, &ResourceSet)>,
+) -> Vec<u8> {
+    let counts = model.counts();
+    let mut body = Vec::with_capacity(
+        64 + 160 * (counts.service_definitions + counts.endpoints + counts.configs),
+    );
+    put_position(&mut body, position);
+    put_u32(
+        &mut body,
+        u32::try_from(fingerprints.len()).unwrap_or(u32::MAX),
+    );
+    for f in fingerprints {
+        put_u32(&mut body, f.partition);
+        put_u64(&mut body, f.offset);
+        put_u64(&mut body, f.digest);
+    }
+    let sources: Vec<_> = model.sources().collect();
+    put_u32(&mut body, u32::try_from(sources.len()).unwrap_or(u32::MAX));
+    for (name, g) in sources {
+        put_bytes(&mut body, name.as_bytes());
+        put_u64(&mut body, g.started);
+        put_u64(&mut body, g.completed);
+    }
+    let n_at = body.len();
+    put_u64(&mut body, 0);
+    let mut n = 0u64;
+    for_each_entity(model, &mut |e: &StoredEntity| {
+        body.push(e.kind as u8);
+        put_bytes(&mut body, e.key.as_bytes());
+        put_bytes(&mut body, e.source.as_bytes());
+        put_u64(&mut body, e.generation);
+        put_bytes(&mut body, &e.payload);
+        n += 1;
+    });
+    body[n_at..n_at + 8].copy_from_slice(&n.to_le_bytes());
+    match resources {
+        None => body.push(0),
+        Some((generator, set)) => {
+            body.push(1);
+            put_bytes(&mut body, generator.as_bytes());
+            let maps = maps(set);
+            let total: usize = maps.iter().map(|(_, m)| m.len()).sum();
+            put_u32(&mut body, u32::try_from(total).unwrap_or(u32::MAX));
+            for (tag, map) in maps {
+                for (name, r) in map.iter() {
+                    body.push(tag);
+                    put_bytes(&mut body, name.as_bytes());
+                    put_bytes(&mut body, &r.bytes);
+                }
+            }
+        }
+    }
+
+    let mut file = Vec::with_capacity(HEADER_LEN + body.len());
+    file.extend_from_slice(&MAGIC);
+    put_u32(&mut file, FORMAT_VERSION);
+    put_u32(&mut file, 0);
+    put_u64(&mut file, body.len() as u64);
+    put_u64(&mut file, xxh3_64(&body));
+    let header_digest = xxh3_64(&file[..32]);
+    put_u64(&mut file, header_digest);
+    file.extend_from_slice(&body);
+    file
+}
+
+/// A cursor over a body that turns every overrun into a reason, never a panic.
+struct Reader<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|e| *e <= self.buf.len())
+            .ok_or_else(|| format!("body ends inside {what} (at byte {})", self.at))?;
+        let s = &self.buf[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    fn u8(&mut self, what: &str) -> Result<u8, String> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32, String> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64, String> {
+        let b = self.take(8, what)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+
+    fn bytes(&mut self, what: &str) -> Result<&'a [u8], String> {
+        let n = self.u32(what)? as usize;
+        self.take(n, what)
+    }
+
+    fn str(&mut self, what: &str) -> Result<&'a str, String> {
+        std::str::from_utf8(self.bytes(what)?).map_err(|_| format!("{what} is not UTF-8"))
+    }
+
+    fn position(&mut self) -> Result<Position, String> {
+        let n = self.u32("position")?;
+        if n > MAX_PARTITIONS {
+            return Err(format!("position lists {n} partitions"));
+        }
+        let offsets = (0..n)
+            .map(|_| self.u64("position"))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Position::from_offsets(offsets))
+    }
+}
+
+/// The maps of a resource set with their tags in the file.
+fn maps(set: &ResourceSet) -> [(u8, &ResourceMap); 5] {
+    [
+        (1, &set.clusters),
+        (2, &set.endpoints),
+        (3, &set.sidecar_listeners),
+        (4, &set.grpc_listeners),
+        (5, &set.routes),
+    ]
+}
+
+fn map_mut(set: &mut ResourceSet, tag: u8) -> Option<&mut ResourceMap> {
+    Some(match tag {
+        1 => &mut set.clusters,
+        2 => &mut set.endpoints,
+        3 => &mut set.sidecar_listeners,
+        4 => &mut set.grpc_listeners,
+        5 => &mut set.routes,
+        _ => return None,
+    })
+}
+
+/// One entity's fields as they sit in the body.
+struct Framed<'a> {
+    kind: EntityKind,
+    key: &'a str,
+    source: &'a str,
+    generation: u64,
+    payload: &'a [u8],
+}
+
+/// Below this many entities a restore converts on the calling thread only.
+const PARALLEL_MIN: usize = 4096;
+
+/// Most threads a restore converts entities on: decoding and validating is about
+/// half of a restore, and inserting (one thread) the other half.
+const MAX_THREADS: usize = 4;
+
+/// Decodes and converts every entity, in order, on up to [`MAX_THREADS`] threads.
+fn convert_all(framed: &[Framed<'_>]) -> Vec<Result<Converted, String>> {
+    let one = |chunk: &[Framed<'_>]| -> Vec<Result<Converted, String>> {
+        chunk
+            .iter()
+            .map(|f| convert(f.kind, f.key, f.payload))
+            .collect()
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_THREADS);
+    if framed.len() < PARALLEL_MIN || threads < 2 {
+        return one(framed);
+    }
+    let size = framed.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = framed
+            .chunks(size)
+            .map(|c| (c.len(), scope.spawn(move || one(c))))
+            .collect();
+        let mut out = Vec::with_capacity(framed.len());
+        for (len, h) in parts {
+            match h.join() {
+                Ok(part) => out.extend(part),
+                // A panic while converting is a bug, not corruption; every entity
+                // of that part is reported as not restored.
+                Err(_) => {
+                    out.extend((0..len).map(|_| Err("entity conversion panicked".to_string())))
+                }
+            }
+        }
+        out
+    })
+}
+
+/// Checks the header and returns the body length it announces.
+fn check_header(file: &[u8]) -> Result<u64, String> {
+    if file.len() < HEADER_LEN {
+        return Err(format!(
+            "{} bytes, shorter than the {HEADER_LEN}-byte header",
+            file.len()
+        ));
+    }
+    if file[..8] != MAGIC {
+        return Err("bad magic (not a deltapilot checkpoint)".into());
+    }
+    let word = |at: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&file[at..at + 8]);
+        u64::from_le_bytes(a)
+    };
+    if xxh3_64(&file[..32]) != word(32) {
+        return Err("header checksum mismatch".into());
+    }
+    let version = u32::from_le_bytes([file[8], file[9], file[10], file[11]]);
+    if version != FORMAT_VERSION {
+        return Err(format!(
+            "format version {version}; this build reads version {FORMAT_VERSION}"
+        ));
+    }
+    Ok(word(16))
+}
+
+/// The position a checkpoint file was taken at, read from its header and the first
+/// bytes of its body, without verifying the body checksum.
+pub(super) fn peek_position(prefix: &[u8]) -> Result<Position, String> {
+    check_header(prefix)?;
+    Reader {
+        buf: &prefix[HEADER_LEN..],
+        at: 0,
+    }
+    .position()
+}
+
+/// Decodes a whole checkpoint file, verifying both checksums and every entity.
+///
+/// Stored resources are slices of `file` (no copy), so the file's buffer lives as
+/// long as any of them does.
+pub(super) fn decode(file: &Bytes) -> Result<Checkpoint, String> {
+    let body_len = check_header(file)?;
+    let body = &file[HEADER_LEN..];
+    if body.len() as u64 != body_len {
+        return Err(format!(
+            "body is {} bytes but the header says {body_len} (truncated or extended)",
+            body.len()
+        ));
+    }
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&file[24..32]);
+    if xxh3_64(body) != u64::from_le_bytes(a) {
+        return Err("body checksum mismatch".into());
+    }
+    let mut r = Reader { buf: body, at: 0 };
+    let position = r.position()?;
+    let n = r.u32("fingerprints")?;
+    if n > MAX_PARTITIONS {
+        return Err(format!("{n} fingerprints"));
+    }
+    let mut fingerprints = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        fingerprints.push(Fingerprint {
+            partition: r.u32("fingerprint")?,
+            offset: r.u64("fingerprint")?,
+            digest: r.u64("fingerprint")?,
+        });
+    }
+    let mut restorer = Restorer::new();
+    let n = r.u32("sources")?;
+    for _ in 0..n {
+        let name = r.str("source name")?;
+        let g = SourceGen {
+            started: r.u64("source")?,
+            completed: r.u64("source")?,
+        };
+        restorer.source_gen(name, g);
+    }
+    let n = r.u64("entity count")?;
+    let mut framed = Vec::with_capacity(usize::try_from(n).unwrap_or(0).min(body.len() / 16));
+    for i in 0..n {
+        let kind = r.u8("entity")?;
+        let kind = EntityKind::from_u8(kind)
+            .ok_or_else(|| format!("entity {i} has unknown kind {kind}"))?;
+        framed.push(Framed {
+            kind,
+            key: r.str("entity key")?,
+            source: r.str("entity source")?,
+            generation: r.u64("entity generation")?,
+            payload: r.bytes("entity payload")?,
+        });
+    }
+    for (f, converted) in framed.iter().zip(convert_all(&framed)) {
+        restorer.insert(f.source, f.generation, converted?);
+    }
+    let resources = match r.u8("resources")? {
+        0 => None,
+        1 => {
+            let generator = r.str("generator id")?.to_owned();
+            let mut set = ResourceSet::default();
+            let n = r.u32("resource count")?;
+            for i in 0..n {
+                let tag = r.u8("resource")?;
+                let name: Arc<str> = Arc::from(r.str("resource name")?);
+                let bytes = file.slice_ref(r.bytes("resource body")?);
+                let map = map_mut(&mut set, tag)
+                    .ok_or_else(|| format!("resource {i} has unknown map {tag}"))?;
+                map.insert(name.clone(), Arc::new(Resource::new(name, bytes)));
+            }
+            Some(StoredResources { generator, set })
+        }
+        other => return Err(format!("resources flag {other}")),
+    };
+    if r.at != body.len() {
+        return Err(format!("{} bytes after the last entity", body.len() - r.at));
+    }
+    Ok(Checkpoint {
+        position,
+        fingerprints,
+        model: restorer.finish(),
+        resources,
+    })
+}

@@ -1,0 +1,204 @@
+//! Unit tests of the checkpoint format and store: round trips that equal the
+//! original state, damage that is detected, retention.
+
+use super::*;
+use crate::state::mk::*;
+
+/// A state with every kind of entity and bookkeeping, including the cases a
+/// re-fold would get wrong: an endpoint whose service was deleted after it was
+/// admitted, two sources defining one hostname, a hostname spelled in capitals.
+fn rich_state() -> ModelState {
+    ModelState::from_events(&[
+        resync("a", 3, false),
+        resync("a", 3, true),
+        resync("a", 5, false),
+        svc("a", 3, "ns", "h1", &[80, 9090]),
+        svc("b", 0, "ns", "h1", &[81]),
+        svc("a", 5, "ns", "Upper.Case", &[8080]),
+        svc("a", 3, "ns", "gone", &[80]),
+        ep("a", 3, "ep/1", "10.0.0.1", &["h1"]),
+        ep("a", 3, "ep/6", "fd00::6", &["h1", "upper.case"]),
+        ep_labeled("a", 3, "ep/2", "10.0.0.2", &["gone"], &[("app", "x")]),
+        svc_del("a", 3, "ns", "gone"),
+        cfg("b", 0, "vs", r#"{"hosts":["h1"]}"#),
+    ])
+}
+
+fn fp() -> Vec<Fingerprint> {
+    vec![Fingerprint {
+        partition: 0,
+        offset: 11,
+        digest: 0xfeed,
+    }]
+}
+
+#[test]
+fn round_trip_equals_the_original_state() {
+    let st = rich_state();
+    assert!(
+        st.raw_endpoint("ep/2").is_some(),
+        "the orphan endpoint is kept by the fold"
+    );
+    let pos = Position::single(12);
+    let bytes = encode(&pos, &fp(), &st, None);
+    let cp = decode(&bytes).expect("decodes");
+    assert_eq!(cp.position, pos);
+    assert_eq!(cp.fingerprints, fp());
+    assert_eq!(cp.model.hash(), st.hash());
+    assert_eq!(
+        cp.model, st,
+        "restored state equals the original, merged view included"
+    );
+    assert_eq!(cp.model.hash(), cp.model.recompute_hash());
+    assert_eq!(
+        encode(&pos, &fp(), &cp.model, None),
+        bytes,
+        "re-encoding is byte-identical"
+    );
+}
+
+#[test]
+fn empty_state_round_trips() {
+    let cp = decode(&encode(
+        &Position::default(),
+        &[],
+        &ModelState::default(),
+        None,
+    ))
+    .expect("decodes");
+    assert_eq!(cp.model, ModelState::default());
+    assert_eq!(cp.position, Position::default());
+}
+
+#[test]
+fn every_kind_of_damage_is_detected() {
+    let bytes = encode(
+        &Position::from_offsets(vec![4, 9]),
+        &fp(),
+        &rich_state(),
+        None,
+    );
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("truncated", bytes[..bytes.len() - 3].to_vec(), "truncated"),
+        (
+            "extended",
+            [bytes.clone(), vec![0]].concat(),
+            "truncated or extended",
+        ),
+        ("too short", bytes[..20].to_vec(), "shorter than"),
+        ("body byte", flip(&bytes, bytes.len() / 2), "body checksum"),
+        ("last byte", flip(&bytes, bytes.len() - 1), "body checksum"),
+        ("header length", flip(&bytes, 17), "header checksum"),
+        ("magic", flip(&bytes, 0), "bad magic"),
+    ];
+    for (what, damaged, needle) in cases {
+        let e = decode(&damaged).expect_err(what);
+        assert!(e.contains(needle), "{what}: {e}");
+    }
+}
+
+#[test]
+fn another_format_version_is_refused_not_misread() {
+    let mut bytes = encode(&Position::single(1), &[], &rich_state(), None);
+    bytes[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+    let digest = xxh3_64(&bytes[..32]);
+    bytes[32..40].copy_from_slice(&digest.to_le_bytes());
+    let e = decode(&bytes).expect_err("a newer version");
+    assert!(
+        e.contains(&format!("format version {}", FORMAT_VERSION + 1)),
+        "{e}"
+    );
+}
+
+fn flip(bytes: &[u8], at: usize) -> Vec<u8> {
+    let mut b = bytes.to_vec();
+    b[at] ^= 0x40;
+    b
+}
+
+#[test]
+fn store_keeps_the_newest_and_ignores_strangers() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = CheckpointStore::new(dir.path().join("cp"), 2);
+    assert!(store.list().expect("missing dir is empty").is_empty());
+    let st = rich_state();
+    for n in [5u64, 50, 7, 100] {
+        store
+            .write(&Position::single(n), &[], &st, None)
+            .expect("write");
+    }
+    std::fs::write(store.dir().join("notes.txt"), "x").expect("stranger");
+    std::fs::write(
+        store.dir().join(".checkpoint-00000000000000000001.tmp"),
+        "x",
+    )
+    .expect("tmp");
+    let records: Vec<u64> = store
+        .list()
+        .expect("list")
+        .iter()
+        .map(|f| f.records)
+        .collect();
+    assert_eq!(records, [50, 100]);
+    store
+        .write(&Position::single(101), &[], &st, None)
+        .expect("write");
+    let names: Vec<String> = std::fs::read_dir(store.dir())
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "notes.txt")
+        .collect();
+    assert_eq!(
+        names.len(),
+        2,
+        "old checkpoints and temp files pruned: {names:?}"
+    );
+}
+
+#[test]
+fn a_large_state_restores_in_parallel_and_equal() {
+    let mut events = vec![
+        svc("a", 0, "ns", "h1", &[80]),
+        svc("a", 0, "ns", "h2", &[81]),
+    ];
+    for i in 0..6000u32 {
+        let host = if i % 2 == 0 { "h1" } else { "h2" };
+        events.push(ep(
+            "a",
+            0,
+            &format!("ep/{i}"),
+            &format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255),
+            &[host],
+        ));
+    }
+    let st = ModelState::from_events(&events);
+    let bytes = encode(&Position::single(6002), &[], &st, None);
+    let cp = decode(&bytes).expect("decodes");
+    assert_eq!(cp.model.counts().endpoints, 6000);
+    assert_eq!(cp.model, st);
+    let mut damaged = bytes.clone();
+    // A payload byte far into the entity list: the body checksum catches it first.
+    let at = damaged.len() - 40;
+    damaged[at] ^= 1;
+    assert!(decode(&damaged).is_err());
+}
+
+#[test]
+fn stored_resources_round_trip_with_their_generator_id() {
+    use crate::xds::generate::{GenOptions, build_all};
+    let st = rich_state();
+    let (set, _) = build_all(&st, &GenOptions::default());
+    let id = generator_id(&GenOptions::default());
+    let cp = decode(&encode(&Position::single(3), &[], &st, Some((&id, &set)))).expect("decodes");
+    let stored = cp.resources.expect("stored");
+    assert_eq!(stored.generator, id);
+    assert_eq!(stored.set, set, "every resource, byte for byte");
+    assert_ne!(
+        generator_id(&GenOptions {
+            bind_outbound: true,
+            ..Default::default()
+        }),
+        id,
+        "options are part of the id"
+    );
+}

@@ -1,0 +1,489 @@
+//! Replay: re-folding the log to rebuild any past state, and attributing every
+//! xDS change to the event that caused it.
+//!
+//! Every state the control plane has been in is a fold of the log (invariant 1),
+//! so a [`Replayer`] fed the same records from the same start (the empty state, or
+//! a [checkpoint](crate::checkpoint)) holds the same model, the same resources byte
+//! for byte and the same snapshot hash as the engine that served them.
+//!
+//! Two speeds:
+//!
+//! - [`Replayer::apply_records`] folds a batch and only notes what it touched;
+//!   resources are regenerated once, for everything touched since, when they are
+//!   next needed ([`Replayer::resources`], [`Replayer::snapshot`], or the next
+//!   [`Replayer::apply_event`]). Reaching a position costs the fold plus one
+//!   regeneration of what changed, however many batches it took: the way to reach
+//!   a position fast. (The generator's output depends only on the model, so
+//!   regenerating a union of touched sets once equals regenerating each batch.)
+//! - [`Replayer::apply_event`] folds one event and regenerates incrementally what
+//!   it touched, returning each resource it changed with its old and new version
+//!   ([`ResourceChange`]): the way to see what each event did. The generator's
+//!   reverse indexes make this O(what the event touched), not O(resources).
+//!
+//! [`drive`] runs either over an [`EventLog`](crate::log::EventLog) between two
+//! positions; [`bisect`] finds the first event after which a resource matched a
+//! predicate.
+//!
+//! ## Which proxies an event affects
+//!
+//! A replay has no connected proxies, so "affected" is answered per view: a
+//! changed resource affects every proxy type whose view holds it
+//! ([`ResourceKind::views`]): clusters, assignments and routes are in every view,
+//! sidecar listeners in sidecars' and routers', `api_listener`s in proxyless gRPC
+//! clients'. A proxyless client subscribes to the names it needs, so it is only
+//! affected by the ones it asked for.
+//!
+//! What it does NOT do: render resources (the server's admin module does), read
+//! checkpoints from disk on its own, or serve anything.
+
+pub mod bisect;
+pub mod drive;
+mod reuse;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use deltapilot_proto::Event;
+
+use crate::Error;
+use crate::checkpoint::{Checkpoint, generator_id};
+use crate::fold::runner::full_snapshot_hash;
+use crate::fold::{Skipped, fold, fold_iter};
+use crate::log::{Position, Record, RecordPos};
+use crate::model::ProxyType;
+use crate::snapshot::Snapshot;
+use crate::state::{ModelState, Touched};
+use crate::xds::generate::{GenError, GenOptions, Generator};
+use crate::xds::{Resource, ResourceMap, ResourceSet, ResourceType};
+
+/// Where a resource lives in a [`ResourceSet`]: its type, and for listeners which
+/// flavour (their names never collide).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ResourceKind {
+    /// CDS.
+    Cluster,
+    /// EDS.
+    Endpoint,
+    /// LDS for sidecars and routers.
+    SidecarListener,
+    /// LDS for proxyless gRPC (`api_listener`s).
+    GrpcListener,
+    /// RDS.
+    Route,
+}
+
+impl ResourceKind {
+    /// Every kind, in push order.
+    pub const ALL: [ResourceKind; 5] = [
+        ResourceKind::Cluster,
+        ResourceKind::Endpoint,
+        ResourceKind::SidecarListener,
+        ResourceKind::GrpcListener,
+        ResourceKind::Route,
+    ];
+
+    /// The xDS type.
+    pub fn resource_type(self) -> ResourceType {
+        match self {
+            ResourceKind::Cluster => ResourceType::Cluster,
+            ResourceKind::Endpoint => ResourceType::Endpoint,
+            ResourceKind::SidecarListener | ResourceKind::GrpcListener => ResourceType::Listener,
+            ResourceKind::Route => ResourceType::Route,
+        }
+    }
+
+    /// The map of `set` that holds this kind.
+    pub fn map(self, set: &ResourceSet) -> &ResourceMap {
+        match self {
+            ResourceKind::Cluster => &set.clusters,
+            ResourceKind::Endpoint => &set.endpoints,
+            ResourceKind::SidecarListener => &set.sidecar_listeners,
+            ResourceKind::GrpcListener => &set.grpc_listeners,
+            ResourceKind::Route => &set.routes,
+        }
+    }
+
+    /// The kinds that hold resources of type `t`.
+    pub fn of_type(t: ResourceType) -> &'static [ResourceKind] {
+        match t {
+            ResourceType::Cluster => &[ResourceKind::Cluster],
+            ResourceType::Endpoint => &[ResourceKind::Endpoint],
+            ResourceType::Listener => &[ResourceKind::SidecarListener, ResourceKind::GrpcListener],
+            ResourceType::Route => &[ResourceKind::Route],
+        }
+    }
+
+    /// The proxy types whose view holds this kind (see the module doc).
+    pub fn views(self) -> &'static [ProxyType] {
+        match self {
+            ResourceKind::SidecarListener => &[ProxyType::Sidecar, ProxyType::Router],
+            ResourceKind::GrpcListener => &[ProxyType::ProxylessGrpc],
+            _ => &[
+                ProxyType::Sidecar,
+                ProxyType::Router,
+                ProxyType::ProxylessGrpc,
+            ],
+        }
+    }
+
+    /// Whether a proxy of type `pt` sees this kind.
+    pub fn visible_to(self, pt: ProxyType) -> bool {
+        self.views().contains(&pt)
+    }
+
+    /// Finds `name` of type `t` in `set`, with the kind that holds it.
+    pub fn find(
+        set: &ResourceSet,
+        t: ResourceType,
+        name: &str,
+    ) -> Option<(ResourceKind, Arc<Resource>)> {
+        Self::of_type(t)
+            .iter()
+            .find_map(|k| k.map(set).get(name).map(|r| (*k, r.clone())))
+    }
+}
+
+/// One resource an event changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceChange {
+    /// Where it lives (type and listener flavour).
+    pub kind: ResourceKind,
+    /// Its name.
+    pub name: Arc<str>,
+    /// Before the event (`None`: it did not exist).
+    pub old: Option<Arc<Resource>>,
+    /// After the event (`None`: it was removed).
+    pub new: Option<Arc<Resource>>,
+}
+
+/// What folding one event did.
+#[derive(Debug, Clone, Default)]
+pub struct EventReport {
+    /// Set when the fold skipped the event (nothing changed then).
+    pub skipped: Option<Skipped>,
+    /// Resources whose bytes changed, in push order then by name.
+    pub changes: Vec<ResourceChange>,
+    /// Resources that failed to build after the event (left out of the set).
+    pub gen_errors: Vec<GenError>,
+}
+
+/// A record replay cannot get past: the log failed its checks there, or its bytes
+/// are not an event this build reads. Everything before it was folded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoppedAt {
+    /// Where (`partition:offset`, or the log offset when the backend names no
+    /// partition).
+    pub position: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl std::fmt::Display for StoppedAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "record at {}: {}", self.position, self.reason)
+    }
+}
+
+/// Counts over everything a replayer folded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplayStats {
+    /// Records folded (events applied, skipped ones included).
+    pub records: u64,
+    /// Events skipped by the fold.
+    pub skipped: u64,
+    /// Resource build failures seen.
+    pub gen_errors: u64,
+}
+
+/// A fold of part of the log: model, incremental generator and resources at a
+/// position. Not `Clone` on purpose (the generator's indexes are large); start a
+/// new one from a checkpoint instead.
+#[derive(Debug)]
+pub struct Replayer {
+    model: ModelState,
+    /// Drops superseded states off the fold's thread (see [`Dropper`]).
+    dropper: Dropper,
+    /// `None` while `resources` came from a checkpoint and nothing needed a
+    /// generator yet (see `reuse`).
+    generator: Option<Generator>,
+    opts: GenOptions,
+    /// Current only when `pending` is empty.
+    resources: ResourceSet,
+    /// Everything folded since `resources` was last regenerated touched.
+    pending: Touched,
+    position: Position,
+    stats: ReplayStats,
+}
+
+impl Replayer {
+    /// A replayer at the start of a log (empty state).
+    pub fn new(opts: GenOptions) -> Self {
+        Replayer {
+            model: ModelState::default(),
+            dropper: Dropper::default(),
+            generator: Some(Generator::new(opts.clone())),
+            opts,
+            resources: ResourceSet::default(),
+            pending: Touched::default(),
+            position: Position::default(),
+            stats: ReplayStats::default(),
+        }
+    }
+
+    /// A replayer at a checkpoint: its state, and the resources stored with it
+    /// when this build generated them with `opts` (see `reuse`); otherwise every
+    /// service is marked touched so that its resources are built when first
+    /// needed (as `Generator::build` does).
+    pub fn from_checkpoint(cp: Checkpoint, opts: GenOptions) -> Self {
+        let stored = cp
+            .resources
+            .filter(|r| r.generator == generator_id(&opts))
+            .filter(|r| reuse::spot_check(&cp.model, &r.set, &opts));
+        let (generator, resources, pending) = match stored {
+            Some(r) => (None, r.set, Touched::default()),
+            None => {
+                let mut pending = Touched::default();
+                pending
+                    .services
+                    .extend(cp.model.services().map(|s| s.hostname.clone()));
+                (
+                    Some(Generator::new(opts.clone())),
+                    ResourceSet::default(),
+                    pending,
+                )
+            }
+        };
+        Replayer {
+            model: cp.model,
+            dropper: Dropper::default(),
+            generator,
+            opts,
+            resources,
+            pending,
+            position: cp.position,
+            stats: ReplayStats::default(),
+        }
+    }
+
+    /// Whether the resources came from the checkpoint rather than being built.
+    pub fn reused_stored_resources(&self) -> bool {
+        self.generator.is_none()
+    }
+
+    /// Regenerates what was touched since the last regeneration.
+    fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let touched = std::mem::take(&mut self.pending);
+        let errors = match &mut self.generator {
+            Some(g) => {
+                let (set, _, errors) = g.regenerate(&self.resources, &self.model, &touched);
+                self.resources = set;
+                errors.len()
+            }
+            None if touched.services.is_empty() && !touched.configs => reuse::rebuild_assignments(
+                &mut self.resources,
+                &self.model,
+                &touched.endpoints,
+                &self.opts,
+            ),
+            None => self.build_generator(),
+        };
+        self.stats.gen_errors += errors as u64;
+    }
+
+    /// Builds the generator (and every resource) from the whole state.
+    fn build_generator(&mut self) -> usize {
+        let (g, set, errors) = Generator::build(&self.model, self.opts.clone());
+        self.generator = Some(g);
+        self.resources = set;
+        errors.len()
+    }
+
+    /// Everything before this position is folded.
+    pub fn position(&self) -> &Position {
+        &self.position
+    }
+
+    /// The folded model.
+    pub fn model(&self) -> &ModelState {
+        &self.model
+    }
+
+    /// The resources at this position (regenerating what batches touched).
+    pub fn resources(&mut self) -> &ResourceSet {
+        self.flush();
+        &self.resources
+    }
+
+    /// Counts so far.
+    pub fn stats(&self) -> ReplayStats {
+        self.stats
+    }
+
+    /// The snapshot the engine would publish at this position (its `seq`, change
+    /// history and observation time are not replayed and stay 0 and empty);
+    /// `hash` equals the engine's.
+    pub fn snapshot(&mut self) -> Snapshot {
+        self.flush();
+        let mut s = Snapshot {
+            position: self.position.clone(),
+            model: self.model.clone(),
+            resources: self.resources.clone(),
+            ..Default::default()
+        };
+        s.hash = full_snapshot_hash(&s);
+        s
+    }
+
+    /// Folds a batch of records (resources are regenerated when next needed).
+    /// Records already folded are ignored. Stops at the first record that does not
+    /// decode: the records before it are folded, and the returned [`StoppedAt`]
+    /// names it.
+    pub fn apply_records(&mut self, records: &[Record]) -> Result<(), StoppedAt> {
+        let (events, stop) = decode_records(records, &self.position);
+        self.apply_decoded(&events);
+        stop.map_or(Ok(()), Err)
+    }
+
+    /// Folds a batch of decoded events (see [`decode_records`]); positions already
+    /// folded are the caller's to leave out.
+    pub fn apply_decoded(&mut self, events: &[(RecordPos, Event)]) {
+        let out = fold(&self.model, events);
+        for (pos, _) in events {
+            self.position.advance(*pos);
+        }
+        self.stats.records += events.len() as u64;
+        self.stats.skipped += out.skipped.len() as u64;
+        let t = out.touched;
+        self.pending.services.extend(t.services);
+        self.pending.endpoints.extend(t.endpoints);
+        self.pending.configs |= t.configs;
+        let old = std::mem::replace(&mut self.model, out.state);
+        self.dropper.drop(old);
+    }
+
+    /// Folds one event at `pos` and reports every resource it changed.
+    pub fn apply_event(&mut self, pos: RecordPos, event: &Event) -> EventReport {
+        self.flush();
+        if self.generator.is_none() {
+            self.stats.gen_errors += self.build_generator() as u64;
+        }
+        let out = fold_iter(&self.model, std::iter::once((pos, event)));
+        self.position.advance(pos);
+        self.stats.records += 1;
+        let mut report = EventReport {
+            skipped: out.skipped.into_iter().next(),
+            ..Default::default()
+        };
+        if report.skipped.is_some() {
+            self.stats.skipped += 1;
+        }
+        if out.touched.is_empty() {
+            self.model = out.state;
+            return report;
+        }
+        let Some(generator) = self.generator.as_mut() else {
+            // Built just above; never reached, and never a panic.
+            self.model = out.state;
+            return report;
+        };
+        let (set, changes, errors) =
+            generator.regenerate(&self.resources, &out.state, &out.touched);
+        for t in ResourceType::ALL {
+            let tc = changes.of(t);
+            let names: std::collections::BTreeSet<&Arc<str>> =
+                tc.upserted.iter().chain(tc.removed.iter()).collect();
+            for name in names {
+                for kind in ResourceKind::of_type(t) {
+                    let old = kind.map(&self.resources).get(name).cloned();
+                    let new = kind.map(&set).get(name).cloned();
+                    if old.is_none() && new.is_none() {
+                        continue;
+                    }
+                    if old.as_ref().map(|r| &r.bytes) == new.as_ref().map(|r| &r.bytes) {
+                        continue;
+                    }
+                    report.changes.push(ResourceChange {
+                        kind: *kind,
+                        name: name.clone(),
+                        old,
+                        new,
+                    });
+                }
+            }
+        }
+        self.stats.gen_errors += errors.len() as u64;
+        report.gen_errors = errors;
+        self.model = out.state;
+        self.resources = set;
+        report
+    }
+}
+
+/// States the dropper thread may hold before a fold drops one itself: one being
+/// dropped and one waiting is enough to keep that thread busy, and bounds the
+/// memory of superseded states.
+const DROP_QUEUE: usize = 1;
+
+/// Drops superseded states on a thread of its own. Replacing the state after a
+/// batch frees every node the batch copied (a persistent map shares the rest),
+/// which is a good part of a fast replay's time; on a second core it overlaps
+/// the next batch's fold. When the thread is busy, or cannot be started, the
+/// state is dropped in place.
+#[derive(Debug, Default)]
+struct Dropper {
+    tx: Option<std::sync::mpsc::SyncSender<ModelState>>,
+    started: bool,
+}
+
+impl Dropper {
+    fn drop(&mut self, state: ModelState) {
+        if !self.started {
+            self.started = true;
+            let (tx, rx) = std::sync::mpsc::sync_channel::<ModelState>(DROP_QUEUE);
+            let spawned = std::thread::Builder::new()
+                .name("replay-drop".into())
+                .spawn(move || while rx.recv().is_ok() {});
+            if spawned.is_ok() {
+                self.tx = Some(tx);
+            }
+        }
+        match &self.tx {
+            Some(tx) => {
+                // Full or gone: the state comes back and is dropped here.
+                let _ = tx.try_send(state);
+            }
+            None => drop(state),
+        }
+    }
+}
+
+/// Decodes records not yet covered by `folded`, up to the first that does not
+/// decode (returned as the [`StoppedAt`]). Pure, so a caller may run it on
+/// another thread while the previous batch folds.
+pub fn decode_records(
+    records: &[Record],
+    folded: &Position,
+) -> (Vec<(RecordPos, Event)>, Option<StoppedAt>) {
+    let mut events = Vec::with_capacity(records.len());
+    for r in records {
+        if folded.contains(r.pos) {
+            continue;
+        }
+        match r.decode() {
+            Ok(ev) => events.push((r.pos, ev)),
+            Err(e) => return (events, Some(stopped(r.pos, &e))),
+        }
+    }
+    (events, None)
+}
+
+fn stopped(pos: RecordPos, e: &Error) -> StoppedAt {
+    StoppedAt {
+        position: pos.to_string(),
+        reason: e.to_string(),
+    }
+}

@@ -1,0 +1,396 @@
+//! The physical limit, measured in the same run: a plain tonic server that
+//! implements the same ADS methods with no control-plane logic. Every
+//! stream gets the initial responses proxy 0 captured from deltapilot, then every
+//! response proxy 0 captured during churn, replayed byte for byte to all streams
+//! at the same pace. The same simulated proxies (same code, same behaviours)
+//! connect to it, and the time from sending a response to the last expected ACK is
+//! the raw fan-out time. Convergence ÷ raw fan-out says what the control plane
+//! costs on top of moving the bytes.
+//!
+//! The server runs as a child process (the load generator's own binary, see
+//! [`child`]) when the load generator runs as a binary, and in this process (on
+//! its own runtime) when it runs as a library, e.g. in tests.
+//!
+//! What it does NOT do: look at requests (they are read and dropped), or decide
+//! anything per stream.
+
+pub mod child;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryResponse, DiscoveryResponse};
+use futures::{Stream, StreamExt};
+use prost::Message;
+use tokio::sync::{broadcast, watch};
+use tokio_stream::wrappers::BroadcastStream;
+use tonic::codegen::{Body, BoxFuture, Context, Poll, Service, StdError, http};
+use tonic::server::{Grpc, NamedService, StreamingService};
+use tonic::{Status, Streaming};
+
+use crate::proxy::codec::BytesCodec;
+use crate::proxy::fleet::{AckObserver, Captured, Phase};
+use crate::scenario::Api;
+use crate::tracker::Group;
+
+/// Pushes a stream may fall behind before it misses some: replay waits for each
+/// push to finish (or time out) before the next is due only at the original pace,
+/// so a healthy stream never holds more than a few; a stalled one drops the rest.
+const REPLAY_BACKLOG: usize = 1024;
+
+type RespStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
+
+struct Replay {
+    initial: Arc<Vec<Bytes>>,
+    pushes: broadcast::Sender<Bytes>,
+}
+
+#[derive(Clone)]
+struct Method(Arc<Replay>);
+
+impl StreamingService<Bytes> for Method {
+    type Response = Bytes;
+    type ResponseStream = RespStream;
+    type Future = BoxFuture<tonic::Response<RespStream>, Status>;
+
+    fn call(&mut self, req: tonic::Request<Streaming<Bytes>>) -> Self::Future {
+        let mut inbound = req.into_inner();
+        // Requests carry nothing the replay needs; reading them keeps the client's
+        // flow-control window open.
+        tokio::spawn(async move { while let Ok(Some(_)) = inbound.message().await {} });
+        let rx = self.0.pushes.subscribe();
+        let initial: Vec<Result<Bytes, Status>> = self.0.initial.iter().cloned().map(Ok).collect();
+        let pushes = BroadcastStream::new(rx).filter_map(|r| async move { r.ok().map(Ok) });
+        let stream: RespStream = Box::pin(futures::stream::iter(initial).chain(pushes));
+        Box::pin(async move { Ok(tonic::Response::new(stream)) })
+    }
+}
+
+/// The replaying ADS service.
+#[derive(Clone)]
+pub struct ReplayService(Arc<Replay>);
+
+impl NamedService for ReplayService {
+    const NAME: &'static str = "envoy.service.discovery.v3.AggregatedDiscoveryService";
+}
+
+impl<B> Service<http::Request<B>> for ReplayService
+where
+    B: Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let method = Method(self.0.clone());
+        let path = req.uri().path().to_owned();
+        Box::pin(async move {
+            if path.ends_with("/DeltaAggregatedResources")
+                || path.ends_with("/StreamAggregatedResources")
+            {
+                let mut grpc =
+                    Grpc::new(BytesCodec).apply_max_message_size_config(None, Some(usize::MAX));
+                Ok(grpc.streaming(method, req).await)
+            } else {
+                Ok(Status::unimplemented(format!("{path} is not replayed")).into_http())
+            }
+        })
+    }
+}
+
+/// Worker threads of the replay server's own runtime: as many as a spawned
+/// deltapilot gets on this machine, so neither side is favoured.
+const REPLAY_WORKERS: usize = 2;
+
+/// A running replay server. It runs on its own runtime (its own threads), as a
+/// separate server process would, so that its work and the simulated proxies'
+/// work are scheduled by the OS, not interleaved on one runtime's workers.
+pub struct BaselineServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    replay: Arc<Replay>,
+    stop: watch::Sender<bool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl BaselineServer {
+    /// Starts on a free loopback port, answering every new stream with `initial`.
+    pub async fn start(initial: Vec<Bytes>) -> anyhow::Result<Self> {
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        std_listener.set_nonblocking(true)?;
+        let addr = std_listener.local_addr()?;
+        let (pushes, _) = broadcast::channel(REPLAY_BACKLOG);
+        let replay = Arc::new(Replay {
+            initial: Arc::new(initial),
+            pushes,
+        });
+        let (stop, mut stopped) = watch::channel(false);
+        let svc = ReplayService(replay.clone());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(REPLAY_WORKERS)
+            .thread_name("baseline-server")
+            .enable_all()
+            .build()?;
+        let thread = std::thread::Builder::new()
+            .name("baseline-server".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    let listener = match tokio::net::TcpListener::from_std(std_listener) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "baseline server cannot listen");
+                            return;
+                        }
+                    };
+                    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+                    let r = tonic::transport::Server::builder()
+                        .tcp_nodelay(true)
+                        .add_routes(tonic::service::Routes::new(svc))
+                        .serve_with_incoming_shutdown(incoming, async move {
+                            let _ = stopped.wait_for(|s| *s).await;
+                        })
+                        .await;
+                    if let Err(e) = r {
+                        tracing::warn!(error = %e, "baseline server failed");
+                    }
+                });
+                rt.shutdown_timeout(Duration::from_secs(5));
+            })?;
+        Ok(BaselineServer {
+            addr,
+            replay,
+            stop,
+            thread,
+        })
+    }
+
+    /// Sends `bytes` to every open stream.
+    pub fn push(&self, bytes: Bytes) {
+        let _ = self.replay.pushes.send(bytes);
+    }
+
+    /// Stops serving; waits up to `within` for its thread.
+    pub async fn stop(self, within: Duration) {
+        let _ = self.stop.send(true);
+        let thread = self.thread;
+        let deadline = std::time::Instant::now() + within;
+        while !thread.is_finished() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if thread.is_finished() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The replay server, wherever it runs.
+pub enum Replayer {
+    /// On its own runtime in this process.
+    InProcess {
+        /// The server.
+        server: BaselineServer,
+        /// The pushes, by index.
+        pushes: Vec<Bytes>,
+    },
+    /// A child process.
+    Child(child::ChildServer),
+}
+
+impl Replayer {
+    /// Starts a child process with `own` (the load generator's binary and the
+    /// arguments before `--baseline-serve`), or an in-process server without it.
+    pub async fn start(
+        own: Option<&(PathBuf, Vec<String>)>,
+        initial: Vec<Bytes>,
+        pushes: &[Push],
+    ) -> anyhow::Result<Self> {
+        let bytes: Vec<Bytes> = pushes.iter().map(|p| p.bytes.clone()).collect();
+        Ok(match own {
+            Some((exe, prefix)) => {
+                Replayer::Child(child::ChildServer::start(exe, prefix, &initial, &bytes).await?)
+            }
+            None => Replayer::InProcess {
+                server: BaselineServer::start(initial).await?,
+                pushes: bytes,
+            },
+        })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        match self {
+            Replayer::InProcess { server, .. } => server.addr,
+            Replayer::Child(c) => c.addr,
+        }
+    }
+
+    /// Its process id when it is a child.
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            Replayer::InProcess { .. } => None,
+            Replayer::Child(c) => c.pid(),
+        }
+    }
+
+    /// `process` or `in-process`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Replayer::InProcess { .. } => "in-process",
+            Replayer::Child(_) => "process",
+        }
+    }
+
+    /// Sends push `i` to every stream.
+    pub async fn push(&mut self, i: usize) -> anyhow::Result<()> {
+        match self {
+            Replayer::InProcess { server, pushes } => {
+                if let Some(p) = pushes.get(i) {
+                    server.push(p.clone());
+                }
+                Ok(())
+            }
+            Replayer::Child(c) => c.push(i).await,
+        }
+    }
+
+    /// Stops it (bounded).
+    pub async fn stop(self, within: Duration) {
+        match self {
+            Replayer::InProcess { server, .. } => server.stop(within).await,
+            Replayer::Child(c) => c.stop(within).await,
+        }
+    }
+}
+
+/// The nonce of a captured response, whichever API it is.
+pub fn nonce_of(api: Api, bytes: &[u8]) -> Option<String> {
+    match api {
+        Api::Delta => DeltaDiscoveryResponse::decode(bytes).ok().map(|r| r.nonce),
+        Api::Sotw => DiscoveryResponse::decode(bytes).ok().map(|r| r.nonce),
+    }
+}
+
+/// One captured push to replay.
+#[derive(Debug, Clone)]
+pub struct Push {
+    /// Offset from the first push.
+    pub offset: Duration,
+    /// The response, byte for byte.
+    pub bytes: Bytes,
+    /// Its nonce (what the ACKs echo).
+    pub nonce: String,
+    /// It is an EDS response (what an endpoint change costs).
+    pub eds: bool,
+}
+
+fn type_url_of(api: Api, bytes: &[u8]) -> Option<String> {
+    match api {
+        Api::Delta => DeltaDiscoveryResponse::decode(bytes)
+            .ok()
+            .map(|r| r.type_url),
+        Api::Sotw => DiscoveryResponse::decode(bytes).ok().map(|r| r.type_url),
+    }
+}
+
+/// Captured responses split for the replay: what a new stream gets, and the
+/// pushes.
+pub fn split(api: Api, captured: &[Captured]) -> (Vec<Bytes>, Vec<Push>) {
+    let initial = captured
+        .iter()
+        .filter(|c| c.phase == Phase::Sync)
+        .map(|c| c.bytes.clone())
+        .collect();
+    let pushes: Vec<&Captured> = captured
+        .iter()
+        .filter(|c| c.phase == Phase::Churn)
+        .collect();
+    let first = pushes.first().map(|c| c.at);
+    let eds_url = deltapilot_engine::xds::ResourceType::Endpoint.type_url();
+    let pushes = pushes
+        .iter()
+        .map(|c| Push {
+            offset: first.map(|f| c.at - f).unwrap_or_default(),
+            nonce: nonce_of(api, &c.bytes).unwrap_or_default(),
+            eds: type_url_of(api, &c.bytes).as_deref() == Some(eds_url),
+            bytes: c.bytes.clone(),
+        })
+        .collect();
+    (initial, pushes)
+}
+
+struct PushClock {
+    remaining: AtomicU32,
+    last_nanos: AtomicU64,
+}
+
+/// Counts ACKs of replayed pushes: for each, when the last expected proxy ACKed.
+pub struct ReplayAcks {
+    base: Instant,
+    by_nonce: HashMap<String, usize>,
+    clocks: Vec<PushClock>,
+}
+
+impl ReplayAcks {
+    /// Tracks the pushes with these nonces, each expecting `expected` ACKs.
+    pub fn new(nonces: &[String], expected: u32) -> Self {
+        ReplayAcks {
+            base: Instant::now(),
+            by_nonce: nonces
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.clone(), i))
+                .collect(),
+            clocks: nonces
+                .iter()
+                .map(|_| PushClock {
+                    remaining: AtomicU32::new(expected),
+                    last_nanos: AtomicU64::new(0),
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether push `i` is ACKed by every expected proxy.
+    pub fn done(&self, i: usize) -> bool {
+        self.clocks
+            .get(i)
+            .is_some_and(|c| c.remaining.load(Ordering::Acquire) == 0)
+    }
+
+    /// When push `i` was last ACKed.
+    pub fn last_ack(&self, i: usize) -> Option<Instant> {
+        let c = self.clocks.get(i)?;
+        let n = c.last_nanos.load(Ordering::Acquire);
+        (n > 0).then(|| self.base + Duration::from_nanos(n))
+    }
+}
+
+impl AckObserver for ReplayAcks {
+    fn acked(&self, nonce: &str, group: Group, at: Instant) {
+        if group == Group::Untracked {
+            return;
+        }
+        let Some(&i) = self.by_nonce.get(nonce) else {
+            return;
+        };
+        let c = &self.clocks[i];
+        let n = at.saturating_duration_since(self.base).as_nanos().max(1) as u64;
+        c.last_nanos.fetch_max(n, Ordering::AcqRel);
+        let _ = c
+            .remaining
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1));
+    }
+}

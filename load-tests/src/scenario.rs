@@ -1,0 +1,348 @@
+//! Scenario files (`load-tests/scenarios/*.yaml`): how many simulated Envoys, which
+//! API, how big a mesh, what churn at what rate, how the proxies misbehave, and
+//! which phases run. Every key has a default, so a scenario names only what it
+//! changes; unknown keys are refused so a typo never silently runs the defaults.
+//!
+//! What it does NOT do: run anything (see `harness`) or parse the command line
+//! (the flags that override a scenario live in `LoadgenArgs`).
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+/// Which xDS flavour the simulated Envoys speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Api {
+    /// Delta ADS (`DeltaAggregatedResources`), Envoy's `DELTA_GRPC`.
+    Delta,
+    /// State-of-the-world ADS (`StreamAggregatedResources`), Envoy's `GRPC`.
+    Sotw,
+}
+
+impl Api {
+    /// Lower-case name for reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::Delta => "delta",
+            Api::Sotw => "sotw",
+        }
+    }
+}
+
+/// A whole scenario.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Scenario {
+    /// Short name, shown in the report.
+    pub name: String,
+    /// What the scenario is for (free text).
+    pub description: String,
+    /// Number of simulated Envoys, each with its own connection.
+    pub proxies: usize,
+    /// Delta (default) or state of the world.
+    pub api: Api,
+    /// How long churn runs, in seconds (0: no churn phase).
+    pub duration_secs: u64,
+    /// Seed of every random choice, so a run can be repeated.
+    pub seed: u64,
+    /// The mesh written before the proxies connect.
+    pub mesh: MeshSpec,
+    /// Churn written while the proxies are connected.
+    pub churn: ChurnSpec,
+    /// Fractions of proxies that misbehave.
+    pub behaviour: BehaviourSpec,
+    /// After the initial sync, every proxy drops its connection and reconnects at
+    /// once with `initial_resource_versions` (delta): the reconnect storm.
+    pub reconnect_storm: bool,
+    /// Replay the captured responses to the same proxies through a plain tonic
+    /// server (no control-plane logic) to measure the raw fan-out time.
+    pub baseline: bool,
+    /// Bounds of each phase.
+    pub timeouts: Timeouts,
+    /// Most connection attempts in flight at once while connecting the fleet:
+    /// a burst of 10,000 SYNs at once overflows the server's listen backlog and
+    /// turns into one-second SYN retries.
+    pub connect_concurrency: usize,
+    /// Options passed to the spawned `deltapilot run` (ignored with `--target`).
+    pub server: ServerSpec,
+}
+
+/// The mesh: services with endpoints.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct MeshSpec {
+    /// Number of services.
+    pub services: usize,
+    /// Endpoints per service at the start.
+    pub endpoints_per_service: usize,
+    /// Fraction of services with an HTTP port (the rest are TCP): HTTP services
+    /// add a virtual host to the shared port-8080 route, TCP ones their own listener.
+    pub http_fraction: f64,
+    /// Number of namespaces the services spread over.
+    pub namespaces: usize,
+}
+
+/// Kinds of churn, weighted.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ChurnMix {
+    /// An endpoint goes away and comes back (as a new pod: a new address) after
+    /// `flap-down-ms`.
+    pub flap: u32,
+    /// A service gains 1..=`max-step` endpoints.
+    pub scale_up: u32,
+    /// A service loses 1..=`max-step` endpoints (keeping at least one).
+    pub scale_down: u32,
+    /// A new service appears with `endpoints-per-service` endpoints.
+    pub service_add: u32,
+    /// A service disappears.
+    pub service_remove: u32,
+}
+
+/// Churn: what changes, how often, and where.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ChurnSpec {
+    /// Events per second (an endpoint appearing or disappearing, a service
+    /// appearing or disappearing: one each).
+    pub rate: f64,
+    /// Exponent of the Zipf distribution that picks which service changes: 0 is
+    /// uniform, 1 makes the most popular service change about as often as the
+    /// next two together, as in real fleets where a few services deploy constantly.
+    pub zipf_exponent: f64,
+    /// Weights of each kind of change.
+    pub mix: ChurnMix,
+    /// How long a flapping endpoint stays away.
+    pub flap_down_ms: u64,
+    /// Largest scale-up or scale-down step.
+    pub max_step: usize,
+}
+
+/// Fractions of proxies that misbehave. Each proxy gets at most one behaviour.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct BehaviourSpec {
+    /// Proxies that NACK every response after their initial sync.
+    pub nack_fraction: f64,
+    /// Proxies that read slowly: they wait `slow-delay-ms` before each response.
+    pub slow_fraction: f64,
+    /// The slow proxies' delay per response.
+    pub slow_delay_ms: u64,
+    /// Proxies that stop reading after their initial sync and never come back.
+    pub stall_fraction: f64,
+}
+
+/// Phase bounds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Timeouts {
+    /// Waiting for the server to be ready and to hold the whole mesh.
+    pub server_secs: u64,
+    /// Connecting and syncing every proxy.
+    pub sync_secs: u64,
+    /// After churn stops, waiting for the last events to converge.
+    pub drain_secs: u64,
+    /// The reconnect storm, from disconnect to every proxy back and answered.
+    pub reconnect_secs: u64,
+}
+
+/// Settings of a spawned server.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServerSpec {
+    /// `--stall-timeout-secs` of the spawned server.
+    pub stall_timeout_secs: u64,
+    /// `RUST_LOG` of the spawned server.
+    pub rust_log: String,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Scenario {
+            name: "default".into(),
+            description: String::new(),
+            proxies: 100,
+            api: Api::Delta,
+            duration_secs: 10,
+            seed: 1,
+            mesh: MeshSpec::default(),
+            churn: ChurnSpec::default(),
+            behaviour: BehaviourSpec::default(),
+            reconnect_storm: false,
+            baseline: true,
+            timeouts: Timeouts::default(),
+            connect_concurrency: 256,
+            server: ServerSpec::default(),
+        }
+    }
+}
+
+impl Default for MeshSpec {
+    fn default() -> Self {
+        MeshSpec {
+            services: 100,
+            endpoints_per_service: 10,
+            http_fraction: 0.8,
+            namespaces: 10,
+        }
+    }
+}
+
+impl Default for ChurnMix {
+    fn default() -> Self {
+        ChurnMix {
+            flap: 60,
+            scale_up: 10,
+            scale_down: 10,
+            service_add: 10,
+            service_remove: 10,
+        }
+    }
+}
+
+impl Default for ChurnSpec {
+    fn default() -> Self {
+        ChurnSpec {
+            rate: 5.0,
+            zipf_exponent: 1.0,
+            mix: ChurnMix::default(),
+            flap_down_ms: 1000,
+            max_step: 3,
+        }
+    }
+}
+
+impl Default for BehaviourSpec {
+    fn default() -> Self {
+        BehaviourSpec {
+            nack_fraction: 0.0,
+            slow_fraction: 0.0,
+            slow_delay_ms: 200,
+            stall_fraction: 0.0,
+        }
+    }
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            server_secs: 120,
+            sync_secs: 600,
+            drain_secs: 30,
+            reconnect_secs: 120,
+        }
+    }
+}
+
+impl Default for ServerSpec {
+    fn default() -> Self {
+        ServerSpec {
+            stall_timeout_secs: 300,
+            rust_log: "warn".into(),
+        }
+    }
+}
+
+impl Scenario {
+    /// Reads a scenario file (YAML; JSON is YAML too).
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --scenario {}", path.display()))?;
+        let s: Scenario = serde_yaml::from_str(&text)
+            .with_context(|| format!("--scenario {}: invalid scenario", path.display()))?;
+        Ok(s)
+    }
+
+    /// Checks every value, with a message naming the key.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.proxies == 0 {
+            bail!("proxies must be at least 1");
+        }
+        if self.mesh.services == 0 || self.mesh.endpoints_per_service == 0 {
+            bail!("mesh.services and mesh.endpoints-per-service must be at least 1");
+        }
+        if self.mesh.namespaces == 0 {
+            bail!("mesh.namespaces must be at least 1");
+        }
+        if self.mesh.services > 1_000_000 || self.mesh.endpoints_per_service > 10_000 {
+            bail!("mesh is too large (at most 1,000,000 services of 10,000 endpoints)");
+        }
+        for (key, v) in [
+            ("mesh.http-fraction", self.mesh.http_fraction),
+            ("behaviour.nack-fraction", self.behaviour.nack_fraction),
+            ("behaviour.slow-fraction", self.behaviour.slow_fraction),
+            ("behaviour.stall-fraction", self.behaviour.stall_fraction),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                bail!("{key} must be between 0 and 1 (got {v})");
+            }
+        }
+        let b = &self.behaviour;
+        if b.nack_fraction + b.slow_fraction + b.stall_fraction > 1.0 {
+            bail!("behaviour fractions add up to more than 1");
+        }
+        if !(self.churn.rate >= 0.0 && self.churn.rate <= 100_000.0) {
+            bail!("churn.rate must be between 0 and 100000 events/s");
+        }
+        if !(0.0..=5.0).contains(&self.churn.zipf_exponent) {
+            bail!("churn.zipf-exponent must be between 0 and 5");
+        }
+        let m = &self.churn.mix;
+        if self.churn.rate > 0.0
+            && m.flap + m.scale_up + m.scale_down + m.service_add + m.service_remove == 0
+        {
+            bail!("churn.mix: every weight is 0 but churn.rate is above 0");
+        }
+        if self.churn.max_step == 0 {
+            bail!("churn.max-step must be at least 1");
+        }
+        if self.connect_concurrency == 0 {
+            bail!("connect-concurrency must be at least 1");
+        }
+        let t = &self.timeouts;
+        if t.server_secs == 0 || t.sync_secs == 0 || t.reconnect_secs == 0 {
+            bail!("timeouts must be at least 1 second");
+        }
+        if self.server.stall_timeout_secs == 0 {
+            bail!("server.stall-timeout-secs must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// Whether a churn phase runs.
+    pub fn has_churn(&self) -> bool {
+        self.duration_secs > 0 && self.churn.rate > 0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_yaml_keeps_defaults_and_unknown_keys_fail() {
+        let s: Scenario =
+            serde_yaml::from_str("proxies: 7\napi: sotw\nchurn:\n  rate: 2\n").expect("parse");
+        assert_eq!((s.proxies, s.api), (7, Api::Sotw));
+        assert_eq!(s.churn.rate, 2.0);
+        assert_eq!(s.mesh.services, MeshSpec::default().services);
+        s.validate().expect("valid");
+        let e = serde_yaml::from_str::<Scenario>("proxys: 7\n").expect_err("typo");
+        assert!(e.to_string().contains("proxys"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let mut s = Scenario::default();
+        s.behaviour.nack_fraction = 0.7;
+        s.behaviour.stall_fraction = 0.7;
+        let e = s.validate().expect_err("over 1").to_string();
+        assert!(e.contains("add up"), "{e}");
+        let mut s = Scenario::default();
+        s.mesh.http_fraction = 2.0;
+        let e = s.validate().expect_err("fraction").to_string();
+        assert!(e.contains("mesh.http-fraction"), "{e}");
+    }
+}

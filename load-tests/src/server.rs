@@ -1,0 +1,218 @@
+//! The server under test: a `deltapilot run` the load generator spawns (`--spawn`)
+//! on a temporary data directory, or one already running (`--target`).
+//!
+//! A spawned server watches a directory of ServiceEntry files (its file adapter
+//! appends them to its embedded log), listens on free loopback ports, and logs to
+//! `server.log` in the temporary directory. It is stopped with SIGTERM (then
+//! killed if it does not drain in time) and killed on drop, so a failed run never
+//! leaves it behind.
+//!
+//! What it does NOT do: write the mesh (see `sink`) or measure (see `procstat`,
+//! `metrics`).
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::metrics;
+use crate::scenario::ServerSpec;
+
+/// The binary's file name.
+const BINARY: &str = "deltapilot";
+
+/// Finds the `deltapilot` binary: `explicit` (`--server-bin` or
+/// `DELTAPILOT_BIN`), else next to the running executable (the same target
+/// directory, or its parent for test executables under `deps/`).
+pub fn find_binary(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = explicit {
+        if p.is_file() {
+            return Ok(p.to_owned());
+        }
+        bail!("--server-bin {}: no such file", p.display());
+    }
+    let exe = std::env::current_exe().context("locating the running executable")?;
+    if exe.file_name().and_then(|n| n.to_str()) == Some(BINARY) {
+        return Ok(exe);
+    }
+    let dir = exe
+        .parent()
+        .context("the running executable has no directory")?;
+    let candidates = [dir.join(BINARY), dir.join("..").join(BINARY)];
+    for c in &candidates {
+        if c.is_file() {
+            return Ok(c.clone());
+        }
+    }
+    bail!(
+        "cannot find the {BINARY} binary next to {} (looked at {}); build it with \
+         `cargo build --release -p deltapilot-server --bin deltapilot` (or without --release \
+         for a debug run), or pass --server-bin PATH",
+        exe.display(),
+        candidates
+            .iter()
+            .map(|c| c.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// A free loopback port (bound, then released for the server to take).
+pub fn free_port() -> anyhow::Result<SocketAddr> {
+    let l = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr()?)
+}
+
+/// Directories of a spawned server, created before it starts so that the mesh
+/// files are in place when its file adapter first scans.
+#[derive(Debug)]
+pub struct ServerDirs {
+    /// The temporary directory (removed on drop unless kept).
+    pub root: tempfile::TempDir,
+    /// `--data-dir`; the embedded log is `data/log`.
+    pub data: PathBuf,
+    /// `--watch`.
+    pub watch: PathBuf,
+}
+
+impl ServerDirs {
+    /// Creates the directories.
+    pub fn create() -> anyhow::Result<Self> {
+        let root = tempfile::Builder::new()
+            .prefix("deltapilot-loadgen-")
+            .tempdir()
+            .context("creating a temporary directory for the server")?;
+        let data = root.path().join("data");
+        let watch = root.path().join("mesh");
+        std::fs::create_dir_all(&data)?;
+        std::fs::create_dir_all(&watch)?;
+        Ok(ServerDirs { root, data, watch })
+    }
+
+    /// The embedded log's directory.
+    pub fn log_dir(&self) -> PathBuf {
+        self.data.join("log")
+    }
+}
+
+/// A running `deltapilot run`.
+#[derive(Debug)]
+pub struct Spawned {
+    child: Child,
+    /// Its xDS address.
+    pub xds: SocketAddr,
+    /// Its admin address.
+    pub admin: SocketAddr,
+    /// Its output.
+    pub log_file: PathBuf,
+}
+
+impl Spawned {
+    /// Starts `bin run` on `dirs` and waits (up to `within`) until `/readyz` says
+    /// ready.
+    pub async fn start(
+        bin: &Path,
+        dirs: &ServerDirs,
+        spec: &ServerSpec,
+        within: Duration,
+    ) -> anyhow::Result<Self> {
+        let (xds, admin) = (free_port()?, free_port()?);
+        let log_file = dirs.root.path().join("server.log");
+        let out = std::fs::File::create(&log_file)?;
+        let child = Command::new(bin)
+            .arg("run")
+            .arg("--xds-addr")
+            .arg(xds.to_string())
+            .arg("--admin-addr")
+            .arg(admin.to_string())
+            .arg("--data-dir")
+            .arg(&dirs.data)
+            .arg("--watch")
+            .arg(&dirs.watch)
+            .arg("--stall-timeout-secs")
+            .arg(spec.stall_timeout_secs.to_string())
+            .env("RUST_LOG", &spec.rust_log)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {} run", bin.display()))?;
+        let mut s = Spawned {
+            child,
+            xds,
+            admin,
+            log_file,
+        };
+        s.wait_ready(within).await?;
+        Ok(s)
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The last lines of its output.
+    pub fn output_tail(&self) -> String {
+        let s = std::fs::read_to_string(&self.log_file).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// Fails if the process has exited.
+    pub fn check_alive(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "the spawned deltapilot exited ({status}); its output:\n{}",
+                self.output_tail()
+            );
+        }
+        Ok(())
+    }
+
+    async fn wait_ready(&mut self, within: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + within;
+        loop {
+            self.check_alive()?;
+            if let Ok((200, _)) = metrics::get(self.admin, "/readyz", Duration::from_secs(2)).await
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the spawned deltapilot was not ready within {within:?}; its output:\n{}",
+                    self.output_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// SIGTERM, then a bounded wait, then SIGKILL.
+    pub async fn stop(mut self, within: Duration) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

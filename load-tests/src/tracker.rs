@@ -1,0 +1,410 @@
+//! End-to-end convergence tracking: for every change the load generator writes,
+//! when did the last simulated proxy that should see it ACK a response that shows
+//! it?
+//!
+//! A change is registered (before it is written) with the cluster it affects and
+//! what a proxy will see once it has it: an endpoint address present in, or absent
+//! from, that cluster's ClusterLoadAssignment, or the cluster gone from CDS. Each
+//! proxy keeps a [`Cursor`] per cluster. When it ACKs a response for a cluster it
+//! asks the tracker for the newest registered change whose effect it can see; that
+//! change and every earlier one on the same cluster count as converged for that
+//! proxy at that moment (the server's snapshots are ordered, so seeing a later
+//! state means having passed the earlier ones, even when a slow proxy got them
+//! coalesced into one response).
+//!
+//! This is sound because addresses are never reused and churn never removes an
+//! address (or a service) whose own addition has not converged yet (see `churn`):
+//! "absent" can then only mean "removed", never "not yet added".
+//!
+//! What it does NOT do: decide which proxies are expected (the harness says how
+//! many normal and slow proxies there are; NACKing and stalled proxies are not
+//! expected), or compute percentiles (see `stats`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+/// Index of a registered change.
+pub type EventId = usize;
+
+/// What kind of change an event is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    /// An endpoint appeared.
+    EndpointAdd,
+    /// An endpoint went away.
+    EndpointRemove,
+    /// A service (cluster) appeared with its endpoints.
+    ServiceAdd,
+    /// A service (cluster) went away.
+    ServiceRemove,
+}
+
+impl ChangeKind {
+    /// Whether the change is an endpoint change (the headline figure).
+    pub fn is_endpoint(self) -> bool {
+        matches!(self, ChangeKind::EndpointAdd | ChangeKind::EndpointRemove)
+    }
+}
+
+/// What a proxy sees once it has a change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    /// The address is in the cluster's assignment.
+    Present(Arc<str>),
+    /// The address is not in the cluster's assignment.
+    Absent(Arc<str>),
+    /// The cluster is gone from CDS.
+    ClusterGone,
+}
+
+/// Which proxies count towards convergence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Group {
+    /// Reads and ACKs at once.
+    Normal,
+    /// Reads slowly; still expected to converge.
+    Slow,
+    /// NACKs or stalls on purpose: not expected to converge.
+    Untracked,
+}
+
+#[derive(Debug, Clone)]
+struct Tracked {
+    expect: Expect,
+    kind: ChangeKind,
+    written: SystemTime,
+    appended: Option<SystemTime>,
+    remaining: u32,
+    remaining_normal: u32,
+    last: Option<SystemTime>,
+    last_normal: Option<SystemTime>,
+}
+
+/// One change's outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventResult {
+    /// Its kind.
+    pub kind: ChangeKind,
+    /// When the load generator wrote it (a file or a log append).
+    pub written: SystemTime,
+    /// Its observed-at time in the log (the append), when known.
+    pub appended: Option<SystemTime>,
+    /// When the last expected proxy ACKed it, if all did.
+    pub converged: Option<SystemTime>,
+    /// When the last normal (not slow) proxy ACKed it, if all did.
+    pub converged_normal: Option<SystemTime>,
+}
+
+impl EventResult {
+    /// The time zero of the convergence measurement: the append when known, else
+    /// the write.
+    pub fn start(&self) -> SystemTime {
+        self.appended.unwrap_or(self.written)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    events: Vec<Tracked>,
+    by_cluster: HashMap<Arc<str>, Vec<EventId>>,
+    by_key: HashMap<String, EventId>,
+    normal: u32,
+    slow: u32,
+}
+
+/// Shared by every proxy of a fleet.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    inner: Mutex<Inner>,
+}
+
+/// A proxy's position in each cluster's list of changes.
+#[derive(Debug, Default)]
+pub struct Cursor(HashMap<Arc<str>, usize>);
+
+impl Tracker {
+    /// An empty tracker expecting no proxies yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets how many proxies each later change waits for.
+    pub fn set_expected(&self, normal: u32, slow: u32) {
+        let mut i = self.lock();
+        i.normal = normal;
+        i.slow = slow;
+    }
+
+    /// Registers a change before it is written. `key` finds it again when its
+    /// append shows up in the log (`+ADDR`, `-ADDR`, or the service key).
+    pub fn register(
+        &self,
+        cluster: Arc<str>,
+        expect: Expect,
+        kind: ChangeKind,
+        key: String,
+        written: SystemTime,
+    ) -> EventId {
+        let mut i = self.lock();
+        let id = i.events.len();
+        let (normal, slow) = (i.normal, i.slow);
+        i.events.push(Tracked {
+            expect,
+            kind,
+            written,
+            appended: None,
+            remaining: normal + slow,
+            remaining_normal: normal,
+            last: None,
+            last_normal: None,
+        });
+        i.by_cluster.entry(cluster).or_default().push(id);
+        i.by_key.insert(key, id);
+        id
+    }
+
+    /// Corrects the write time of `id` to when the write actually happened.
+    pub fn set_written(&self, id: EventId, at: SystemTime) {
+        if let Some(e) = self.lock().events.get_mut(id) {
+            e.written = at;
+        }
+    }
+
+    /// Records the append (observed-at) time of `id`.
+    pub fn set_appended(&self, id: EventId, at: SystemTime) {
+        if let Some(e) = self.lock().events.get_mut(id) {
+            e.appended.get_or_insert(at);
+        }
+    }
+
+    /// Records the append time of the change registered under `key`, if any.
+    pub fn set_appended_by_key(&self, key: &str, at: SystemTime) -> bool {
+        let mut i = self.lock();
+        let Some(&id) = i.by_key.get(key) else {
+            return false;
+        };
+        if let Some(e) = i.events.get_mut(id) {
+            e.appended.get_or_insert(at);
+        }
+        true
+    }
+
+    /// Whether every expected proxy has ACKed `id`.
+    pub fn is_converged(&self, id: EventId) -> bool {
+        self.lock().events.get(id).is_some_and(|e| e.remaining == 0)
+    }
+
+    /// (registered, converged) counts.
+    pub fn counts(&self) -> (usize, usize) {
+        let i = self.lock();
+        let done = i.events.iter().filter(|e| e.remaining == 0).count();
+        (i.events.len(), done)
+    }
+
+    /// A proxy of `group` ACKed an assignment of `cluster` holding `addrs`
+    /// (sorted) at `now`.
+    pub fn on_endpoints(
+        &self,
+        cursor: &mut Cursor,
+        cluster: &str,
+        addrs: &[String],
+        group: Group,
+        now: SystemTime,
+    ) {
+        if group == Group::Untracked {
+            return;
+        }
+        let has = |a: &str| addrs.binary_search_by(|x| x.as_str().cmp(a)).is_ok();
+        self.advance(cursor, cluster, group, now, |e| match &e.expect {
+            Expect::Present(a) => has(a),
+            Expect::Absent(a) => !has(a),
+            Expect::ClusterGone => false,
+        });
+    }
+
+    /// A proxy of `group` ACKed a response that removed `cluster`, at `now`.
+    pub fn on_cluster_gone(
+        &self,
+        cursor: &mut Cursor,
+        cluster: &str,
+        group: Group,
+        now: SystemTime,
+    ) {
+        if group == Group::Untracked {
+            return;
+        }
+        self.advance(cursor, cluster, group, now, |e| {
+            e.expect == Expect::ClusterGone
+        });
+    }
+
+    fn advance(
+        &self,
+        cursor: &mut Cursor,
+        cluster: &str,
+        group: Group,
+        now: SystemTime,
+        visible: impl Fn(&Tracked) -> bool,
+    ) {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let Some((name, list)) = inner.by_cluster.get_key_value(cluster) else {
+            return;
+        };
+        let start = cursor.0.get(cluster).copied().unwrap_or(0);
+        if start >= list.len() {
+            return;
+        }
+        let Some(newest) = (start..list.len())
+            .rev()
+            .find(|&k| visible(&inner.events[list[k]]))
+        else {
+            return;
+        };
+        for &id in &list[start..=newest] {
+            let e = &mut inner.events[id];
+            e.remaining = e.remaining.saturating_sub(1);
+            e.last = Some(e.last.map_or(now, |l| l.max(now)));
+            if group == Group::Normal {
+                e.remaining_normal = e.remaining_normal.saturating_sub(1);
+                e.last_normal = Some(e.last_normal.map_or(now, |l| l.max(now)));
+            }
+        }
+        cursor.0.insert(name.clone(), newest + 1);
+    }
+
+    /// Whether a proxy with `cursor` has ACKed every registered change.
+    pub fn caught_up(&self, cursor: &Cursor) -> bool {
+        self.lock()
+            .by_cluster
+            .iter()
+            .all(|(c, list)| cursor.0.get(c).copied().unwrap_or(0) >= list.len())
+    }
+
+    /// Every change's outcome, in registration order.
+    pub fn results(&self) -> Vec<EventResult> {
+        self.lock()
+            .events
+            .iter()
+            .map(|e| EventResult {
+                kind: e.kind,
+                written: e.written,
+                appended: e.appended,
+                converged: (e.remaining == 0).then_some(e.last.unwrap_or(e.written)),
+                converged_normal: (e.remaining_normal == 0)
+                    .then_some(e.last_normal.unwrap_or(e.written)),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn t(ms: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
+    fn addrs(a: &[&str]) -> Vec<String> {
+        let mut v: Vec<String> = a.iter().map(|s| s.to_string()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_later_visible_state_converges_earlier_changes_too() {
+        let tr = Tracker::new();
+        tr.set_expected(2, 0);
+        let c: Arc<str> = Arc::from("c");
+        let add = tr.register(
+            c.clone(),
+            Expect::Present("x".into()),
+            ChangeKind::EndpointAdd,
+            "+x".into(),
+            t(0),
+        );
+        let rm = tr.register(
+            c.clone(),
+            Expect::Absent("a".into()),
+            ChangeKind::EndpointRemove,
+            "-a".into(),
+            t(1),
+        );
+        let (mut p1, mut p2) = (Cursor::default(), Cursor::default());
+        // p1 sees the add first, then the removal.
+        tr.on_endpoints(&mut p1, "c", &addrs(&["a", "x"]), Group::Normal, t(10));
+        assert!(!tr.is_converged(add), "p2 has not seen it");
+        tr.on_endpoints(&mut p1, "c", &addrs(&["x"]), Group::Normal, t(20));
+        // p2 gets both coalesced.
+        tr.on_endpoints(&mut p2, "c", &addrs(&["x"]), Group::Normal, t(30));
+        assert!(tr.is_converged(add) && tr.is_converged(rm));
+        let r = tr.results();
+        assert_eq!(r[0].converged, Some(t(30)));
+        assert_eq!(r[1].converged, Some(t(30)));
+        assert!(tr.set_appended_by_key("-a", t(5)));
+        assert_eq!(tr.results()[1].start(), t(5));
+    }
+
+    #[test]
+    fn unrelated_or_untracked_updates_do_not_converge_anything() {
+        let tr = Tracker::new();
+        tr.set_expected(1, 1);
+        let c: Arc<str> = Arc::from("c");
+        let add = tr.register(
+            c.clone(),
+            Expect::Present("x".into()),
+            ChangeKind::EndpointAdd,
+            "+x".into(),
+            t(0),
+        );
+        let mut p = Cursor::default();
+        tr.on_endpoints(&mut p, "c", &addrs(&["a"]), Group::Normal, t(1));
+        tr.on_endpoints(&mut p, "other", &addrs(&["x"]), Group::Normal, t(1));
+        tr.on_endpoints(
+            &mut Cursor::default(),
+            "c",
+            &addrs(&["x"]),
+            Group::Untracked,
+            t(1),
+        );
+        assert!(!tr.is_converged(add));
+        tr.on_endpoints(&mut p, "c", &addrs(&["x"]), Group::Normal, t(2));
+        assert!(!tr.is_converged(add), "the slow proxy is still expected");
+        assert_eq!(tr.results()[0].converged_normal, Some(t(2)));
+        tr.on_endpoints(
+            &mut Cursor::default(),
+            "c",
+            &addrs(&["x"]),
+            Group::Slow,
+            t(9),
+        );
+        assert_eq!(tr.results()[0].converged, Some(t(9)));
+    }
+
+    #[test]
+    fn cluster_removal_converges_on_cds_only() {
+        let tr = Tracker::new();
+        tr.set_expected(1, 0);
+        let c: Arc<str> = Arc::from("c");
+        let gone = tr.register(
+            c,
+            Expect::ClusterGone,
+            ChangeKind::ServiceRemove,
+            "svc/ns/h".into(),
+            t(0),
+        );
+        let mut p = Cursor::default();
+        tr.on_endpoints(&mut p, "c", &[], Group::Normal, t(1));
+        assert!(!tr.is_converged(gone));
+        tr.on_cluster_gone(&mut p, "c", Group::Normal, t(2));
+        assert!(tr.is_converged(gone));
+    }
+}

@@ -1,0 +1,222 @@
+//! The `/debug/*` routes of the admin server:
+//!
+//! | route | answers |
+//! | --- | --- |
+//! | `/debug/syncz` | every connected proxy: sent/ACKed versions and nonces, NACKs, how far behind (see `syncz`) |
+//! | `/debug/config_dump?proxy=ID[&type=cds,eds]` | what that proxy should hold now, in Envoy's `config_dump` format (see `dump`) |
+//! | `/debug/snapshot` | the current snapshot: seq, position, hash, entity and resource counts |
+//! | `/debug/events?from=POS&limit=N` | log records as `deltapilot log read` prints them (see `events`) |
+//! | `/debug/registry[?host=H[&port=P[&labels=k=v]]][?ip=A]` | the ServiceDiscovery query API (see `registry_view`) |
+//!
+//! Every answer is computed on request from the current snapshot and the stream
+//! registry; nothing here changes state. An unknown proxy id is a 404 naming the
+//! connected ones.
+//!
+//! What it does NOT do: authenticate. The admin server listens on loopback by
+//! default, and `deltapilot run` only mounts these routes on a non-loopback
+//! address when asked to (`--debug-endpoints on`).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use deltapilot_engine::log::Log;
+use deltapilot_engine::replay::bisect::parse_type;
+use deltapilot_engine::snapshot::SnapshotReader;
+use deltapilot_engine::xds::ResourceType;
+use serde::Deserialize;
+
+use super::dump::config_dump;
+use super::events::{EventsError, read_lines};
+use super::registry_view::{RegistryQuery, query};
+use super::syncz::syncz;
+use crate::xds::registry::StreamRegistry;
+
+/// What the debug routes read.
+#[derive(Clone)]
+pub struct DebugState {
+    /// The published snapshots.
+    pub snapshots: SnapshotReader,
+    /// The live xDS streams.
+    pub streams: Arc<StreamRegistry>,
+    /// The event log, for `/debug/events` (absent: that route answers 404).
+    pub log: Option<Arc<Log>>,
+}
+
+/// The debug routes.
+pub fn routes(state: DebugState) -> Router {
+    Router::new()
+        .route("/debug/syncz", get(syncz_route))
+        .route("/debug/config_dump", get(config_dump_route))
+        .route("/debug/snapshot", get(snapshot_route))
+        .route("/debug/events", get(events_route))
+        .route("/debug/registry", get(registry_route))
+        .with_state(state)
+}
+
+fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response {
+    let mut text = serde_json::to_vec_pretty(body)
+        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}").into_bytes());
+    text.push(b'\n');
+    (status, [(header::CONTENT_TYPE, "application/json")], text).into_response()
+}
+
+fn error(status: StatusCode, msg: impl Into<String>) -> Response {
+    json_response(status, &serde_json::json!({ "error": msg.into() }))
+}
+
+async fn syncz_route(State(s): State<DebugState>) -> Response {
+    let snap = s.snapshots.load();
+    json_response(StatusCode::OK, &syncz(&s.streams.statuses(), &snap))
+}
+
+#[derive(Debug, Deserialize)]
+struct DumpQuery {
+    proxy: Option<String>,
+    #[serde(rename = "type")]
+    types: Option<String>,
+}
+
+/// Parses `type=cds,eds` (empty: all).
+pub fn parse_types(list: Option<&str>) -> Result<Vec<ResourceType>, String> {
+    list.unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(parse_type)
+        .collect()
+}
+
+async fn config_dump_route(State(s): State<DebugState>, Query(q): Query<DumpQuery>) -> Response {
+    let statuses = s.streams.statuses();
+    let ids: BTreeSet<String> = statuses
+        .iter()
+        .filter_map(|st| st.proxy.as_ref().map(|p| p.id.to_string()))
+        .collect();
+    let Some(id) = q.proxy.filter(|p| !p.is_empty()) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("give ?proxy=NODE_ID; connected: {}", list(&ids)),
+        );
+    };
+    let types = match parse_types(q.types.as_deref()) {
+        Ok(t) => t,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    let mine: Vec<_> = statuses
+        .iter()
+        .filter(|st| st.proxy.as_ref().is_some_and(|p| *p.id == *id))
+        .collect();
+    let Some(first) = mine.first() else {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no connected proxy has node id {id:?}; connected: {}",
+                list(&ids)
+            ),
+        );
+    };
+    let proxy_type = first
+        .proxy
+        .as_ref()
+        .map(|p| p.proxy_type)
+        .unwrap_or_default();
+    // The union of what its streams subscribed to (a proxy may use per-type services).
+    let keep = |t: ResourceType, name: &str| {
+        mine.iter().any(|st| {
+            st.types.iter().any(|ts| {
+                ts.resource_type == t
+                    && ts.requested
+                    && (ts.wildcard || ts.names.iter().any(|n| &**n == name))
+            })
+        })
+    };
+    let snap = s.snapshots.load();
+    let dump = config_dump(&snap.resources, proxy_type, &types, &keep);
+    let mut text = dump.to_pretty().into_bytes();
+    if text.is_empty() {
+        text.push(b'\n');
+    }
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        text,
+    )
+        .into_response()
+}
+
+fn list(ids: &BTreeSet<String>) -> String {
+    if ids.is_empty() {
+        "none".into()
+    } else {
+        ids.iter().cloned().collect::<Vec<_>>().join(", ")
+    }
+}
+
+async fn snapshot_route(State(s): State<DebugState>) -> Response {
+    let snap = s.snapshots.load();
+    let c = snap.model.counts();
+    let r = &snap.resources;
+    json_response(
+        StatusCode::OK,
+        &serde_json::json!({
+            "seq": snap.seq,
+            "position": snap.position.to_string(),
+            "hash": format!("{:016x}", snap.hash),
+            "counts": {
+                "services": c.services,
+                "service_definitions": c.service_definitions,
+                "endpoints": c.endpoints,
+                "hostnames_with_endpoints": c.hostnames_with_endpoints,
+                "configs": c.configs,
+                "sources": c.sources,
+            },
+            "resources": {
+                "clusters": r.clusters.len(),
+                "endpoints": r.endpoints.len(),
+                "sidecar_listeners": r.sidecar_listeners.len(),
+                "grpc_listeners": r.grpc_listeners.len(),
+                "routes": r.routes.len(),
+            },
+            "recent_change_sets": snap.recent.len(),
+        }),
+    )
+}
+
+#[derive(Debug, Deserialize)]
+struct EventsQuery {
+    from: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn events_route(State(s): State<DebugState>, Query(q): Query<EventsQuery>) -> Response {
+    let Some(log) = &s.log else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "this server has no event log attached",
+        );
+    };
+    match read_lines(log, q.from.as_deref(), q.limit).await {
+        Ok(lines) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/x-ndjson")],
+            lines,
+        )
+            .into_response(),
+        Err(EventsError::BadRequest(m)) => error(StatusCode::BAD_REQUEST, m),
+        Err(EventsError::Log(m)) => error(StatusCode::INTERNAL_SERVER_ERROR, m),
+    }
+}
+
+async fn registry_route(State(s): State<DebugState>, Query(q): Query<RegistryQuery>) -> Response {
+    let snap = s.snapshots.load();
+    match query(&snap.model, &q) {
+        Ok(v) => json_response(StatusCode::OK, &v),
+        Err((true, m)) => error(StatusCode::NOT_FOUND, m),
+        Err((false, m)) => error(StatusCode::BAD_REQUEST, m),
+    }
+}

@@ -1,0 +1,178 @@
+//! The renderer against resources the real generator builds: every field known,
+//! the proto3 JSON forms Envoy prints, and damage reported instead of dropped.
+
+use deltapilot_engine::state::ModelState;
+use deltapilot_engine::xds::generate::{GenOptions, build_all};
+use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION, event::Payload};
+
+use super::*;
+
+fn event(payload: Payload) -> Event {
+    Event {
+        schema_version: SCHEMA_VERSION,
+        source: "t".into(),
+        payload: Some(payload),
+        ..Default::default()
+    }
+}
+
+fn model() -> ModelState {
+    let svc = |host: &str, ports: Vec<(u32, pb::Protocol)>, resolution: pb::Resolution| {
+        event(Payload::ServiceUpsert(pb::ServiceUpsert {
+            service: Some(pb::Service {
+                hostname: host.into(),
+                namespace: "ns".into(),
+                ports: ports
+                    .into_iter()
+                    .map(|(n, p)| pb::Port {
+                        name: format!("p{n}"),
+                        number: n,
+                        protocol: p as i32,
+                    })
+                    .collect(),
+                labels: Default::default(),
+                resolution: resolution as i32,
+            }),
+        }))
+    };
+    let ep = event(Payload::EndpointUpsert(pb::EndpointUpsert {
+        key: "ep/1".into(),
+        endpoint: Some(pb::Endpoint {
+            address: "10.1.2.3".into(),
+            weight: 3,
+            locality: Some(pb::Locality {
+                region: "r".into(),
+                zone: "z".into(),
+                subzone: String::new(),
+            }),
+            services: vec![pb::ServiceRef {
+                namespace: "ns".into(),
+                hostname: "web.ns.svc".into(),
+            }],
+            ..Default::default()
+        }),
+    }));
+    ModelState::from_events(&[
+        svc(
+            "web.ns.svc",
+            vec![(80, pb::Protocol::Http), (9090, pb::Protocol::Grpc)],
+            pb::Resolution::StaticEndpoints,
+        ),
+        svc(
+            "db.ns.svc",
+            vec![(5432, pb::Protocol::Tcp)],
+            pb::Resolution::StaticEndpoints,
+        ),
+        svc(
+            "ext.example.com",
+            vec![(443, pb::Protocol::Tls)],
+            pb::Resolution::Dns,
+        ),
+        ep,
+    ])
+}
+
+fn has_unknown(j: &Json) -> Option<String> {
+    match j {
+        Json::Obj(fields) => fields.iter().find_map(|(k, v)| {
+            if k.starts_with('[') || k == "unrenderable" {
+                Some(k.clone())
+            } else {
+                has_unknown(v)
+            }
+        }),
+        Json::Arr(items) => items.iter().find_map(has_unknown),
+        _ => None,
+    }
+}
+
+#[test]
+fn every_generated_resource_renders_with_known_fields_only() {
+    let (set, errors) = build_all(&model(), &GenOptions::default());
+    assert!(errors.is_empty(), "{errors:?}");
+    let r = renderer();
+    let mut n = 0;
+    for (t, map) in [
+        (ResourceType::Cluster, &set.clusters),
+        (ResourceType::Endpoint, &set.endpoints),
+        (ResourceType::Listener, &set.sidecar_listeners),
+        (ResourceType::Listener, &set.grpc_listeners),
+        (ResourceType::Route, &set.routes),
+    ] {
+        for (name, res) in map.iter() {
+            let j = r.resource(t, &res.bytes);
+            let key = if t == ResourceType::Endpoint {
+                "cluster_name"
+            } else {
+                "name"
+            };
+            assert_eq!(
+                j.get(key),
+                Some(&Json::Str(name.to_string())),
+                "{}",
+                j.to_pretty()
+            );
+            assert_eq!(has_unknown(&j), None, "{name}: {}", j.to_pretty());
+            n += 1;
+        }
+    }
+    assert!(n >= 10, "rendered {n} resources");
+}
+
+#[test]
+fn proto3_json_forms_match_envoys() {
+    let (set, _) = build_all(&model(), &GenOptions::default());
+    let r = renderer();
+    let c = set
+        .clusters
+        .get("outbound|80||web.ns.svc")
+        .expect("cluster");
+    let j = r.resource(ResourceType::Cluster, &c.bytes);
+    let text = serde_json::to_string(&j).expect("json");
+    assert!(
+        text.starts_with(
+            r#"{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"#
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        j.get("type"),
+        Some(&Json::from("EDS")),
+        "enum by name: {text}"
+    );
+    assert_eq!(
+        j.get("connect_timeout"),
+        Some(&Json::from("5s")),
+        "duration: {text}"
+    );
+    let e = set.endpoints.get("outbound|80||web.ns.svc").expect("cla");
+    let text = serde_json::to_string(&r.resource(ResourceType::Endpoint, &e.bytes)).expect("json");
+    assert!(text.contains(r#""address":"10.1.2.3""#), "{text}");
+    assert!(
+        text.contains(r#""load_balancing_weight":3"#),
+        "wrapper as bare value: {text}"
+    );
+    let l = set.sidecar_listeners.values().next().expect("listener");
+    let text = serde_json::to_string(&r.resource(ResourceType::Listener, &l.bytes)).expect("json");
+    assert!(
+        text.contains(r#""@type":"type.googleapis.com/envoy.extensions.filters.network."#),
+        "Any expanded: {text}"
+    );
+}
+
+#[test]
+fn garbage_and_unknown_fields_are_shown_not_dropped() {
+    let r = renderer();
+    let j = r.resource(ResourceType::Cluster, &[0x0a, 0x09, b'x']);
+    assert!(
+        j.get("unrenderable").is_some() && j.get("bytes").is_some(),
+        "{}",
+        j.to_pretty()
+    );
+    // Field 1 (name) plus an unknown field 9999 (varint 7).
+    let mut bytes = vec![0x0a, 0x01, b'c'];
+    bytes.extend_from_slice(&[0xf8, 0xf0, 0x04, 0x07]);
+    let j = r.resource(ResourceType::Cluster, &bytes);
+    assert_eq!(j.get("name"), Some(&Json::from("c")));
+    assert_eq!(j.get("[9999]"), Some(&Json::from("7")), "{}", j.to_pretty());
+}
