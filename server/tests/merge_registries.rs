@@ -232,6 +232,34 @@ fn a_delta_client_sees_the_union_of_eureka_and_file_endpoints() {
         eds_until(&tx, &mut rx, &["10.0.0.12:8080", "10.1.0.2:9080"]).await;
     });
 
+    // Each in-process adapter shows in /metrics: events it emitted, its registry up.
+    wait_for("per-adapter metrics", WAIT, || {
+        match http_get(admin, "/metrics", "localhost") {
+            Ok((200, body)) => {
+                let emitted = |a: &str| {
+                    let prefix =
+                        format!("deltapilot_adapter_events_emitted_total{{adapter=\"{a}\"}} ");
+                    body.lines().any(|l| {
+                        l.strip_prefix(&prefix)
+                            .and_then(|v| v.trim().parse::<f64>().ok())
+                            .is_some_and(|v| v > 0.0)
+                    })
+                };
+                let up = |a: &str| {
+                    body.contains(&format!(
+                        "deltapilot_adapter_registry_up{{adapter=\"{a}\"}} 1"
+                    ))
+                };
+                if emitted("file") && emitted("eureka") && up("file") && up("eureka") {
+                    Ok(())
+                } else {
+                    Err(body)
+                }
+            }
+            other => Err(format!("{other:?}")),
+        }
+    });
+
     assert!(dp.terminate(WAIT), "deltapilot did not stop on SIGTERM");
     let status = dp.child.wait().expect("exit status");
     assert!(status.success(), "{status}; output:\n{}", dp.output());

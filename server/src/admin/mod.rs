@@ -29,8 +29,10 @@ pub mod syncz;
 
 pub use debug::DebugState;
 
-/// Answers "has the engine caught up with the log head?".
-pub type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
+/// Answers "is this replica ready to serve?": `Ok` once the engine has caught up
+/// with the log head and every in-process adapter's start-up resync is in the log,
+/// else `Err` with what is still missing (shown in the `/readyz` body).
+pub type ReadyFn = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 #[derive(Clone)]
 struct AdminState {
@@ -61,20 +63,23 @@ pub fn router_with_debug(
 }
 
 async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
-    if (s.ready)() {
-        s.metrics.ready.set(1);
-        (StatusCode::OK, "ready\n")
-    } else {
-        s.metrics.ready.set(0);
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: the engine is catching up with the log\n",
-        )
+    match (s.ready)() {
+        Ok(()) => {
+            s.metrics.ready.set(1);
+            (StatusCode::OK, "ready\n".to_owned())
+        }
+        Err(reason) => {
+            s.metrics.ready.set(0);
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: {reason}\n"),
+            )
+        }
     }
 }
 
 async fn metrics_text(State(s): State<AdminState>) -> impl IntoResponse {
-    s.metrics.ready.set(i64::from((s.ready)()));
+    s.metrics.ready.set(i64::from((s.ready)().is_ok()));
     (
         [(
             header::CONTENT_TYPE,

@@ -23,6 +23,7 @@ use deltapilot_adapters::kubernetes::{KubernetesAdapter, KubernetesOptions};
 use deltapilot_engine::fold::runner::Engine;
 use deltapilot_engine::log::{EventLog, Log, LogOptions, LogUri};
 use deltapilot_engine::xds::generate::GenOptions;
+use deltapilot_server::adapter_health::{self, AdapterWatch, not_ready_reason};
 use deltapilot_server::metrics::Metrics;
 use deltapilot_server::xds::Limits;
 use deltapilot_server::xds::service::{PublishClock, XdsShared};
@@ -467,6 +468,21 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
                 .context("eureka adapter stopped")
         });
     }
+    // Every in-process adapter, for the adapter_* metrics and /readyz.
+    let adapters: Vec<AdapterWatch> = adapter_status
+        .map(AdapterWatch::File)
+        .into_iter()
+        .chain(k8s_status.map(AdapterWatch::Kubernetes))
+        .chain(eureka_status.map(AdapterWatch::Eureka))
+        .collect();
+    let ready_adapters = adapters.clone();
+    {
+        let (metrics, shutdown) = (metrics.clone(), shutdown_rx.clone());
+        tasks.spawn(async move {
+            adapter_health::export(adapters, metrics, shutdown).await;
+            Ok(())
+        });
+    }
     let shared = XdsShared::new(
         snapshots,
         s.limits,
@@ -492,16 +508,10 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
             // the process not ready; one that goes down later does not (the last state
             // is kept and served).
             let ready_fn: deltapilot_server::admin::ReadyFn = Arc::new(move || {
-                *ready.borrow()
-                    && adapter_status
-                        .as_ref()
-                        .is_none_or(|st| st.borrow().resync_completed)
-                    && k8s_status
-                        .as_ref()
-                        .is_none_or(|st| st.borrow().resync_completed)
-                    && eureka_status
-                        .as_ref()
-                        .is_none_or(|st| st.borrow().resync_completed)
+                if !*ready.borrow() {
+                    return Err("the engine is catching up with the log".into());
+                }
+                not_ready_reason(&ready_adapters).map_or(Ok(()), Err)
             });
             let routes = deltapilot_server::admin::router_with_debug(metrics, ready_fn, debug);
             deltapilot_server::admin::serve_routes(admin_listener, routes, async move {
