@@ -11,11 +11,16 @@
 //! HTTP protocol options), compiled with `protox` from the `.proto` files that ship
 //! inside the `envoy-types` crate this build uses, stripped of comments and
 //! options (except `map_entry`). Regenerate it when upgrading `envoy-types` or
-//! when the generator starts packing a new `Any` type: compile those roots with
-//! `protox::compile(files, [data-plane-api, xds, googleapis, protoc-gen-validate,
-//! opentelemetry-proto, cel-spec/proto, client_model])`, clear
-//! `source_code_info`, `options` and services, and write the encoded set here
-//! (`/tmp/replay-fds-main.rs` in the report of issue 7 holds the 40-line program).
+//! when the generator starts packing a new `Any` type: a throwaway program calls
+//! `protox::compile` on the roots (`envoy/config/{cluster,endpoint,listener,
+//! route}/v3/*.proto`, `envoy/extensions/upstreams/http/v3/http_protocol_options.proto`,
+//! `envoy/extensions/filters/http/router/v3/router.proto`,
+//! `envoy/extensions/filters/network/{http_connection_manager,tcp_proxy}/v3/*.proto`)
+//! with the include paths `data-plane-api`, `xds`, `googleapis`,
+//! `protoc-gen-validate`, `opentelemetry-proto`, `cel-spec/proto` and
+//! `client_model` under the crate's `proto/` directory, clears `source_code_info`,
+//! every `options` but `MessageOptions::map_entry`, and services, and writes the
+//! encoded set here.
 //!
 //! Honesty rules: a field number the descriptors do not know is still shown, as
 //! `"[N]"` with its raw value; an `Any` of an unknown type shows its `@type` and
