@@ -142,10 +142,13 @@ impl Emitted {
             .chain(deletes.map(|(k, e)| e.delete(k)))
             .take(room + 1)
             .collect();
-        let all_in = entities.len() <= room;
         entities.truncate(room);
+        // COMPLETED goes in an append of its own, once every entity of the relist
+        // is acknowledged: on a partitioned (Kafka) log a marker in the same append
+        // could be read before same-generation entities on other partitions.
+        let nothing_left = entities.is_empty();
         payloads.extend(entities);
-        if self.phase != ResyncPhase::Completed && all_in {
+        if self.phase != ResyncPhase::Completed && nothing_left {
             payloads.push(Payload::Resync(pb::ResyncMarker {
                 phase: Phase::Completed as i32,
             }));
@@ -253,10 +256,12 @@ mod tests {
             [
                 "endpoint_upsert:ep/eureka/A/1",
                 "endpoint_upsert:ep/eureka/A/2",
-                "resync:COMPLETED"
             ]
         );
         em.commit(&second);
+        let third = em.plan(&desired, 3, 1);
+        assert_eq!(names(&third), ["resync:COMPLETED"]);
+        em.commit(&third);
         assert_eq!(em.phase(), ResyncPhase::Completed);
         assert!(
             em.plan(&desired, 3, 1).is_empty(),

@@ -229,7 +229,11 @@ impl Emitted {
                 .chain(deletes.iter().map(|(k, e)| e.delete(k)))
                 .take(room),
         );
-        if self.phase != ResyncPhase::Completed && total <= room {
+        // COMPLETED goes in an append of its own, after every entity of the relist is
+        // acknowledged: on a partitioned (Kafka) log a marker in the same append
+        // could be read before same-generation entities on other partitions, and
+        // the sweep would briefly remove them.
+        if self.phase != ResyncPhase::Completed && total == 0 {
             payloads.push(Payload::Resync(pb::ResyncMarker {
                 phase: Phase::Completed as i32,
             }));
