@@ -191,12 +191,19 @@ impl FakeApiServer {
     pub async fn stop(&mut self) {
         if let Some((stop, task)) = self.serving.take() {
             let _ = stop.send(true);
-            self.shared.storage.broadcast(Wire::Close { abrupt: true });
-            if tokio::time::timeout(Duration::from_secs(5), task)
-                .await
-                .is_err()
-            {
-                // Connections that would not finish; the listener is gone anyway.
+            // Keep closing watch streams until the server has drained: a client can
+            // still send a new watch on a kept-alive connection after the first
+            // broadcast, and that stream would otherwise outlive the "outage".
+            let mut task = task;
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                self.shared.storage.broadcast(Wire::Close { abrupt: true });
+                match tokio::time::timeout(Duration::from_millis(50), &mut task).await {
+                    Ok(_) => break,
+                    // Connections that would not finish; the listener is gone anyway.
+                    Err(_) if std::time::Instant::now() >= deadline => break,
+                    Err(_) => {}
+                }
             }
         }
     }
