@@ -15,6 +15,7 @@
 pub mod error;
 pub mod eureka;
 pub mod file;
+mod generation;
 pub mod kubernetes;
 
 pub use error::{Error, Result};

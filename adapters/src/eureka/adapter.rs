@@ -17,9 +17,9 @@ use super::json::Applications;
 use super::mapping;
 use super::options::EurekaOptions;
 use super::registry::Registry;
-use super::state::{GenerationStore, next_generation};
 use super::status::{EurekaAdapterStatus, FetchErrorKind, InstanceProblem};
 use super::view::{Emitted, EntityMap, ResyncPhase};
+use crate::generation::{GenerationStore, next_generation};
 use crate::{Error, Result};
 
 /// The Eureka adapter: polls one Eureka server and appends entity-level events. See
@@ -51,7 +51,7 @@ impl EurekaAdapter {
         let store = match &opts.state_dir {
             None => None,
             Some(dir) => {
-                let store = GenerationStore::open(dir, &opts.source_id)?;
+                let store = GenerationStore::open(dir, "eureka-adapter", &opts.source_id)?;
                 match store.load() {
                     Ok(g) => persisted_generation = g,
                     Err(e) => tracing::warn!(

@@ -76,7 +76,7 @@ mod json;
 mod mapping;
 mod options;
 mod registry;
-mod state;
+
 mod status;
 mod view;
 

@@ -22,10 +22,10 @@ use tokio::time::Instant;
 use super::emit::{Emitter, ResyncPhase};
 use super::kinds::{WatchSpec, watch_specs};
 use super::options::KubernetesOptions;
-use super::state::{StateStore, next_generation};
 use super::status::{KubernetesAdapterStatus, SyncState, WatchStatus};
 use super::store::{Applied, Store};
 use super::watch::{UPDATE_CHANNEL_CAPACITY, Update, WatchTask};
+use crate::generation::{GenerationStore, next_generation};
 use crate::{Error, Result};
 
 /// Most updates folded into the store before the desired view is recomputed and
@@ -68,7 +68,7 @@ impl KubernetesAdapter {
         let state = match &opts.state_dir {
             None => None,
             Some(dir) => {
-                let store = StateStore::open(dir, &source)?;
+                let store = GenerationStore::open(dir, "k8s-adapter", &source)?;
                 match store.load() {
                     Ok(g) => persisted_generation = g,
                     Err(e) => tracing::warn!(state_file = %store.path().display(), error = %e,
@@ -317,7 +317,7 @@ struct Core {
     specs: Vec<WatchSpec>,
     watches: Vec<WatchStatus>,
     emitter: Option<Emitter>,
-    state: Option<StateStore>,
+    state: Option<GenerationStore>,
     persisted_generation: u64,
     batch_max: usize,
     counters: Counters,

@@ -109,7 +109,7 @@ mod json;
 mod kinds;
 mod options;
 mod parse;
-mod state;
+
 mod status;
 mod store;
 mod watch;

@@ -1,15 +1,14 @@
-//! The Eureka adapter's persisted state: the last resync generation it used.
+//! An adapter's persisted resync generation, shared by the adapters whose only
+//! persisted state is that number (Eureka, Kubernetes).
 //!
 //! Each start resyncs under a generation above every earlier one of the same source
 //! (the engine skips events below its last completed resync). The generation is
 //! `max(now in Unix microseconds, persisted + 1)`: the clock alone suffices unless
 //! it steps back across a restart, the persisted value covers that case.
 //!
-//! The registry itself is not persisted: when Eureka is down at start-up the adapter
-//! appends nothing until it answers, so the log keeps the previous run's view.
-//!
-//! Format: JSON `{"format":1,"source":..,"generation":..}`, written to a temporary
-//! file, synced, then renamed over the old one.
+//! Format: JSON `{"format":1,"source":..,"generation":..}` in
+//! `<prefix>-<fnv64(source)>.json`, written to a temporary file, synced, then
+//! renamed over the old one.
 //!
 //! What it does NOT do: decide what to append or read the log.
 
@@ -39,16 +38,13 @@ pub(crate) struct GenerationStore {
 impl GenerationStore {
     /// The store for `source` in `dir` (created if missing). Several sources may
     /// share a directory: the file name carries a hash of the source id.
-    pub(crate) fn open(dir: &Path, source: &str) -> Result<Self> {
+    pub(crate) fn open(dir: &Path, prefix: &str, source: &str) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| Error::Io {
             op: "create state directory",
             path: dir.to_owned(),
             source: e,
         })?;
-        let path = dir.join(format!(
-            "eureka-adapter-{:016x}.json",
-            fnv1a64(source.as_bytes())
-        ));
+        let path = dir.join(format!("{prefix}-{:016x}.json", fnv1a64(source.as_bytes())));
         Ok(Self {
             path,
             source: source.to_owned(),
@@ -124,7 +120,7 @@ pub(crate) fn next_generation(previous: u64, now_micros: i64) -> u64 {
 }
 
 /// FNV-1a, 64-bit: the same in every build, for the file name.
-fn fnv1a64(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         h ^= u64::from(*b);
@@ -140,7 +136,7 @@ mod tests {
     #[test]
     fn generations_persist_increase_and_belong_to_one_source() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = GenerationStore::open(dir.path(), "eureka").expect("open");
+        let store = GenerationStore::open(dir.path(), "eureka-adapter", "eureka").expect("open");
         assert_eq!(store.load().expect("missing is 0"), 0);
         store.save(42).expect("save");
         assert_eq!(store.load().expect("load"), 42);
