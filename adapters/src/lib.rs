@@ -8,10 +8,15 @@
 //! - [`kubernetes`]: a cluster's Services, EndpointSlices, Pods, Nodes and Istio
 //!   networking objects, watched with kube-rs.
 //!
+//! What the adapters share lives in `common`: the emitted view and its
+//! resync-bracketed plan, the append loop with backoff, canonical JSON, and the
+//! Istio ServiceEntry/WorkloadEntry mapping (one copy for files and Kubernetes).
+//!
 //! What it does NOT do: fold events, build xDS or serve anything (engine and server
 //! do), or parse CLI flags (the `deltapilot` binary maps its flags onto each
 //! adapter's options).
 
+mod common;
 pub mod error;
 pub mod eureka;
 pub mod file;

@@ -2,13 +2,12 @@
 //! hashcode), the adapter's views, and the appends of their differences.
 //!
 //! What it does NOT do: HTTP details (see `client`), JSON (see `json`), the local
-//! registry copy (see `registry`), mapping (see `mapping`) or diffing (see `view`).
+//! registry copy (see `registry`), mapping (see `mapping`), or planning and
+//! appending events (see `common::emit` and `common::append`).
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use deltapilot_engine::log::EventLog;
-use deltapilot_proto::Event;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -18,7 +17,8 @@ use super::mapping;
 use super::options::EurekaOptions;
 use super::registry::Registry;
 use super::status::{EurekaAdapterStatus, FetchErrorKind, InstanceProblem};
-use super::view::{Emitted, EntityMap, ResyncPhase};
+use crate::common::append::{Outbox, Planner, flush_if_due, now_micros, publish};
+use crate::common::emit::EntityMap;
 use crate::generation::{GenerationStore, next_generation};
 use crate::{Error, Result};
 
@@ -47,22 +47,12 @@ impl EurekaAdapter {
     pub fn new(opts: EurekaOptions) -> Result<Self> {
         opts.validate()?;
         let fetcher = Fetcher::new(&opts)?;
-        let mut persisted_generation = 0;
-        let store = match &opts.state_dir {
-            None => None,
-            Some(dir) => {
-                let store = GenerationStore::open(dir, "eureka-adapter", &opts.source_id)?;
-                match store.load() {
-                    Ok(g) => persisted_generation = g,
-                    Err(e) => tracing::warn!(
-                        state_file = %store.path().display(),
-                        error = %e,
-                        "eureka adapter: ignoring unusable state file; generation from the clock"
-                    ),
-                }
-                Some(store)
-            }
-        };
+        let (store, persisted_generation) = GenerationStore::open_loaded(
+            opts.state_dir.as_deref(),
+            "eureka-adapter",
+            &opts.source_id,
+            "eureka",
+        )?;
         let core = Core {
             source: opts.source_id.clone(),
             namespace: opts.namespace.clone(),
@@ -72,8 +62,7 @@ impl EurekaAdapter {
             registry: Registry::default(),
             desired: EntityMap::new(),
             problems: Vec::new(),
-            emitted: None,
-            batch_max: opts.append_batch_max,
+            outbox: Outbox::new(opts.append_batch_max),
             counters: Counters::default(),
         };
         let (status_tx, _) = watch::channel(core.status());
@@ -119,13 +108,11 @@ impl EurekaAdapter {
         } = self;
         core.begin();
         tracing::info!(source = %core.source, url = %core.url, generation = core.generation(), "eureka adapter: started");
-        publish(&status_tx, &core);
+        publish(&status_tx, core.status());
 
         let mut next_fetch = Instant::now();
         let mut need_full = true;
         let mut last_full: Option<Instant> = None;
-        let mut append_retry_at: Option<Instant> = None;
-        let mut append_failures: u32 = 0;
         loop {
             if *shutdown.borrow() {
                 break;
@@ -165,7 +152,7 @@ impl EurekaAdapter {
                                 "eureka adapter: hashcode mismatch after a delta; fetching the full registry"
                             );
                             need_full = true;
-                            publish(&status_tx, &core);
+                            publish(&status_tx, core.status());
                             continue;
                         }
                         next_fetch = Instant::now() + opts.refresh_interval;
@@ -178,33 +165,17 @@ impl EurekaAdapter {
                         next_fetch = Instant::now() + delay;
                     }
                 }
-                publish(&status_tx, &core);
+                publish(&status_tx, core.status());
             }
-            if append_retry_at.is_none_or(|t| Instant::now() >= t) {
-                match flush(&mut core, log.as_ref(), &shutdown).await {
-                    Ok(()) => {
-                        if append_failures > 0 {
-                            tracing::info!(
-                                after_failures = append_failures,
-                                "eureka adapter: the log accepts appends again"
-                            );
-                        }
-                        append_failures = 0;
-                        append_retry_at = None;
-                        core.counters.last_append_error = None;
-                    }
-                    Err(e) => {
-                        append_failures = append_failures.saturating_add(1);
-                        let delay = opts.backoff(append_failures);
-                        tracing::warn!(error = %e, retry_in = ?delay, "eureka adapter: append failed; keeping state and retrying");
-                        core.counters.append_failures_total += 1;
-                        core.counters.last_append_error = Some(e.to_string());
-                        append_retry_at = Some(Instant::now() + delay);
-                    }
-                }
-                publish(&status_tx, &core);
-            }
-            let wake = append_retry_at.map_or(next_fetch, |t| t.min(next_fetch));
+            flush_if_due(&mut core, log.as_ref(), &shutdown, "eureka", |n| {
+                opts.backoff(n)
+            })
+            .await;
+            publish(&status_tx, core.status());
+            let wake = core
+                .outbox
+                .retry_at()
+                .map_or(next_fetch, |t| t.min(next_fetch));
             tokio::select! {
                 changed = shutdown.changed() => {
                     if changed.is_err() {
@@ -219,38 +190,6 @@ impl EurekaAdapter {
     }
 }
 
-/// Appends plans until the log matches the desired view, a batch fails, or shutdown
-/// is requested.
-async fn flush<L: EventLog>(
-    core: &mut Core,
-    log: &L,
-    shutdown: &watch::Receiver<bool>,
-) -> Result<()> {
-    loop {
-        if *shutdown.borrow() {
-            return Ok(());
-        }
-        let plan = core.plan();
-        if plan.is_empty() {
-            return Ok(());
-        }
-        log.append(&plan).await?;
-        core.commit(&plan);
-    }
-}
-
-fn publish(tx: &watch::Sender<EurekaAdapterStatus>, core: &Core) {
-    let next = core.status();
-    tx.send_if_modified(|s| {
-        if *s == next {
-            false
-        } else {
-            *s = next;
-            true
-        }
-    });
-}
-
 #[derive(Debug, Default)]
 struct Counters {
     full_fetches_total: u64,
@@ -261,9 +200,6 @@ struct Counters {
     hashcode_mismatches_total: u64,
     last_hashcode: Option<String>,
     malformed_instances_total: u64,
-    events_emitted_total: u64,
-    append_failures_total: u64,
-    last_append_error: Option<String>,
 }
 
 /// Everything the adapter knows.
@@ -277,21 +213,21 @@ struct Core {
     registry: Registry,
     desired: EntityMap,
     problems: Vec<InstanceProblem>,
-    emitted: Option<Emitted>,
-    batch_max: usize,
+    outbox: Outbox,
     counters: Counters,
 }
 
 impl Core {
     fn generation(&self) -> u64 {
-        self.emitted.as_ref().map_or(0, Emitted::generation)
+        self.outbox.generation()
     }
 
     /// Picks this start's generation and persists it before any event uses it.
     fn begin(&mut self) {
         let generation = next_generation(self.persisted_generation, now_micros());
         self.persisted_generation = generation;
-        self.emitted = Some(Emitted::new(self.source.clone(), generation));
+        self.outbox
+            .begin(self.source.clone(), generation, &self.desired);
         if let Some(store) = &self.store
             && let Err(e) = store.save(generation)
         {
@@ -322,6 +258,7 @@ impl Core {
         if applied.changed || first {
             self.desired =
                 mapping::desired(self.registry.instances(), &self.source, &self.namespace);
+            self.outbox.mark_all(&self.desired);
         }
         let problems = self.registry.problems();
         for p in problems.iter().filter(|p| !self.problems.contains(p)) {
@@ -346,25 +283,19 @@ impl Core {
         };
         c.last_fetch_error = Some((kind, e.to_string()));
     }
+}
 
-    /// Nothing is planned before the first full fetch: the resync must carry the
+impl Planner for Core {
+    /// Nothing is appended before the first full fetch: the resync must carry the
     /// whole registry, and until Eureka answers the log keeps the last run's view.
-    fn plan(&self) -> Vec<Event> {
-        match &self.emitted {
-            Some(em) if self.registry.is_loaded() => {
-                em.plan(&self.desired, self.batch_max, now_micros())
-            }
-            _ => Vec::new(),
-        }
+    fn outbox(&mut self) -> Option<(&mut Outbox, &EntityMap)> {
+        self.registry
+            .is_loaded()
+            .then_some((&mut self.outbox, &self.desired))
     }
+}
 
-    fn commit(&mut self, events: &[Event]) {
-        if let Some(em) = &mut self.emitted {
-            em.commit(events);
-            self.counters.events_emitted_total += events.len() as u64;
-        }
-    }
-
+impl Core {
     fn status(&self) -> EurekaAdapterStatus {
         let c = &self.counters;
         let (applications, instances) = self.registry.sizes();
@@ -372,10 +303,7 @@ impl Core {
             source: self.source.clone(),
             url: self.url.clone(),
             generation: self.generation(),
-            resync_completed: self
-                .emitted
-                .as_ref()
-                .is_some_and(|e| e.phase() == ResyncPhase::Completed),
+            resync_completed: self.outbox.resync_completed(),
             registry_reachable: c.consecutive_fetch_failures == 0
                 && c.full_fetches_total + c.delta_fetches_total > 0,
             consecutive_fetch_failures: c.consecutive_fetch_failures,
@@ -389,17 +317,11 @@ impl Core {
             applications,
             instances,
             malformed_instances_total: c.malformed_instances_total,
-            entities_in_view: self.emitted.as_ref().map_or(0, Emitted::len),
-            events_emitted_total: c.events_emitted_total,
-            append_failures_total: c.append_failures_total,
-            last_append_error: c.last_append_error.clone(),
+            entities_in_view: self.outbox.len(),
+            events_emitted_total: self.outbox.events_total,
+            append_failures_total: self.outbox.failures_total,
+            last_append_error: self.outbox.last_error.clone(),
             problems: self.problems.clone(),
         }
     }
-}
-
-fn now_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }

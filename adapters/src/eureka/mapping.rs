@@ -13,7 +13,9 @@ use std::collections::BTreeMap;
 use deltapilot_proto as pb;
 
 use super::json::Instance;
-use super::view::{Entity, EntityMap};
+use std::sync::Arc;
+
+use crate::common::emit::{Entity, EntityMap};
 
 /// Name of the service port and endpoint port fed by an instance's `port`.
 pub(crate) const HTTP_PORT_NAME: &str = "http";
@@ -83,7 +85,7 @@ pub(crate) fn desired<'a>(
         };
         view.insert(
             endpoint_key(source, &i.app, &i.id),
-            Entity::Endpoint(endpoint),
+            Arc::new(Entity::Endpoint(endpoint)),
         );
     }
     for (vip, counts) in vips {
@@ -112,7 +114,10 @@ pub(crate) fn desired<'a>(
             labels: BTreeMap::new(),
             resolution: pb::Resolution::StaticEndpoints as i32,
         };
-        view.insert(pb::service_key(namespace, vip), Entity::Service(service));
+        view.insert(
+            pb::service_key(namespace, vip),
+            Arc::new(Entity::Service(service)),
+        );
     }
     view
 }
@@ -136,7 +141,7 @@ mod tests {
     }
 
     fn service(view: &EntityMap, key: &str) -> pb::Service {
-        match view.get(key) {
+        match view.get(key).map(Arc::as_ref) {
             Some(Entity::Service(s)) => s.clone(),
             other => panic!("{key}: {other:?}"),
         }
@@ -165,7 +170,7 @@ mod tests {
             ]
         );
         assert_eq!(service(&view, "svc/eureka/orders-v2").ports[0].number, 9090);
-        let Some(Entity::Endpoint(o3)) = view.get("ep/eureka/ORDERS/o3") else {
+        let Some(Entity::Endpoint(o3)) = view.get("ep/eureka/ORDERS/o3").map(Arc::as_ref) else {
             panic!("o3 missing");
         };
         assert_eq!(o3.ports.get("http"), Some(&9090));

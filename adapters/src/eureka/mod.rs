@@ -76,9 +76,7 @@ mod json;
 mod mapping;
 mod options;
 mod registry;
-
 mod status;
-mod view;
 
 pub use adapter::EurekaAdapter;
 pub use options::EurekaOptions;

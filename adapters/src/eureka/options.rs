@@ -7,7 +7,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rand::Rng as _;
 use reqwest::Url;
 
 use crate::{Error, Result};
@@ -122,19 +121,11 @@ impl EurekaOptions {
                 self.max_response_bytes
             ));
         }
-        if self.append_batch_max < 3 {
-            return bad(format!(
-                "append_batch_max {} is below 3 (two resync markers and an entity)",
-                self.append_batch_max
-            ));
-        }
-        if self.retry_initial.is_zero() || self.retry_max < self.retry_initial {
-            return bad(format!(
-                "retry delays must satisfy 0 < retry_initial ({:?}) <= retry_max ({:?})",
-                self.retry_initial, self.retry_max
-            ));
-        }
-        Ok(())
+        crate::common::append::check_append_options(
+            self.append_batch_max,
+            self.retry_initial,
+            self.retry_max,
+        )
     }
 
     /// `{base}/apps`: the full registry.
@@ -180,11 +171,7 @@ impl EurekaOptions {
     /// `retry_initial`, capped at `retry_max`, with jitter in `[50%, 100%)` so that
     /// many adapters that lost the same registry do not retry in lockstep.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self
-            .retry_initial
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
-        exp.min(self.retry_max)
-            .mul_f64(rand::rng().random_range(0.5..1.0))
+        crate::common::append::backoff(self.retry_initial, self.retry_max, attempt)
     }
 }
 
@@ -232,18 +219,5 @@ mod tests {
         assert!(o(|o| o.max_response_bytes = 10).contains("max_response_bytes"));
         assert!(o(|o| o.append_batch_max = 2).contains("append_batch_max"));
         assert!(o(|o| o.retry_max = Duration::from_millis(1)).contains("retry"));
-    }
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        let o = EurekaOptions::new("http://x/eureka");
-        for attempt in 1..40 {
-            let d = o.backoff(attempt);
-            let ceiling = (o.retry_initial * (1 << (attempt - 1).min(20))).min(o.retry_max);
-            assert!(
-                d >= ceiling / 2 && d <= ceiling,
-                "attempt {attempt}: {d:?} vs {ceiling:?}"
-            );
-        }
     }
 }

@@ -1,13 +1,13 @@
 //! [`FileAdapter`]: the watched directories, the adapter's views, and the loop that
 //! appends their differences to the log.
 //!
-//! What it does NOT do: parse YAML (see `parse`), compare files (see `scan`), plan
-//! events (see `view`), or serve metrics (the server reads [`FileAdapterStatus`]).
+//! What it does NOT do: parse YAML (see `parse`), compare files (see `scan`), build
+//! the desired view (see `view`), plan or append events (see `common::emit` and
+//! `common::append`), or serve metrics (the server reads [`FileAdapterStatus`]).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use deltapilot_engine::log::EventLog;
 use deltapilot_proto::Event;
@@ -18,8 +18,9 @@ use super::options::FileAdapterOptions;
 use super::scan::Scanner;
 use super::state::{StateStore, next_generation};
 use super::status::{FileAdapterStatus, FileProblem};
-use super::view::{self, Emitted, EntityMap, ResyncPhase};
+use super::view::{self, EntityMap};
 use super::watch::{DirWatcher, Dirty};
+use crate::common::append::{Outbox, Planner, flush_if_due, now_micros, publish};
 use crate::{Error, Result};
 
 /// The file adapter: turns a set of directories of Istio YAML into entity-level
@@ -111,11 +112,10 @@ impl FileAdapter {
             scanner,
             store,
             persisted_generation,
-            emitted: None,
+            outbox: Outbox::new(opts.append_batch_max),
             desired: EntityMap::new(),
             desired_stale: true,
             conflicts: Vec::new(),
-            batch_max: opts.append_batch_max,
             counters: Counters::default(),
         };
         let (status_tx, _) = watch::channel(core.status());
@@ -155,14 +155,14 @@ impl FileAdapter {
         let mut out = Vec::new();
         // Each plan commits at least one event or is empty; the bound only guards
         // against a planning bug looping forever.
-        let bound =
-            self.core.desired.len() + self.core.emitted.as_ref().map_or(0, Emitted::len) + 3;
+        let core = &mut self.core;
+        let bound = core.desired.len() + core.outbox.len() + 3;
         for _ in 0..bound {
-            let plan = self.core.plan();
+            let plan = core.outbox.plan(&core.desired, now_micros());
             if plan.is_empty() {
                 break;
             }
-            self.core.commit(&plan);
+            core.outbox.commit(&plan, &core.desired);
             out.extend(plan);
         }
         self.publish();
@@ -198,50 +198,29 @@ impl FileAdapter {
         })
         .await?;
         tracing::info!(source = %core.source, generation = core.generation(), dirs = ?core.scanner.dirs(), "file adapter: started, resyncing");
-        publish(&status_tx, &core);
+        publish(&status_tx, core.status());
 
         let mut rescan =
             tokio::time::interval_at(Instant::now() + opts.rescan_interval, opts.rescan_interval);
         rescan.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut retry_at: Option<Instant> = None;
-        let mut failures: u32 = 0;
         let mut watching = true;
         loop {
             if *shutdown.borrow() {
                 break;
             }
-            if retry_at.is_none() {
-                match flush(&mut core, log.as_ref(), &shutdown).await {
-                    Ok(()) => {
-                        if failures > 0 {
-                            tracing::info!(
-                                after_failures = failures,
-                                "file adapter: the log accepts appends again"
-                            );
-                        }
-                        failures = 0;
-                        core.counters.last_append_error = None;
-                    }
-                    Err(e) => {
-                        failures = failures.saturating_add(1);
-                        let delay = opts.backoff(failures);
-                        tracing::warn!(error = %e, retry_in = ?delay, "file adapter: append failed; keeping state and retrying");
-                        core.counters.append_failures_total += 1;
-                        core.counters.last_append_error = Some(e.to_string());
-                        retry_at = Some(Instant::now() + delay);
-                    }
-                }
-                publish(&status_tx, &core);
-            }
+            flush_if_due(&mut core, log.as_ref(), &shutdown, "file", |n| {
+                opts.backoff(n)
+            })
+            .await;
+            publish(&status_tx, core.status());
+            let retry_at = core.outbox.retry_at();
             tokio::select! {
                 changed = shutdown.changed() => {
                     if changed.is_err() {
                         break;
                     }
                 }
-                () = tokio::time::sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
-                    retry_at = None;
-                }
+                () = tokio::time::sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {}
                 first = watcher.first(), if watching => match first {
                     Some(first) => {
                         // Not cancellable by the other branches: a burst is bounded by
@@ -260,34 +239,14 @@ impl FileAdapter {
                     core = blocking(core, |c| c.scan(&Dirty::All)).await?;
                 }
             }
-            publish(&status_tx, &core);
+            publish(&status_tx, core.status());
         }
         tracing::info!(source = %core.source, "file adapter: stopped");
         Ok(())
     }
 
     fn publish(&self) {
-        publish(&self.status_tx, &self.core);
-    }
-}
-
-/// Appends plans until the log matches the desired view, a batch fails, or shutdown
-/// is requested.
-async fn flush<L: EventLog>(
-    core: &mut Core,
-    log: &L,
-    shutdown: &watch::Receiver<bool>,
-) -> Result<()> {
-    loop {
-        if *shutdown.borrow() {
-            return Ok(());
-        }
-        let plan = core.plan();
-        if plan.is_empty() {
-            return Ok(());
-        }
-        log.append(&plan).await?;
-        core.commit(&plan);
+        publish(&self.status_tx, self.core.status());
     }
 }
 
@@ -315,26 +274,11 @@ async fn blocking(mut core: Core, f: impl FnOnce(&mut Core) + Send + 'static) ->
     .map_err(|e| Error::Task(e.to_string()))
 }
 
-fn publish(tx: &watch::Sender<FileAdapterStatus>, core: &Core) {
-    let next = core.status();
-    tx.send_if_modified(|s| {
-        if *s == next {
-            false
-        } else {
-            *s = next;
-            true
-        }
-    });
-}
-
 #[derive(Debug, Default)]
 struct Counters {
-    events_emitted_total: u64,
     scans_total: u64,
     malformed_documents_total: u64,
     invalid_files_total: u64,
-    append_failures_total: u64,
-    last_append_error: Option<String>,
 }
 
 /// Everything the adapter knows, movable into a blocking task.
@@ -344,27 +288,27 @@ struct Core {
     scanner: Scanner,
     store: Option<StateStore>,
     persisted_generation: u64,
-    emitted: Option<Emitted>,
+    outbox: Outbox,
     desired: EntityMap,
     desired_stale: bool,
     conflicts: Vec<FileProblem>,
-    batch_max: usize,
     counters: Counters,
 }
 
 impl Core {
     fn generation(&self) -> u64 {
-        self.emitted.as_ref().map_or(0, Emitted::generation)
+        self.outbox.generation()
     }
 
     /// Picks this start's generation and persists it before any event uses it.
     fn begin_if_needed(&mut self) {
-        if self.emitted.is_some() {
+        if self.outbox.begun() {
             return;
         }
         let generation = next_generation(self.persisted_generation, now_micros());
         self.persisted_generation = generation;
-        self.emitted = Some(Emitted::new(self.source.clone(), generation));
+        self.outbox
+            .begin(self.source.clone(), generation, &self.desired);
         self.persist();
     }
 
@@ -385,9 +329,10 @@ impl Core {
         if counts.changed || self.desired_stale {
             let (desired, conflicts) = view::desired(self.scanner.effective());
             for c in conflicts.iter().filter(|c| !self.conflicts.contains(c)) {
-                tracing::warn!(problem = %c, "file adapter: conflicting definitions");
+                tracing::warn!(problem = %c, "file adapter: definition left out");
             }
             self.desired = desired;
+            self.outbox.mark_all(&self.desired);
             self.conflicts = conflicts;
             self.desired_stale = false;
             self.persist();
@@ -401,21 +346,15 @@ impl Core {
             tracing::warn!(error = %e, "file adapter: cannot write state file; continuing without it");
         }
     }
+}
 
-    fn plan(&self) -> Vec<Event> {
-        match &self.emitted {
-            Some(em) => em.plan(&self.desired, self.batch_max, now_micros()),
-            None => Vec::new(),
-        }
+impl Planner for Core {
+    fn outbox(&mut self) -> Option<(&mut Outbox, &EntityMap)> {
+        Some((&mut self.outbox, &self.desired))
     }
+}
 
-    fn commit(&mut self, events: &[Event]) {
-        if let Some(em) = &mut self.emitted {
-            em.commit(events);
-            self.counters.events_emitted_total += events.len() as u64;
-        }
-    }
-
+impl Core {
     fn status(&self) -> FileAdapterStatus {
         let (files_ok, files_bad) = self.scanner.file_counts();
         let mut problems: Vec<FileProblem> = self
@@ -429,40 +368,17 @@ impl Core {
         FileAdapterStatus {
             source: self.source.clone(),
             generation: self.generation(),
-            resync_completed: self
-                .emitted
-                .as_ref()
-                .is_some_and(|e| e.phase() == ResyncPhase::Completed),
+            resync_completed: self.outbox.resync_completed(),
             files_ok,
             files_bad,
-            entities_in_view: self.emitted.as_ref().map_or(0, Emitted::len),
-            events_emitted_total: c.events_emitted_total,
+            entities_in_view: self.outbox.len(),
+            events_emitted_total: self.outbox.events_total,
             scans_total: c.scans_total,
             malformed_documents_total: c.malformed_documents_total,
             invalid_files_total: c.invalid_files_total,
-            append_failures_total: c.append_failures_total,
-            last_append_error: c.last_append_error.clone(),
+            append_failures_total: self.outbox.failures_total,
+            last_append_error: self.outbox.last_error.clone(),
             problems,
         }
     }
-}
-
-fn now_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-}
-
-/// A pseudo-random factor in `[0.5, 1.0)` for backoff jitter, so many adapters that
-/// lost the same broker do not retry in lockstep. Not for anything security-related.
-pub(crate) fn jitter(d: Duration, attempt: u32) -> Duration {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |t| t.subsec_nanos());
-    let mut x = u64::from(nanos) ^ (u64::from(attempt) << 32) ^ 0x9e37_79b9_7f4a_7c15;
-    // splitmix64 finaliser
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^= x >> 31;
-    d.mul_f64(0.5 + (x % 1000) as f64 / 2000.0)
 }

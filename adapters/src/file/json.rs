@@ -1,96 +1,67 @@
 //! Canonical JSON of a YAML value: the form an Istio `spec` travels in
 //! (`ConfigObject.spec_json`).
 //!
-//! Canonical means: object keys in byte-wise sorted order at every level, no
-//! insignificant whitespace, numbers written by `serde_json`. Two specs that mean the
-//! same thing as YAML therefore give identical bytes, so an unchanged object never
-//! looks changed and replay stays deterministic. The sorting is done here explicitly
-//! rather than relying on `serde_json::Value`'s map type, which turns into an
-//! insertion-ordered map as soon as any crate in the build enables
-//! `serde_json/preserve_order`.
+//! The YAML value is turned into a JSON value the way Kubernetes' YAML-to-JSON
+//! conversion does (scalar mapping keys written as strings, tags dropped), then
+//! written by the shared canonical writer (`common::json`), so a spec read from a
+//! file and the same spec read from the API server give identical bytes.
 //!
 //! What it does NOT do: validate the spec against Istio's schema (the engine parses
 //! the subset it implements), or accept what JSON cannot say (NaN, infinities,
-//! mapping keys that are themselves mappings or sequences).
-
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
+//! mapping keys that are themselves mappings or sequences, two keys that become
+//! the same string).
 
 use serde_yaml::Value;
 
+use crate::common::json as canonical;
+
 /// Writes `value` as canonical JSON. The error says which part cannot be JSON.
 pub(crate) fn canonical_json(value: &Value) -> Result<String, String> {
-    let mut out = String::new();
-    write_value(value, &mut out, "spec")?;
-    Ok(out)
+    Ok(canonical::canonical_json(&to_json(value, "spec")?))
 }
 
-fn write_value(value: &Value, out: &mut String, path: &str) -> Result<(), String> {
-    match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => write_number(n, out, path)?,
-        Value::String(s) => write_string(s, out),
+/// The JSON value of a YAML value; `path` names the part for errors.
+pub(crate) fn to_json(value: &Value, path: &str) -> Result<serde_json::Value, String> {
+    use serde_json::Value as J;
+    Ok(match value {
+        Value::Null => J::Null,
+        Value::Bool(b) => J::Bool(*b),
+        Value::Number(n) => J::Number(number(n, path)?),
+        Value::String(s) => J::String(s.clone()),
         // A tag (`!foo value`) has no JSON form; Kubernetes' YAML-to-JSON conversion
         // keeps the tagged value, and so do we.
-        Value::Tagged(t) => write_value(&t.value, out, path)?,
-        Value::Sequence(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_value(item, out, &format!("{path}[{i}]"))?;
-            }
-            out.push(']');
-        }
+        Value::Tagged(t) => to_json(&t.value, path)?,
+        Value::Sequence(items) => J::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| to_json(item, &format!("{path}[{i}]")))
+                .collect::<Result<_, _>>()?,
+        ),
         Value::Mapping(map) => {
-            let mut sorted: BTreeMap<String, &Value> = BTreeMap::new();
+            let mut out = serde_json::Map::new();
             for (k, v) in map {
                 let key = key_text(k, path)?;
-                if sorted.insert(key.clone(), v).is_some() {
+                let item = to_json(v, &format!("{path}.{key}"))?;
+                if out.insert(key.clone(), item).is_some() {
                     return Err(format!(
                         "{path}: key {key:?} appears twice once written as JSON"
                     ));
                 }
             }
-            out.push('{');
-            for (i, (k, v)) in sorted.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_string(k, out);
-                out.push(':');
-                write_value(v, out, &format!("{path}.{k}"))?;
-            }
-            out.push('}');
+            J::Object(out)
         }
-    }
-    Ok(())
+    })
 }
 
-fn write_number(n: &serde_yaml::Number, out: &mut String, path: &str) -> Result<(), String> {
+fn number(n: &serde_yaml::Number, path: &str) -> Result<serde_json::Number, String> {
     if let Some(i) = n.as_i64() {
-        let _ = write!(out, "{i}");
+        Ok(i.into())
     } else if let Some(u) = n.as_u64() {
-        let _ = write!(out, "{u}");
+        Ok(u.into())
     } else {
-        let f = n.as_f64().unwrap_or(f64::NAN);
-        match serde_json::Number::from_f64(f) {
-            Some(j) => {
-                let _ = write!(out, "{j}");
-            }
-            None => return Err(format!("{path}: {n} has no JSON form (NaN or infinite)")),
-        }
-    }
-    Ok(())
-}
-
-fn write_string(s: &str, out: &mut String) {
-    // serde_json's string escaping is the canonical one; writing a &str cannot fail.
-    match serde_json::to_string(s) {
-        Ok(quoted) => out.push_str(&quoted),
-        Err(_) => out.push_str("\"\""),
+        serde_json::Number::from_f64(n.as_f64().unwrap_or(f64::NAN))
+            .ok_or_else(|| format!("{path}: {n} has no JSON form (NaN or infinite)"))
     }
 }
 

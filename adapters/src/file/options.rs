@@ -78,28 +78,17 @@ impl FileAdapterOptions {
         if self.max_file_bytes == 0 {
             return bad("max_file_bytes must be above zero".into());
         }
-        if self.append_batch_max < 3 {
-            return bad(format!(
-                "append_batch_max {} is below 3 (two resync markers and an entity)",
-                self.append_batch_max
-            ));
-        }
-        if self.retry_initial.is_zero() || self.retry_max < self.retry_initial {
-            return bad(format!(
-                "retry delays must satisfy 0 < retry_initial ({:?}) <= retry_max ({:?})",
-                self.retry_initial, self.retry_max
-            ));
-        }
-        Ok(())
+        crate::common::append::check_append_options(
+            self.append_batch_max,
+            self.retry_initial,
+            self.retry_max,
+        )
     }
 
     /// Delay before retry number `attempt` (1-based): exponential from
     /// `retry_initial`, capped at `retry_max`, with jitter in `[50%, 100%)`.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self
-            .retry_initial
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
-        super::adapter::jitter(exp.min(self.retry_max), attempt)
+        crate::common::append::backoff(self.retry_initial, self.retry_max, attempt)
     }
 }
 
@@ -136,18 +125,5 @@ mod tests {
         assert!(o(|o| o.max_debounce = Duration::from_millis(1)).is_err());
         assert!(o(|o| o.source_id = Some(" ".into())).is_err());
         assert!(o(|o| o.retry_max = Duration::from_millis(1)).is_err());
-    }
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        let o = FileAdapterOptions::default();
-        for attempt in 1..40 {
-            let d = o.backoff(attempt);
-            let ceiling = (o.retry_initial * (1 << (attempt - 1).min(20))).min(o.retry_max);
-            assert!(
-                d >= ceiling / 2 && d <= ceiling,
-                "attempt {attempt}: {d:?} vs {ceiling:?}"
-            );
-        }
     }
 }

@@ -22,9 +22,13 @@ use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::{Deserialize, Deserializer};
 use serde_yaml::Value;
 
-use super::istio::{self, API_GROUP, API_VERSIONS, Doc, Header, ServiceEntrySpec};
+use super::istio::{self, API_GROUP, API_VERSIONS, Doc, Header, Metadata};
 use super::json::canonical_json;
 use super::status::{FileProblem, ProblemKind};
+use crate::common::istio::{
+    KeyScheme, Selector, ServiceEntrySpec, WorkloadFacts, WorkloadSpec, WorkloadStatus,
+    map_service_entry, map_workload_entry, null_default,
+};
 
 /// Largest object (spec as JSON plus labels and annotations) the adapter carries.
 /// One object is one log record, and a record must fit the smallest log's limit
@@ -69,6 +73,66 @@ pub(crate) struct IstioObject {
     pub(crate) services: Vec<pb::Service>,
     /// Endpoints (ServiceEntry inline endpoints) with their keys.
     pub(crate) endpoints: Vec<(String, pb::Endpoint)>,
+    /// A ServiceEntry's workload selector, joined in the desired view.
+    pub(crate) selector: Option<Selector>,
+    /// A WorkloadEntry, as the join needs it.
+    pub(crate) workload: Option<Arc<WorkloadFacts>>,
+}
+
+/// A WorkloadEntry document's `status` (its health conditions).
+#[derive(Debug, Default, Deserialize)]
+struct StatusDoc {
+    #[serde(default, deserialize_with = "null_default")]
+    status: WorkloadStatus,
+}
+
+/// The join facts of an object restored from the state file: a ServiceEntry's
+/// selector or a WorkloadEntry's facts, read again from the carried spec (both
+/// were valid when first read), with the WorkloadEntry health persisted beside it
+/// (its `status` is not part of the spec).
+pub(crate) fn restored_join(
+    config: &pb::ConfigObject,
+    health: Option<pb::Health>,
+) -> Result<(Option<Selector>, Option<Arc<WorkloadFacts>>), String> {
+    let bad = |e: String| {
+        format!(
+            "{} {}/{}: {e}",
+            config.kind().as_str_name(),
+            config.namespace,
+            config.name
+        )
+    };
+    match config.kind() {
+        pb::ConfigKind::ServiceEntry => {
+            let spec: ServiceEntrySpec =
+                serde_json::from_str(&config.spec_json).map_err(|e| bad(e.to_string()))?;
+            let facts = map_service_entry(
+                &config.namespace,
+                &config.name,
+                &config.labels,
+                &spec,
+                &KeyScheme::file(),
+            )
+            .map_err(bad)?;
+            Ok((facts.selector, None))
+        }
+        pb::ConfigKind::WorkloadEntry => {
+            let spec: WorkloadSpec =
+                serde_json::from_str(&config.spec_json).map_err(|e| bad(e.to_string()))?;
+            let mut facts = map_workload_entry(
+                &config.labels,
+                &config.annotations,
+                &spec,
+                &WorkloadStatus::default(),
+            )
+            .map_err(bad)?;
+            if let Some(h) = health {
+                facts.health = h;
+            }
+            Ok((None, Some(Arc::new(facts))))
+        }
+        _ => Ok((None, None)),
+    }
 }
 
 /// What one document became.
@@ -209,14 +273,7 @@ impl Cx<'_> {
         kind: pb::ConfigKind,
         value: &Value,
     ) -> Result<IstioObject, Malformed> {
-        let (meta, se) = if kind == pb::ConfigKind::ServiceEntry {
-            let d: Doc<ServiceEntrySpec> =
-                self.typed(index, value).map_err(|(l, r)| (Some(l), r))?;
-            (d.metadata, Some(d.spec))
-        } else {
-            let d: Doc<IgnoredAny> = self.typed(index, value).map_err(|(l, r)| (Some(l), r))?;
-            (d.metadata, None)
-        };
+        let (meta, typed) = self.typed_object(index, kind, value)?;
         istio::check_key_segment("metadata.name", &meta.name).map_err(|r| (None, r))?;
         istio::check_key_segment("metadata.namespace", meta.namespace()).map_err(|r| (None, r))?;
         let spec_json = match value.get("spec") {
@@ -253,16 +310,31 @@ impl Cx<'_> {
             namespace: meta.namespace().to_owned(),
             name: meta.name.clone(),
         };
-        let (services, endpoints) = match se {
-            Some(spec) => {
-                let mapped = istio::map_service_entry(&meta, &spec).map_err(|r| (None, r))?;
+        let (mut services, mut endpoints, mut selector, mut workload) =
+            (Vec::new(), Vec::new(), None, None);
+        match typed {
+            Typed::ServiceEntry(spec) => {
+                let mapped = map_service_entry(
+                    &id.namespace,
+                    &id.name,
+                    &meta.labels,
+                    &spec,
+                    &KeyScheme::file(),
+                )
+                .map_err(|r| (None, r))?;
                 for s in mapped.skipped {
                     self.problem(index, None, ProblemKind::SkippedPart, format!("{id}: {s}"));
                 }
-                (mapped.services, mapped.endpoints)
+                (services, endpoints, selector) =
+                    (mapped.services, mapped.endpoints, mapped.selector);
             }
-            None => (Vec::new(), Vec::new()),
-        };
+            Typed::WorkloadEntry(spec, status) => {
+                let facts = map_workload_entry(&meta.labels, &meta.annotations, &spec, &status)
+                    .map_err(|r| (None, r))?;
+                workload = Some(Arc::new(facts));
+            }
+            Typed::Other => {}
+        }
         let config = pb::ConfigObject {
             kind: kind as i32,
             namespace: id.namespace.clone(),
@@ -277,6 +349,33 @@ impl Cx<'_> {
             config,
             services,
             endpoints,
+            selector,
+            workload,
+        })
+    }
+
+    /// Reads the metadata and, for the kinds the adapter maps, the typed spec.
+    fn typed_object(
+        &self,
+        index: usize,
+        kind: pb::ConfigKind,
+        value: &Value,
+    ) -> Result<(Metadata, Typed), Malformed> {
+        let located = |(l, r): (Loc, String)| (Some(l), r);
+        Ok(match kind {
+            pb::ConfigKind::ServiceEntry => {
+                let d: Doc<ServiceEntrySpec> = self.typed(index, value).map_err(located)?;
+                (d.metadata, Typed::ServiceEntry(d.spec))
+            }
+            pb::ConfigKind::WorkloadEntry => {
+                let d: Doc<WorkloadSpec> = self.typed(index, value).map_err(located)?;
+                let s: StatusDoc = self.typed(index, value).map_err(located)?;
+                (d.metadata, Typed::WorkloadEntry(d.spec, s.status))
+            }
+            _ => {
+                let d: Doc<IgnoredAny> = self.typed(index, value).map_err(located)?;
+                (d.metadata, Typed::Other)
+            }
         })
     }
 
@@ -323,6 +422,13 @@ impl Cx<'_> {
             .get_or_insert_with(|| document_start_lines(text));
         starts.get(index).copied().flatten()
     }
+}
+
+/// A document's spec, typed for the kinds the adapter maps.
+enum Typed {
+    ServiceEntry(ServiceEntrySpec),
+    WorkloadEntry(WorkloadSpec, WorkloadStatus),
+    Other,
 }
 
 /// Line and column, each when known.

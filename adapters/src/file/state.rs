@@ -24,15 +24,16 @@
 //! said (no log positions: the adapter never reads the log).
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use deltapilot_proto as pb;
 use serde::{Deserialize, Serialize};
 
-use super::parse::{IstioObject, ObjectId};
+use super::parse::{IstioObject, ObjectId, restored_join};
 use super::scan::FileState;
+pub(crate) use crate::generation::next_generation;
+use crate::generation::{read_state, state_path, write_atomically};
 use crate::{Error, Result};
 
 /// Version of the state file layout this build writes and reads.
@@ -52,6 +53,10 @@ struct PersistedObject {
     config: pb::ConfigObject,
     services: Vec<pb::Service>,
     endpoints: Vec<PersistedEndpoint>,
+    /// A WorkloadEntry's health (from its `status`, which the config does not
+    /// carry); absent in files written before WorkloadEntries were joined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    workload_health: Option<i32>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -80,17 +85,8 @@ impl StateStore {
     /// The store for `source` in `dir` (created if missing). Several sources may
     /// share a directory: the file name carries a hash of the source id.
     pub(crate) fn open(dir: &Path, source: &str) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-            op: "create state directory",
-            path: dir.to_owned(),
-            source,
-        })?;
-        let path = dir.join(format!(
-            "file-adapter-{:016x}.json",
-            fnv1a64(source.as_bytes())
-        ));
         Ok(Self {
-            path,
+            path: state_path(dir, "file-adapter", source)?,
             source: source.to_owned(),
         })
     }
@@ -103,31 +99,13 @@ impl StateStore {
     /// Loads the state; a missing file is an empty state, an unusable one an error
     /// the caller logs before starting empty.
     pub(crate) fn load(&self) -> Result<Loaded> {
-        let bytes = match std::fs::read(&self.path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
-            Err(source) => {
-                return Err(Error::Io {
-                    op: "read state file",
-                    path: self.path.clone(),
-                    source,
-                });
-            }
+        let Some(state) = read_state::<StateFile>(&self.path, &self.source, FORMAT)? else {
+            return Ok(Loaded::default());
         };
         let bad = |reason: String| Error::State {
             path: self.path.clone(),
             reason,
         };
-        let state: StateFile = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
-        if state.format != FORMAT {
-            return Err(bad(format!("format {} is not {FORMAT}", state.format)));
-        }
-        if state.source != self.source {
-            return Err(bad(format!(
-                "written for source {:?}, not {:?}",
-                state.source, self.source
-            )));
-        }
         let mut files = BTreeMap::new();
         for (path, objects) in state.files {
             let objects = objects
@@ -167,26 +145,8 @@ impl StateStore {
             path: self.path.clone(),
             reason: format!("encode: {e}"),
         })?;
-        let tmp = self.path.with_extension("json.tmp");
-        let io = |op: &'static str, path: &Path| {
-            let path = path.to_owned();
-            move |source| Error::Io { op, path, source }
-        };
-        let mut f = std::fs::File::create(&tmp).map_err(io("create state file", &tmp))?;
-        f.write_all(&bytes).map_err(io("write state file", &tmp))?;
-        f.sync_all().map_err(io("sync state file", &tmp))?;
-        drop(f);
-        std::fs::rename(&tmp, &self.path).map_err(io("replace state file", &self.path))?;
-        Ok(())
+        write_atomically(&self.path, &bytes)
     }
-}
-
-/// The generation of a new resync: strictly above `previous`, and the clock's
-/// microseconds when those are higher.
-pub(crate) fn next_generation(previous: u64, now_micros: i64) -> u64 {
-    u64::try_from(now_micros)
-        .unwrap_or(0)
-        .max(previous.saturating_add(1))
 }
 
 fn persist_object(o: &IstioObject) -> PersistedObject {
@@ -202,6 +162,7 @@ fn persist_object(o: &IstioObject) -> PersistedObject {
                 endpoint: endpoint.clone(),
             })
             .collect(),
+        workload_health: o.workload.as_ref().map(|w| w.health as i32),
     }
 }
 
@@ -213,7 +174,18 @@ fn restore_object(p: PersistedObject) -> Result<Arc<IstioObject>, String> {
             p.config.namespace, p.config.name
         ));
     }
+    let health = p
+        .workload_health
+        .map(|h| pb::Health::try_from(h).unwrap_or(pb::Health::Unspecified));
+    // The join facts are derived from the carried spec; one that no longer reads
+    // (a state file from another build) joins nothing rather than losing the file.
+    let (selector, workload) = restored_join(&p.config, health).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "file adapter: state file object without its join facts");
+        (None, None)
+    });
     Ok(Arc::new(IstioObject {
+        selector,
+        workload,
         id: ObjectId {
             kind,
             namespace: p.config.namespace.clone(),
@@ -228,16 +200,6 @@ fn restore_object(p: PersistedObject) -> Result<Arc<IstioObject>, String> {
             .map(|e| (e.key, e.endpoint))
             .collect(),
     }))
-}
-
-/// FNV-1a, 64-bit: a hash that is the same in every build, for the file name.
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
 }
 
 #[cfg(test)]
@@ -290,6 +252,8 @@ mod tests {
                     ..Default::default()
                 },
             )],
+            selector: None,
+            workload: None,
         });
         let objs = [obj.clone()];
         store

@@ -8,23 +8,24 @@
 //! is retried with capped, jittered exponential backoff while updates keep being
 //! folded in, so the next attempt carries the latest state.
 //!
-//! What it does NOT do: parse objects (`parse`), join them (`store`), plan events
-//! (`emit`) or talk to the API server directly (`watch`).
+//! What it does NOT do: parse objects (`parse`), join them (`store`), plan and
+//! append events (`common::emit`, `common::append`) or talk to the API server
+//! directly (`watch`).
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use deltapilot_engine::log::EventLog;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::emit::{Emitter, ResyncPhase};
 use super::kinds::{WatchSpec, watch_specs};
 use super::options::KubernetesOptions;
 use super::status::{KubernetesAdapterStatus, SyncState, WatchStatus};
 use super::store::{Applied, Store};
 use super::watch::{UPDATE_CHANNEL_CAPACITY, Update, WatchTask};
+use crate::common::append::{Outbox, Planner, flush_if_due, now_micros, publish};
+use crate::common::emit::EntityMap;
 use crate::generation::{GenerationStore, next_generation};
 use crate::{Error, Result};
 
@@ -64,19 +65,12 @@ impl KubernetesAdapter {
         opts.validate()?;
         let source = opts.source();
         let specs = watch_specs(opts.istio, &opts.namespaces, opts.label_selector.as_deref());
-        let mut persisted_generation = 0;
-        let state = match &opts.state_dir {
-            None => None,
-            Some(dir) => {
-                let store = GenerationStore::open(dir, "k8s-adapter", &source)?;
-                match store.load() {
-                    Ok(g) => persisted_generation = g,
-                    Err(e) => tracing::warn!(state_file = %store.path().display(), error = %e,
-                        "kubernetes adapter: ignoring unusable state file"),
-                }
-                Some(store)
-            }
-        };
+        let (state, persisted_generation) = GenerationStore::open_loaded(
+            opts.state_dir.as_deref(),
+            "k8s-adapter",
+            &source,
+            "kubernetes",
+        )?;
         let watches = specs
             .iter()
             .map(|s| WatchStatus {
@@ -97,10 +91,9 @@ impl KubernetesAdapter {
             store: Store::new(opts.cluster_id.clone(), opts.cluster_domain.clone()),
             specs,
             watches,
-            emitter: None,
+            outbox: Outbox::new(opts.append_batch_max),
             state,
             persisted_generation,
-            batch_max: opts.append_batch_max,
             counters: Counters::default(),
         };
         let (status_tx, _) = watch::channel(core.status());
@@ -190,46 +183,24 @@ impl KubernetesAdapter {
         tracing::info!(source = %core.source, watches = core.specs.len(),
             "kubernetes adapter: started; waiting for every watch to list once");
 
-        let mut retry_at: Option<Instant> = None;
-        let mut failures: u32 = 0;
         let result = loop {
             if *shutdown.borrow() {
                 break Ok(());
             }
             core.begin_if_ready();
-            if core.emitter.is_some() && retry_at.is_none() {
-                match flush(&mut core, log.as_ref(), &shutdown).await {
-                    Ok(()) => {
-                        if failures > 0 {
-                            tracing::info!(
-                                after_failures = failures,
-                                "kubernetes adapter: the log accepts appends again"
-                            );
-                        }
-                        failures = 0;
-                        core.counters.last_append_error = None;
-                    }
-                    Err(e) => {
-                        failures = failures.saturating_add(1);
-                        let delay = opts.backoff(failures);
-                        tracing::warn!(error = %e, retry_in = ?delay,
-                            "kubernetes adapter: append failed; keeping state and retrying");
-                        core.counters.append_failures_total += 1;
-                        core.counters.last_append_error = Some(e.to_string());
-                        retry_at = Some(Instant::now() + delay);
-                    }
-                }
-            }
-            publish(&status_tx, &core);
+            flush_if_due(&mut core, log.as_ref(), &shutdown, "kubernetes", |n| {
+                opts.backoff(n)
+            })
+            .await;
+            let retry_at = core.outbox.retry_at();
+            publish(&status_tx, core.status());
             tokio::select! {
                 changed = shutdown.changed() => {
                     if changed.is_err() {
                         break Ok(());
                     }
                 }
-                () = tokio::time::sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
-                    retry_at = None;
-                }
+                () = tokio::time::sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {}
                 update = rx.recv() => match update {
                     Some(first) => {
                         core.handle(first);
@@ -250,55 +221,24 @@ impl KubernetesAdapter {
         drop(rx);
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
-        publish(&status_tx, &core);
+        publish(&status_tx, core.status());
         tracing::info!(source = %core.source, "kubernetes adapter: stopped");
         result
     }
 }
 
-/// Appends plans until the log matches the desired view, a batch fails, or shutdown
-/// is requested.
-async fn flush<L: EventLog>(
-    core: &mut Core,
-    log: &L,
-    shutdown: &watch::Receiver<bool>,
-) -> Result<()> {
-    loop {
-        if *shutdown.borrow() {
-            return Ok(());
-        }
-        let Some(emitter) = core.emitter.as_mut() else {
-            return Ok(());
-        };
-        let plan = emitter.plan(core.store.desired(), core.batch_max, now_micros());
-        if plan.is_empty() {
-            return Ok(());
-        }
-        log.append(&plan).await?;
-        emitter.commit(&plan, core.store.desired());
-        core.counters.events_emitted_total += plan.len() as u64;
+impl Planner for Core {
+    /// Nothing is planned before every watch has listed once (see
+    /// [`Core::begin_if_ready`]): the outbox has not begun until then.
+    fn outbox(&mut self) -> Option<(&mut Outbox, &EntityMap)> {
+        Some((&mut self.outbox, self.store.desired()))
     }
-}
-
-fn publish(tx: &watch::Sender<KubernetesAdapterStatus>, core: &Core) {
-    let next = core.status();
-    tx.send_if_modified(|s| {
-        if *s == next {
-            false
-        } else {
-            *s = next;
-            true
-        }
-    });
 }
 
 #[derive(Debug, Default)]
 struct Counters {
-    events_emitted_total: u64,
     malformed_objects_total: u64,
     skipped_parts_total: u64,
-    append_failures_total: u64,
-    last_append_error: Option<String>,
     last_registry_error: Option<String>,
 }
 
@@ -316,10 +256,9 @@ struct Core {
     store: Store,
     specs: Vec<WatchSpec>,
     watches: Vec<WatchStatus>,
-    emitter: Option<Emitter>,
+    outbox: Outbox,
     state: Option<GenerationStore>,
     persisted_generation: u64,
-    batch_max: usize,
     counters: Counters,
 }
 
@@ -328,7 +267,7 @@ impl Core {
     /// absent): before that the view is partial, and a resync would let the engine
     /// sweep whatever has not been listed yet.
     fn begin_if_ready(&mut self) {
-        if self.emitter.is_some() || !self.watches.iter().all(|w| w.initial_sync_done) {
+        if self.outbox.begun() || !self.watches.iter().all(|w| w.initial_sync_done) {
             return;
         }
         let generation = next_generation(self.persisted_generation, now_micros());
@@ -341,11 +280,8 @@ impl Core {
         tracing::info!(source = %self.source, generation, entities = self.store.desired().len(),
             "kubernetes adapter: every watch listed; resyncing");
         self.store.take_changed();
-        self.emitter = Some(Emitter::new(
-            self.source.clone(),
-            generation,
-            self.store.desired(),
-        ));
+        self.outbox
+            .begin(self.source.clone(), generation, self.store.desired());
     }
 
     /// Recomputes what the last updates affected and hands changed keys to the
@@ -353,9 +289,7 @@ impl Core {
     fn refresh(&mut self) {
         self.store.refresh();
         let changed = self.store.take_changed();
-        if let Some(em) = &mut self.emitter {
-            em.mark(changed);
-        }
+        self.outbox.mark(changed);
     }
 
     fn handle(&mut self, update: Update) {
@@ -462,26 +396,17 @@ impl Core {
             .collect();
         KubernetesAdapterStatus {
             source: self.source.clone(),
-            generation: self.emitter.as_ref().map_or(0, Emitter::generation),
-            resync_completed: self
-                .emitter
-                .as_ref()
-                .is_some_and(|e| e.phase() == ResyncPhase::Completed),
-            entities_in_view: self.emitter.as_ref().map_or(0, Emitter::len),
-            events_emitted_total: c.events_emitted_total,
+            generation: self.outbox.generation(),
+            resync_completed: self.outbox.resync_completed(),
+            entities_in_view: self.outbox.len(),
+            events_emitted_total: self.outbox.events_total,
             malformed_objects_total: c.malformed_objects_total,
             skipped_parts_total: c.skipped_parts_total,
-            append_failures_total: c.append_failures_total,
-            last_append_error: c.last_append_error.clone(),
+            append_failures_total: self.outbox.failures_total,
+            last_append_error: self.outbox.last_error.clone(),
             last_registry_error: c.last_registry_error.clone(),
             watches,
             problems: self.store.problems(KubernetesAdapterStatus::MAX_PROBLEMS),
         }
     }
-}
-
-fn now_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }

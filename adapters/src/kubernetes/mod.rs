@@ -46,8 +46,22 @@
 //!   slice endpoint's `zone` fills a missing zone.
 //! - **Istio objects** → config entities `cfg/<kind>/<ns>/<name>`: labels,
 //!   annotations (minus `kubectl.kubernetes.io/last-applied-configuration`), and the
-//!   whole `spec` as canonical JSON (keys sorted). A ServiceEntry is carried as
-//!   config only (its hosts are not turned into services here).
+//!   `spec` as canonical JSON (keys sorted; a ServiceEntry's without `endpoints`,
+//!   which travel as endpoint entities; a WorkloadEntry's `status` is not carried).
+//! - **ServiceEntry** → also services and endpoints, by the mapping the file
+//!   adapter uses (`common::istio`; its module docs give the rules): one service
+//!   per host (`svc/<ns>/<host>`), one endpoint per inline endpoint, keyed
+//!   `ep/k8s/<cluster>/_se/<ns>/<entry>/<address>[/<port>=<n>,...]`, and, with a
+//!   `workloadSelector`, one endpoint per selected **WorkloadEntry** of the same
+//!   namespace, keyed `ep/k8s/<cluster>/_we/<ns>/<entry>/<workload entry>` (`_`
+//!   cannot start a namespace, so these never collide with EndpointSlice keys).
+//!   Health of a WorkloadEntry: HEALTHY unless `proxy.istio.io/health-checks-enabled`
+//!   is true, then its `Healthy` condition. A host that is also a Kubernetes
+//!   Service of the namespace stays the Service's; among ServiceEntries of one
+//!   namespace claiming a host, the first by name wins (both logged). An entry
+//!   with both a selector and inline endpoints is malformed; non-IP addresses are
+//!   left out (logged). A WorkloadEntry or ServiceEntry change recomputes its
+//!   namespace's mapping and appends only the entities that changed.
 //!
 //! # Watch semantics, relists and resync
 //!
@@ -100,12 +114,10 @@
 //! ```
 //!
 //! What it does NOT do: talk to the engine (it appends to the log), write to the
-//! cluster, or resolve ServiceEntries/WorkloadEntries into services and endpoints
-//! (the file adapter does that for files; here they travel as config).
+//! cluster, run WorkloadEntry health probes (it reads their result), or read
+//! WorkloadGroups and auto-registered workloads.
 
 mod adapter;
-mod emit;
-mod json;
 mod kinds;
 mod options;
 mod parse;

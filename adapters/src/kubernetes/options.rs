@@ -141,30 +141,18 @@ impl KubernetesOptions {
         if self.page_size == Some(0) {
             return bad("page_size must be above zero (or unset)".into());
         }
-        if self.append_batch_max < 3 {
-            return bad(format!(
-                "append_batch_max {} is below 3 (two resync markers and an entity)",
-                self.append_batch_max
-            ));
-        }
-        if self.retry_initial.is_zero() || self.retry_max < self.retry_initial {
-            return bad(format!(
-                "retry delays must satisfy 0 < retry_initial ({:?}) <= retry_max ({:?})",
-                self.retry_initial, self.retry_max
-            ));
-        }
-        Ok(())
+        crate::common::append::check_append_options(
+            self.append_batch_max,
+            self.retry_initial,
+            self.retry_max,
+        )
     }
 
     /// Delay before retry number `attempt` (1-based): exponential from
     /// `retry_initial`, capped at `retry_max`, with jitter in `[50%, 100%)` so that
     /// many adapters that lost the same API server do not retry in lockstep.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self
-            .retry_initial
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
-        let ceiling = exp.min(self.retry_max);
-        ceiling.mul_f64(rand::random_range(0.5..1.0))
+        crate::common::append::backoff(self.retry_initial, self.retry_max, attempt)
     }
 
     /// Whole seconds of [`Self::watch_timeout`], as the API takes them.
@@ -337,19 +325,6 @@ mod tests {
         }
         for bad in ["", "app=we b", "env in prod", "a,,b", "env in (a", "=x"] {
             assert!(check_label_selector(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        let o = KubernetesOptions::default();
-        for attempt in 1..40 {
-            let d = o.backoff(attempt);
-            let ceiling = (o.retry_initial * (1 << (attempt - 1).min(20))).min(o.retry_max);
-            assert!(
-                d >= ceiling / 2 && d <= ceiling,
-                "attempt {attempt}: {d:?} vs {ceiling:?}"
-            );
         }
     }
 }

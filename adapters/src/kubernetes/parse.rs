@@ -1,7 +1,8 @@
 //! From Kubernetes objects (as kube's `DynamicObject`) to the few facts the adapter
 //! keeps about each: a Service's mapped service entity, an EndpointSlice's ports
 //! and endpoints, a Pod's labels, service account and node, a Node's locality, an
-//! Istio object's config entity.
+//! Istio object's config entity (plus, for a ServiceEntry or WorkloadEntry, its
+//! mapping by the shared `common::istio`).
 //!
 //! Objects arrive untyped and each part the adapter maps is deserialised into its
 //! k8s-openapi type here, one object at a time: a malformed object becomes an
@@ -28,6 +29,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use deltapilot_proto as pb;
 use k8s_openapi::api::core::v1::ServiceSpec;
@@ -36,8 +38,12 @@ use kube::core::DynamicObject;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::json::canonical_json;
 use super::kinds::ResourceKind;
+use crate::common::istio::{
+    KeyScheme, ServiceEntryFacts, ServiceEntrySpec, WorkloadFacts, WorkloadSpec, WorkloadStatus,
+    map_service_entry, map_workload_entry, named_protocol,
+};
+use crate::common::json::canonical_json;
 
 /// The label an EndpointSlice names its Service with.
 pub(crate) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -136,7 +142,18 @@ pub(crate) enum Facts {
     Slice(SliceFacts),
     Pod(PodFacts),
     Node(NodeFacts),
-    Config(pb::ConfigObject),
+    /// An Istio object: its config entity and, for a ServiceEntry or
+    /// WorkloadEntry, what the service model takes from it.
+    Config(pb::ConfigObject, Option<Mesh>),
+}
+
+/// What a ServiceEntry or WorkloadEntry contributes beside its config entity.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Mesh {
+    /// Services, inline endpoints and the workload selector.
+    ServiceEntry(Arc<ServiceEntryFacts>),
+    /// What the ServiceEntry join needs.
+    WorkloadEntry(Arc<WorkloadFacts>),
 }
 
 /// One received object, parsed.
@@ -149,8 +166,14 @@ pub(crate) struct Parsed {
     pub(crate) skipped: Vec<String>,
 }
 
-/// Parses one object of `kind`. `cluster_domain` completes Service hostnames.
-pub(crate) fn parse(kind: ResourceKind, obj: &DynamicObject, cluster_domain: &str) -> Parsed {
+/// Parses one object of `kind`. `cluster_domain` completes Service hostnames;
+/// `cluster_id` scopes the keys of ServiceEntry endpoints.
+pub(crate) fn parse(
+    kind: ResourceKind,
+    obj: &DynamicObject,
+    cluster_domain: &str,
+    cluster_id: &str,
+) -> Parsed {
     let id = ObjId::of(obj);
     let mut skipped = Vec::new();
     let facts = check_id(kind, &id).and_then(|()| match kind {
@@ -160,7 +183,7 @@ pub(crate) fn parse(kind: ResourceKind, obj: &DynamicObject, cluster_domain: &st
         ResourceKind::EndpointSlice => slice(obj, &id, &mut skipped).map(Facts::Slice),
         ResourceKind::Pod => pod(obj).map(Facts::Pod),
         ResourceKind::Node => Ok(Facts::Node(node(obj))),
-        ResourceKind::Istio(k) => config(k, obj, &id).map(Facts::Config),
+        ResourceKind::Istio(k) => config(k, obj, &id, cluster_id, &mut skipped),
     });
     Parsed { id, facts, skipped }
 }
@@ -284,23 +307,6 @@ pub(crate) fn protocol(app_protocol: Option<&str>, port_name: &str) -> pb::Proto
         return pb::Protocol::Http;
     }
     named_protocol(lower.split('-').next().unwrap_or_default()).unwrap_or(pb::Protocol::Unspecified)
-}
-
-/// Istio's protocol names, case-insensitive.
-fn named_protocol(s: &str) -> Option<pb::Protocol> {
-    Some(match s.to_ascii_lowercase().as_str() {
-        "http" | "grpc-web" | "http_proxy" => pb::Protocol::Http,
-        "http2" => pb::Protocol::Http2,
-        "grpc" => pb::Protocol::Grpc,
-        "https" => pb::Protocol::Https,
-        "tls" => pb::Protocol::Tls,
-        "tcp" => pb::Protocol::Tcp,
-        "mongo" => pb::Protocol::Mongo,
-        "redis" => pb::Protocol::Redis,
-        "mysql" => pb::Protocol::Mysql,
-        "udp" => pb::Protocol::Udp,
-        _ => return None,
-    })
 }
 
 /// Health of a slice endpoint from its conditions (see the module docs).
@@ -449,26 +455,54 @@ fn node(obj: &DynamicObject) -> NodeFacts {
     (locality != pb::Locality::default()).then_some(locality)
 }
 
+/// An Istio object: its config entity (a ServiceEntry's without `endpoints`,
+/// which travel as endpoint entities, as the file adapter does) and, for the
+/// kinds the service model maps, their mapping (`common::istio`).
 fn config(
     kind: pb::ConfigKind,
     obj: &DynamicObject,
     id: &ObjId,
-) -> Result<pb::ConfigObject, String> {
+    cluster_id: &str,
+    skipped: &mut Vec<String>,
+) -> Result<Facts, String> {
     let spec_json = match obj.data.get("spec") {
         None | Some(Value::Null) => "{}".to_owned(),
+        Some(Value::Object(m)) if kind == pb::ConfigKind::ServiceEntry => {
+            let mut m = m.clone();
+            m.remove("endpoints");
+            canonical_json(&Value::Object(m))
+        }
         Some(v @ Value::Object(_)) => canonical_json(v),
         Some(_) => return Err("spec is not an object".into()),
     };
+    let labels = obj.metadata.labels.clone().unwrap_or_default();
     let mut annotations = obj.metadata.annotations.clone().unwrap_or_default();
     annotations.remove(LAST_APPLIED);
-    Ok(pb::ConfigObject {
+    let mesh = match kind {
+        pb::ConfigKind::ServiceEntry => {
+            let spec: ServiceEntrySpec = part(obj, "spec")?.unwrap_or_default();
+            let keys = KeyScheme::kubernetes(cluster_id);
+            let mut facts = map_service_entry(&id.ns, &id.name, &labels, &spec, &keys)?;
+            skipped.append(&mut facts.skipped);
+            Some(Mesh::ServiceEntry(Arc::new(facts)))
+        }
+        pb::ConfigKind::WorkloadEntry => {
+            let spec: WorkloadSpec = part(obj, "spec")?.unwrap_or_default();
+            let status: WorkloadStatus = part(obj, "status")?.unwrap_or_default();
+            let facts = map_workload_entry(&labels, &annotations, &spec, &status)?;
+            Some(Mesh::WorkloadEntry(Arc::new(facts)))
+        }
+        _ => None,
+    };
+    let config = pb::ConfigObject {
         kind: kind as i32,
         namespace: id.ns.clone(),
         name: id.name.clone(),
-        labels: obj.metadata.labels.clone().unwrap_or_default(),
+        labels,
         annotations,
         spec_json,
-    })
+    };
+    Ok(Facts::Config(config, mesh))
 }
 
 #[cfg(test)]

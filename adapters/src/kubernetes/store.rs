@@ -13,10 +13,14 @@
 //!   the Node gives none. A Pod in two Services is two entities: each Service
 //!   has its own port names and target ports, which one shared port map could
 //!   not hold;
-//! - an Istio object is one config entity.
+//! - an Istio object is one config entity; a ServiceEntry is also services and
+//!   inline endpoints, and its `workloadSelector` joins the WorkloadEntries of its
+//!   namespace into endpoints (see `mesh`).
 //!
 //! Every change marks only what it can affect (a Pod: its endpoints; a Node: the
-//! endpoints on it; a Service: itself and its slices' endpoints), and
+//! endpoints on it; a Service: itself and its slices' endpoints, and its
+//! namespace's ServiceEntry mapping; a ServiceEntry or WorkloadEntry: its
+//! namespace's ServiceEntry mapping), and
 //! [`Store::refresh`] recomputes just those, so an event costs O(affected), not
 //! O(cluster). Keys whose desired entity actually changed are handed to the
 //! emitter.
@@ -30,10 +34,13 @@ use std::sync::Arc;
 
 use deltapilot_proto as pb;
 
-use super::emit::{Entity, EntityMap};
 use super::kinds::ResourceKind;
-use super::parse::{EpId, Facts, ObjId, Parsed, PodFacts, ServiceFacts, SliceFacts};
+use super::parse::{EpId, Facts, Mesh, ObjId, Parsed, PodFacts, ServiceFacts, SliceFacts};
 use super::status::ObjectProblem;
+use crate::common::emit::{Entity, EntityMap};
+use crate::common::istio::{KeyScheme, ServiceEntryFacts, WorkloadFacts};
+
+mod mesh;
 
 /// What applying objects found, for the counters.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +68,15 @@ pub(crate) struct Store {
     pods: BTreeMap<ObjId, PodFacts>,
     nodes: BTreeMap<String, Option<pb::Locality>>,
     configs: BTreeMap<(pb::ConfigKind, ObjId), pb::ConfigObject>,
+    /// ServiceEntries and WorkloadEntries, as the service model maps them.
+    service_entries: BTreeMap<ObjId, Arc<ServiceEntryFacts>>,
+    workload_entries: BTreeMap<ObjId, Arc<WorkloadFacts>>,
+    /// Keys of ServiceEntry endpoint entities.
+    mesh_keys: KeyScheme,
+    /// Per namespace: the keys its ServiceEntry mapping set last time, and the
+    /// problems it found (logged once each).
+    mesh_view: BTreeMap<String, BTreeSet<String>>,
+    mesh_problems: BTreeMap<String, Vec<String>>,
     /// Service → names of the slices that name it (same namespace).
     slices_by_service: BTreeMap<ObjId, BTreeSet<String>>,
     /// Endpoint identity → names of the slices listing it (same namespace).
@@ -73,6 +89,7 @@ pub(crate) struct Store {
     dirty_services: BTreeSet<ObjId>,
     dirty_eps: BTreeSet<EpId>,
     dirty_configs: BTreeSet<(pb::ConfigKind, ObjId)>,
+    dirty_mesh: BTreeSet<String>,
     desired: EntityMap,
     changed: Vec<String>,
     problems: BTreeMap<(ResourceKind, ObjId), String>,
@@ -81,6 +98,7 @@ pub(crate) struct Store {
 impl Store {
     pub(crate) fn new(cluster_id: String, cluster_domain: String) -> Self {
         Self {
+            mesh_keys: KeyScheme::kubernetes(&cluster_id),
             cluster_id,
             cluster_domain,
             services: BTreeMap::new(),
@@ -88,6 +106,10 @@ impl Store {
             pods: BTreeMap::new(),
             nodes: BTreeMap::new(),
             configs: BTreeMap::new(),
+            service_entries: BTreeMap::new(),
+            workload_entries: BTreeMap::new(),
+            mesh_view: BTreeMap::new(),
+            mesh_problems: BTreeMap::new(),
             slices_by_service: BTreeMap::new(),
             slices_by_ep: BTreeMap::new(),
             ep_node: BTreeMap::new(),
@@ -96,6 +118,7 @@ impl Store {
             dirty_services: BTreeSet::new(),
             dirty_eps: BTreeSet::new(),
             dirty_configs: BTreeSet::new(),
+            dirty_mesh: BTreeSet::new(),
             desired: EntityMap::new(),
             changed: Vec::new(),
             problems: BTreeMap::new(),
@@ -295,13 +318,14 @@ impl Store {
                 self.touch_node(&id.name);
                 old.is_some()
             }
-            (ResourceKind::Istio(k), Facts::Config(c)) => {
+            (ResourceKind::Istio(k), Facts::Config(c, mesh)) => {
                 let key = (k, id.clone());
-                if self.configs.get(&key) == Some(&c) {
+                if self.configs.get(&key) == Some(&c) && self.mesh_of(id, mesh.as_ref()) {
                     return false;
                 }
                 let old = self.configs.insert(key.clone(), c);
                 self.dirty_configs.insert(key);
+                self.set_mesh(id, mesh);
                 old.is_some()
             }
             (kind, facts) => {
@@ -350,6 +374,7 @@ impl Store {
                 let old = self.configs.remove(&key);
                 if old.is_some() {
                     self.dirty_configs.insert(key);
+                    self.remove_mesh(k, id);
                 }
                 old.is_some()
             }
@@ -361,6 +386,10 @@ impl Store {
 
     fn touch_service(&mut self, id: &ObjId) {
         self.dirty_services.insert(id.clone());
+        // A Service may shadow (or stop shadowing) a ServiceEntry host.
+        if self.has_service_entries(&id.ns) {
+            self.dirty_mesh.insert(id.ns.clone());
+        }
         let Some(names) = self.slices_by_service.get(id) else {
             return;
         };
@@ -430,6 +459,9 @@ impl Store {
             };
             self.index_node(&ep, node);
             self.set(key, entity);
+        }
+        for ns in std::mem::take(&mut self.dirty_mesh) {
+            self.refresh_mesh(&ns);
         }
         for (kind, id) in std::mem::take(&mut self.dirty_configs) {
             let key = pb::config_key(kind, &id.ns, &id.name);

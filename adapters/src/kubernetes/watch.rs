@@ -145,7 +145,12 @@ impl WatchTask {
                         continue;
                     }
                     watcher::Event::InitApply(obj) => {
-                        buffer.push(parse(kind, &obj, &self.opts.cluster_domain));
+                        buffer.push(parse(
+                            kind,
+                            &obj,
+                            &self.opts.cluster_domain,
+                            &self.opts.cluster_id,
+                        ));
                         continue;
                     }
                     watcher::Event::InitDone => {
@@ -159,7 +164,12 @@ impl WatchTask {
                         failures = 0;
                         Update::Applied {
                             watch: index,
-                            object: parse(kind, &obj, &self.opts.cluster_domain),
+                            object: parse(
+                                kind,
+                                &obj,
+                                &self.opts.cluster_domain,
+                                &self.opts.cluster_id,
+                            ),
                         }
                     }
                     watcher::Event::Delete(obj) => {

@@ -9,7 +9,7 @@ fn obj(v: Value) -> DynamicObject {
 }
 
 fn svc_facts(v: Value) -> (Result<ServiceFacts, String>, Vec<String>) {
-    let p = parse(ResourceKind::Service, &obj(v), "cluster.local");
+    let p = parse(ResourceKind::Service, &obj(v), "cluster.local", "c1");
     let f = p.facts.map(|f| match f {
         Facts::Service(s) => s,
         other => panic!("not a service: {other:?}"),
@@ -150,6 +150,7 @@ fn a_slice_keeps_ports_and_ip_endpoints_by_pod_and_address() {
             ]
         })),
         "cluster.local",
+        "c1",
     );
     let Ok(Facts::Slice(s)) = p.facts else {
         panic!("not a slice: {:?}", p.facts)
@@ -187,6 +188,7 @@ fn pods_nodes_and_istio_objects_keep_what_endpoints_and_configs_need() {
                      "containers": [{"name": "c", "livenessProbe": "garbage"}]}
         })),
         "cluster.local",
+        "c1",
     );
     assert_eq!(
         p.facts,
@@ -202,6 +204,7 @@ fn pods_nodes_and_istio_objects_keep_what_endpoints_and_configs_need() {
         &obj(json!({"metadata": {"name": "n1", "labels": {
             "topology.kubernetes.io/region": "r", "topology.kubernetes.io/zone": "z"}}})),
         "cluster.local",
+        "c1",
     );
     assert_eq!(
         n.facts,
@@ -220,8 +223,9 @@ fn pods_nodes_and_istio_objects_keep_what_endpoints_and_configs_need() {
             "spec": {"http": [{"route": [{"destination": {"host": "b"}}]}], "hosts": ["b"]}
         })),
         "cluster.local",
+        "c1",
     );
-    let Ok(Facts::Config(c)) = vs.facts else {
+    let Ok(Facts::Config(c, None)) = vs.facts else {
         panic!("not a config: {:?}", vs.facts)
     };
     assert_eq!(c.kind(), pb::ConfigKind::VirtualService);
@@ -234,6 +238,7 @@ fn pods_nodes_and_istio_objects_keep_what_endpoints_and_configs_need() {
         ResourceKind::Istio(pb::ConfigKind::Gateway),
         &obj(json!({"metadata": {"name": "g", "namespace": "a"}, "spec": [1]})),
         "cluster.local",
+        "c1",
     );
     assert!(bad.facts.is_err());
 }

@@ -8,7 +8,7 @@ use crate::kubernetes::parse::parse;
 
 fn parsed(kind: ResourceKind, v: Value) -> Parsed {
     let obj: DynamicObject = serde_json::from_value(v).expect("dynamic object");
-    parse(kind, &obj, "cluster.local")
+    parse(kind, &obj, "cluster.local", "c1")
 }
 
 fn mk_svc(name: &str, port_name: &str) -> Parsed {
@@ -244,4 +244,103 @@ fn unnamed_ports_are_named_by_number_and_endpoints_without_pods_are_keyed_by_add
     assert_eq!(e.ports.get("5432"), Some(&5433));
     assert_eq!(e.locality.as_ref().map(|l| l.zone.as_str()), Some("z9"));
     assert!(e.labels.is_empty());
+}
+
+fn mk_entry(name: &str, host: &str, selector: Option<&str>) -> Parsed {
+    let mut spec = json!({"hosts": [host], "resolution": "STATIC",
+                          "ports": [{"number": 7000, "name": "tcp"}]});
+    if let Some(app) = selector {
+        spec["workloadSelector"] = json!({"labels": {"app": app}});
+    }
+    parsed(
+        ResourceKind::Istio(pb::ConfigKind::ServiceEntry),
+        json!({"metadata": {"name": name, "namespace": "shop"}, "spec": spec}),
+    )
+}
+
+fn mk_workload(name: &str, app: &str) -> Parsed {
+    parsed(
+        ResourceKind::Istio(pb::ConfigKind::WorkloadEntry),
+        json!({"metadata": {"name": name, "namespace": "shop", "labels": {"app": app}},
+               "spec": {"address": "10.7.0.1"}}),
+    )
+}
+
+#[test]
+fn a_kubernetes_service_shadows_a_service_entry_host_in_either_order() {
+    const HOST_KEY: &str = "svc/shop/reviews.shop.svc.cluster.local";
+    let service_port = |s: &Store| match s.desired().get(HOST_KEY).map(Arc::as_ref) {
+        Some(Entity::Service(svc)) => svc.ports[0].number,
+        other => panic!("{other:?}"),
+    };
+    let se = ResourceKind::Istio(pb::ConfigKind::ServiceEntry);
+    let mut s = loaded();
+    s.apply(se, mk_entry("e", "reviews.shop.svc.cluster.local", None));
+    s.refresh();
+    assert_eq!(service_port(&s), 80, "the Service keeps its host");
+    s.delete(
+        ResourceKind::Service,
+        &ObjId {
+            ns: "shop".into(),
+            name: "reviews".into(),
+        },
+    );
+    s.refresh();
+    assert_eq!(
+        service_port(&s),
+        7000,
+        "the entry's host once the Service is gone"
+    );
+    s.apply(ResourceKind::Service, mk_svc("reviews", "http"));
+    s.refresh();
+    assert_eq!(
+        service_port(&s),
+        80,
+        "and the Service's again when it is back"
+    );
+    s.delete(
+        se,
+        &ObjId {
+            ns: "shop".into(),
+            name: "e".into(),
+        },
+    );
+    s.refresh();
+    assert_eq!(
+        service_port(&s),
+        80,
+        "deleting the entry leaves the Service alone"
+    );
+}
+
+#[test]
+fn workload_entries_join_entries_of_their_namespace_incrementally() {
+    const WE: &str = "ep/k8s/c1/_we/shop/e/w";
+    let mut s = loaded();
+    s.apply(
+        ResourceKind::Istio(pb::ConfigKind::ServiceEntry),
+        mk_entry("e", "e.example", Some("a")),
+    );
+    s.apply(
+        ResourceKind::Istio(pb::ConfigKind::WorkloadEntry),
+        mk_workload("w", "a"),
+    );
+    let c = changed(&mut s);
+    assert!(c.contains(&WE.to_owned()), "{c:?}");
+    s.apply(
+        ResourceKind::Istio(pb::ConfigKind::WorkloadEntry),
+        mk_workload("w", "b"),
+    );
+    assert_eq!(
+        changed(&mut s),
+        vec!["cfg/workload_entry/shop/w".to_owned(), WE.to_owned()]
+    );
+    assert!(!s.desired().contains_key(WE));
+    // A relist of the same objects changes nothing.
+    s.relist(
+        ResourceKind::Istio(pb::ConfigKind::WorkloadEntry),
+        None,
+        vec![mk_workload("w", "b")],
+    );
+    assert!(changed(&mut s).is_empty());
 }

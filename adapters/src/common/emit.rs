@@ -1,24 +1,29 @@
-//! From the desired view to events: what the adapter has appended (the emitted
-//! view), which keys may differ from the desired view (pending), and the next batch
-//! of events that brings the log closer.
+//! From an adapter's desired view to events, for every adapter: what the adapter
+//! has appended (the emitted view), which keys may differ from the desired view
+//! (pending), and the next batch of events that brings the log closer.
 //!
 //! Entities are compared by value, so a key marked pending whose desired entity
-//! equals the emitted one appends nothing: a relist that finds the registry
-//! unchanged emits no event, and nothing is ever deleted and re-created.
+//! equals the emitted one appends nothing: a relist, rescan or refetch that finds
+//! the registry unchanged emits no event, and nothing is ever deleted and
+//! re-created.
 //!
-//! A resync (on every start) empties the emitted view, marks every desired key
-//! pending, and appends `resync STARTED`, every entity, then `resync COMPLETED`, all
-//! at the new generation. `COMPLETED` goes out in a batch of its own once the
-//! pending set is empty, i.e. after every entity append was acknowledged, which is
-//! what lets the engine sweep older generations safely (also on a partitioned
-//! log, where a marker sharing a batch with entities could be read first).
+//! A resync (on every start) begins with an empty emitted view and every desired
+//! key pending: `resync STARTED`, every entity, then `resync COMPLETED`, all at the
+//! new generation. `COMPLETED` goes out in a batch of its own once nothing is
+//! pending, i.e. after every entity append was acknowledged, which is what lets
+//! the engine sweep older generations safely (also on a partitioned log, where a
+//! marker sharing a batch with entities could be read first).
 //!
 //! Order within a batch follows what the engine admits: upserts of services, then
-//! config objects, then endpoints (an endpoint whose service is unknown is
-//! skipped by the fold); then deletes of endpoints, config objects, services.
+//! config objects, then endpoints (an endpoint whose service is unknown is skipped
+//! by the fold); then deletes of endpoints, config objects, services.
 //!
-//! What it does NOT do: compute the desired view (see `store`) or append (see
-//! `adapter`).
+//! An adapter either marks the keys it knows changed ([`Emitter::mark`], the
+//! Kubernetes store's incremental way) or, after rebuilding its whole desired view,
+//! marks everything ([`Emitter::mark_all`], the file and Eureka way).
+//!
+//! What it does NOT do: compute a desired view (each adapter does), or append
+//! (see `append`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -26,14 +31,16 @@ use std::sync::Arc;
 use deltapilot_proto::event::Payload;
 use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION, resync_marker::Phase};
 
-/// One entity's content.
+/// One entity's content. Keys: `svc/<ns>/<host>` for services,
+/// `cfg/<kind>/<ns>/<name>` for config objects, and an adapter-chosen,
+/// source-scoped `ep/...` for endpoints (see each adapter's module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Entity {
-    /// Keyed `svc/<ns>/<host>`.
+    /// A service.
     Service(pb::Service),
-    /// Keyed `ep/k8s/<cluster>/<ns>/<service>/<pod or ->/<address>`.
+    /// An endpoint (one workload address).
     Endpoint(pb::Endpoint),
-    /// Keyed `cfg/<kind>/<ns>/<name>`.
+    /// A traffic-rule config object.
     Config(pb::ConfigObject),
 }
 
@@ -71,9 +78,20 @@ impl Entity {
             Entity::Config(_) => Payload::ConfigDelete(d),
         }
     }
+
+    /// The entity an upsert payload carries.
+    fn of_upsert(payload: &Payload) -> Option<Entity> {
+        match payload {
+            Payload::ServiceUpsert(u) => u.service.clone().map(Entity::Service),
+            Payload::EndpointUpsert(u) => u.endpoint.clone().map(Entity::Endpoint),
+            Payload::ConfigUpsert(u) => u.config.clone().map(Entity::Config),
+            _ => None,
+        }
+    }
 }
 
-/// Key → entity, shared between the desired and emitted views.
+/// Key → entity, for desired and emitted views (shared `Arc`s, so an emitted view
+/// costs little beside the desired one).
 pub(crate) type EntityMap = BTreeMap<String, Arc<Entity>>;
 
 /// Where the resync stands.
@@ -109,10 +127,12 @@ impl Emitter {
         }
     }
 
+    /// The generation on every event.
     pub(crate) fn generation(&self) -> u64 {
         self.generation
     }
 
+    /// Where the resync stands.
     pub(crate) fn phase(&self) -> ResyncPhase {
         self.phase
     }
@@ -125,6 +145,13 @@ impl Emitter {
     /// Marks keys whose desired entity may have changed.
     pub(crate) fn mark(&mut self, keys: impl IntoIterator<Item = String>) {
         self.pending.extend(keys);
+    }
+
+    /// Marks every key of a rebuilt desired view, and every emitted key (those
+    /// missing from `desired` are deleted by the next plans).
+    pub(crate) fn mark_all(&mut self, desired: &EntityMap) {
+        self.pending.extend(desired.keys().cloned());
+        self.pending.extend(self.emitted.keys().cloned());
     }
 
     /// The next batch (at most `batch_max` events, at least 3), or an empty plan
@@ -186,8 +213,10 @@ impl Emitter {
             .collect()
     }
 
-    /// Records that `events` (a plan from [`Emitter::plan`]) are in the log, with
-    /// the entities of `desired` they were planned from.
+    /// Records that `events` (a plan from [`Emitter::plan`]) are in the log.
+    /// `desired` is the view they were planned from: an upserted entity still
+    /// equal to it is shared with it, one that changed since is recorded as
+    /// appended (and stays pending, so the change goes out next).
     pub(crate) fn commit(&mut self, events: &[Event], desired: &EntityMap) {
         for ev in events {
             let Some(payload) = &ev.payload else { continue };
@@ -205,10 +234,22 @@ impl Emitter {
                 | Payload::EndpointDelete(_)
                 | Payload::ConfigDelete(_) => {
                     self.emitted.remove(&key);
+                    if desired.contains_key(&key) {
+                        continue;
+                    }
                 }
                 _ => {
-                    if let Some(e) = desired.get(&key) {
-                        self.emitted.insert(key.clone(), e.clone());
+                    let Some(sent) = Entity::of_upsert(payload) else {
+                        continue;
+                    };
+                    match desired.get(&key) {
+                        Some(d) if **d == sent => {
+                            self.emitted.insert(key.clone(), d.clone());
+                        }
+                        _ => {
+                            self.emitted.insert(key.clone(), Arc::new(sent));
+                            continue;
+                        }
                     }
                 }
             }
@@ -218,118 +259,4 @@ impl Emitter {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn svc(host: &str, port: u32) -> Arc<Entity> {
-        Arc::new(Entity::Service(pb::Service {
-            hostname: host.into(),
-            namespace: "ns".into(),
-            ports: vec![pb::Port {
-                name: "http".into(),
-                number: port,
-                protocol: pb::Protocol::Http as i32,
-            }],
-            ..Default::default()
-        }))
-    }
-
-    fn ep(addr: &str, host: &str) -> Arc<Entity> {
-        Arc::new(Entity::Endpoint(pb::Endpoint {
-            address: addr.into(),
-            services: vec![pb::ServiceRef {
-                namespace: "ns".into(),
-                hostname: host.into(),
-            }],
-            ..Default::default()
-        }))
-    }
-
-    fn names(events: &[Event]) -> Vec<String> {
-        events
-            .iter()
-            .map(|e| match &e.payload {
-                Some(Payload::Resync(m)) => format!("resync:{}", m.phase().as_str_name()),
-                _ => format!("{}:{}", e.kind_name(), e.key().unwrap_or_default()),
-            })
-            .collect()
-    }
-
-    fn run(em: &mut Emitter, desired: &EntityMap, batch: usize) -> Vec<String> {
-        let mut out = Vec::new();
-        for _ in 0..100 {
-            let plan = em.plan(desired, batch, 1);
-            if plan.is_empty() {
-                return out;
-            }
-            em.commit(&plan, desired);
-            out.extend(names(&plan));
-        }
-        panic!("planning did not converge");
-    }
-
-    #[test]
-    fn resync_brackets_entities_services_first_and_completes_alone_at_the_end() {
-        let mut desired = EntityMap::new();
-        desired.insert("ep/k8s/c/ns/p/10.0.0.1".into(), ep("10.0.0.1", "a.ns"));
-        desired.insert("ep/k8s/c/ns/q/10.0.0.2".into(), ep("10.0.0.2", "a.ns"));
-        desired.insert("svc/ns/a.ns".into(), svc("a.ns", 80));
-        let mut em = Emitter::new("k8s:c".into(), 7, &desired);
-        let mut batches = Vec::new();
-        for _ in 0..10 {
-            let plan = em.plan(&desired, 3, 1);
-            if plan.is_empty() {
-                break;
-            }
-            assert!(plan.iter().all(|e| e.generation == 7));
-            em.commit(&plan, &desired);
-            batches.push(names(&plan));
-        }
-        assert_eq!(
-            batches,
-            vec![
-                vec![
-                    "resync:STARTED",
-                    "service_upsert:svc/ns/a.ns",
-                    "endpoint_upsert:ep/k8s/c/ns/p/10.0.0.1"
-                ],
-                vec!["endpoint_upsert:ep/k8s/c/ns/q/10.0.0.2"],
-                vec!["resync:COMPLETED"],
-            ]
-        );
-        assert_eq!(em.phase(), ResyncPhase::Completed);
-        assert_eq!(em.len(), 3);
-        // An empty registry: both markers at once.
-        let mut empty = Emitter::new("k8s:c".into(), 8, &EntityMap::new());
-        assert_eq!(
-            names(&empty.plan(&EntityMap::new(), 3, 1)),
-            vec!["resync:STARTED", "resync:COMPLETED"]
-        );
-    }
-
-    #[test]
-    fn unchanged_pending_keys_emit_nothing_and_deletes_go_endpoints_first() {
-        let mut desired = EntityMap::new();
-        desired.insert("svc/ns/a.ns".into(), svc("a.ns", 80));
-        desired.insert("ep/x".into(), ep("10.0.0.1", "a.ns"));
-        let mut em = Emitter::new("k8s:c".into(), 1, &desired);
-        run(&mut em, &desired, 100);
-        // A relist that marks everything but changes nothing.
-        em.mark(desired.keys().cloned());
-        assert!(run(&mut em, &desired, 100).is_empty());
-        // A change, then removal of both.
-        desired.insert("svc/ns/a.ns".into(), svc("a.ns", 81));
-        em.mark(["svc/ns/a.ns".to_owned()]);
-        assert_eq!(
-            run(&mut em, &desired, 100),
-            vec!["service_upsert:svc/ns/a.ns"]
-        );
-        desired.clear();
-        em.mark(["svc/ns/a.ns".to_owned(), "ep/x".to_owned()]);
-        assert_eq!(
-            run(&mut em, &desired, 100),
-            vec!["endpoint_delete:ep/x", "service_delete:svc/ns/a.ns"]
-        );
-        assert_eq!(em.len(), 0);
-    }
-}
+mod tests;

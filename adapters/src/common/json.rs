@@ -1,14 +1,13 @@
-//! Canonical JSON of a `serde_json::Value`: the form an Istio `spec` read from the
-//! API server travels in (`ConfigObject.spec_json`).
+//! Canonical JSON of a `serde_json::Value`: the form an Istio `spec` travels in
+//! (`ConfigObject.spec_json`), for every adapter.
 //!
-//! Canonical means what the file adapter means by it: object keys in byte-wise
-//! sorted order at every level, no insignificant whitespace, numbers and string
-//! escapes as `serde_json` writes them. So the same spec read from a file or from
-//! the API server gives the same bytes, and an object whose spec did not change
-//! never looks changed. Keys are sorted here explicitly: `serde_json::Map` keeps
-//! insertion order as soon as any crate in the build enables
-//! `serde_json/preserve_order`. (The file adapter's writer takes YAML values and is
-//! private to it; this one takes JSON values.)
+//! Canonical means: object keys in byte-wise sorted order at every level, no
+//! insignificant whitespace, numbers and string escapes as `serde_json` writes
+//! them. So the same spec read from a file or from the API server gives the same
+//! bytes, and an object whose spec did not change never looks changed. Keys are
+//! sorted here explicitly: `serde_json::Map` keeps insertion order as soon as any
+//! crate in the build enables `serde_json/preserve_order`. (The file adapter turns
+//! its YAML values into JSON values first; see `file::json`.)
 //!
 //! What it does NOT do: validate the spec against Istio's schema.
 
