@@ -375,3 +375,56 @@ fn caught_up_makes_the_engine_ready_and_moves_position() {
     assert!(*ready.borrow() && engine.stats().caught_up());
     assert_eq!(engine.current().position.offsets(), &[5, 7]);
 }
+
+/// A long run of endpoint events, applied by `fold_iter` in key-hash order, must
+/// leave exactly the state, hash, touched set and skip list (in log order) that
+/// applying them one at a time in log order leaves: rewrites and deletes of one
+/// key, a key owned by another source, an unknown service and an invalid address
+/// all inside the run.
+#[test]
+fn a_sorted_run_of_endpoint_events_equals_log_order() {
+    let mut events = vec![
+        svc("a", 0, "ns", "h1", &[80]),
+        svc("a", 0, "ns", "h2", &[80]),
+        ep("b", 0, "ep/owned-by-b", "10.9.0.1", &["h1"]),
+    ];
+    for i in 0..300u32 {
+        let key = format!("ep/{}", i % 97);
+        let addr = format!("10.0.{}.{}", i / 200, i % 200);
+        let ev = match i % 11 {
+            3 => ep_del("a", 0, &key),
+            5 => ep("a", 0, "ep/owned-by-b", "10.9.0.2", &["h2"]),
+            7 => ep("a", 0, &key, "10.0.0.1", &["nowhere"]),
+            9 => ep("a", 0, &key, "not-an-ip", &["h1"]),
+            _ => ep("a", 0, &key, &addr, &[if i % 2 == 0 { "h1" } else { "h2" }]),
+        };
+        events.push(ev);
+    }
+    let batch = at(0, events);
+    let sorted = fold(&ModelState::default(), &batch);
+
+    let mut one_by_one = ModelState::default();
+    let mut skipped = Vec::new();
+    let mut touched_eps = std::collections::BTreeSet::new();
+    for e in &batch {
+        let out = fold(&one_by_one, std::slice::from_ref(e));
+        skipped.extend(out.skipped);
+        touched_eps.extend(out.touched.endpoints);
+        one_by_one = out.state;
+    }
+    assert_eq!(sorted.state, one_by_one);
+    assert_eq!(sorted.state.hash(), one_by_one.hash());
+    assert_eq!(sorted.skipped, skipped, "skips are reported in log order");
+    assert_eq!(sorted.touched.endpoints, touched_eps);
+    let reasons: std::collections::BTreeSet<_> = sorted.skipped.iter().map(|s| s.reason).collect();
+    assert_eq!(
+        reasons,
+        [
+            SkipReason::Invalid,
+            SkipReason::UnknownService,
+            SkipReason::KeyConflict
+        ]
+        .into(),
+        "the run exercised every skip a run can produce"
+    );
+}

@@ -16,7 +16,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-pub use convert::{ConvertError, endpoint_from_proto, service_from_proto};
+pub use convert::{
+    ConvertError, endpoint_from_proto, endpoint_from_proto_reusing, service_from_proto,
+};
 pub use labels::{LabelSelector, Labels};
 pub use proxy::{Proxy, ProxyType};
 
