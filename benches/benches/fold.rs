@@ -25,6 +25,10 @@ use deltapilot_engine::state::ModelState;
 use deltapilot_engine::xds::generate::GenOptions;
 use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION, event::Payload};
 
+/// The allocator `deltapilot` itself runs with, so the figures are the binary's.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Registry sizes: (services, endpoints); the issue's is the last.
 const SIZES: [(usize, usize); 2] = [(1_000, 10_000), (10_000, 100_000)];
 
@@ -321,7 +325,80 @@ fn memory_report() {
     );
 }
 
+/// Nanoseconds this thread has run on a CPU, from `/proc/thread-self/schedstat`
+/// (Linux; 0 elsewhere). Unlike wall time it does not grow while other processes
+/// hold the cores, so it stays meaningful on a shared machine.
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// Minor page faults of this process so far, from `/proc/self/stat` (0 elsewhere).
+fn minor_faults() -> u64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let rest = s.rsplit_once(')')?.1;
+            rest.split_whitespace().nth(7)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Environment variable that makes this binary print the fold's on-CPU cost per
+/// event instead of running criterion.
+const CPU_PROBE_ENV: &str = "DELTAPILOT_FOLD_CPU";
+
+/// On-CPU nanoseconds per endpoint upsert, for the live batch size
+/// (`FOLLOW_BATCH_MAX`) and the replay's (64k), split into the fold itself and
+/// releasing the state it superseded (which the runner and replay can leave to
+/// another thread).
+fn cpu_report() {
+    // `DELTAPILOT_FOLD_CPU=profile` repeats the largest case for a profiler.
+    let profile = std::env::var(CPU_PROBE_ENV).is_ok_and(|v| v == "profile");
+    const ROUNDS: usize = 12;
+    let sizes = if profile { &SIZES[1..] } else { &SIZES[..] };
+    for &(services, endpoints) in sizes {
+        let base = fold(&ModelState::default(), &registry(services, endpoints)).state;
+        for n in [FOLLOW_BATCH_MAX, 65_536] {
+            let batches: Vec<_> = (0..ROUNDS)
+                .map(|r| {
+                    let start = (services + endpoints + r * n) as u64;
+                    churn(n, services, endpoints, 2 + r as u32, start)
+                })
+                .collect();
+            let (mut fold_ns, mut drop_ns, mut faults) = (0u64, 0u64, 0u64);
+            let mut state = base.clone();
+            let passes = if profile { 8 } else { 1 };
+            for batch in std::iter::repeat_n(&batches, passes).flatten() {
+                let f = minor_faults();
+                let t = thread_cpu_ns();
+                let next = fold(&state, batch).state;
+                let t2 = thread_cpu_ns();
+                faults += minor_faults() - f;
+                drop(std::mem::replace(&mut state, next));
+                fold_ns += t2 - t;
+                drop_ns += thread_cpu_ns() - t2;
+            }
+            let events = (ROUNDS * n * passes) as f64;
+            println!(
+                "fold cpu: {endpoints} endpoints, batch {n}: fold {:.0} ns/event ({:.2} M events/s), \
+                 releasing the superseded state {:.0} ns/event; {:.3} page faults/event",
+                fold_ns as f64 / events,
+                events / fold_ns as f64 * 1e3,
+                drop_ns as f64 / events,
+                faults as f64 / events,
+            );
+        }
+    }
+}
+
 fn main() {
+    if std::env::var_os(CPU_PROBE_ENV).is_some() {
+        cpu_report();
+        return;
+    }
     if let Ok(what) = std::env::var(MEMORY_PROBE_ENV) {
         let figures: Vec<String> = memory_probe(&what).iter().map(u64::to_string).collect();
         println!("{}", figures.join(" "));

@@ -205,6 +205,7 @@ pub fn fold_iter<'a>(
             index,
             pos,
             ev,
+            None,
             &mut out,
             &mut cx,
             &mut touched,
@@ -252,24 +253,42 @@ fn apply_run(
     skipped: &mut Vec<(usize, Skipped)>,
 ) {
     if run.len() >= SORTED_RUN_MIN {
-        run.sort_unstable_by_key(|p| (p.hk, p.index));
+        // Sort small (top 64 bits of the hash, place in the run) pairs rather than
+        // the events themselves: moving 48-byte entries dominated the sort. Equal
+        // prefixes keep run order, so one key's events stay in log order (keys
+        // that merely share a prefix commute anyway).
+        let mut order: Vec<(u64, u32)> = run
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.hk.prefix(), i as u32))
+            .collect();
+        order.sort_unstable();
+        for (_, i) in order {
+            let p = &run[i as usize];
+            apply_one(p.index, p.pos, p.ev, Some(p.hk), out, cx, touched, skipped);
+        }
+    } else {
+        for p in run.iter() {
+            apply_one(p.index, p.pos, p.ev, Some(p.hk), out, cx, touched, skipped);
+        }
     }
-    for p in run.drain(..) {
-        apply_one(p.index, p.pos, p.ev, out, cx, touched, skipped);
-    }
+    run.clear();
 }
 
-/// Applies one event, counting it or recording why it was skipped.
+/// Applies one event, counting it or recording why it was skipped. `hk` is the
+/// hashed key of an endpoint event when the caller already has it.
+#[allow(clippy::too_many_arguments)]
 fn apply_one(
     index: usize,
     pos: RecordPos,
     ev: &Event,
+    hk: Option<HKey>,
     out: &mut FoldOutput,
     cx: &mut Cx,
     touched: &mut TouchLog,
     skipped: &mut Vec<(usize, Skipped)>,
 ) {
-    match apply_event(&mut out.state, ev, cx, touched) {
+    match apply_event(&mut out.state, ev, hk, cx, touched) {
         Ok(()) => out.applied += 1,
         Err((reason, detail)) => skipped.push((
             index,
@@ -348,6 +367,7 @@ fn nonempty_key(d: &pb::EntityDelete) -> Result<&str, Skip> {
 fn apply_event(
     st: &mut ModelState,
     ev: &Event,
+    known_hk: Option<HKey>,
     cx: &mut Cx,
     touched: &mut TouchLog,
 ) -> Result<(), Skip> {
@@ -392,7 +412,7 @@ fn apply_event(
                 .endpoint
                 .as_ref()
                 .ok_or_else(|| invalid("endpoint_upsert without an endpoint"))?;
-            let hk = HKey::of(&u.key);
+            let hk = known_hk.unwrap_or_else(|| HKey::of(&u.key));
             let current = st.raw_endpoint_at(&hk).cloned();
             let prev = current.as_ref().map(|w| &*w.value);
             let ep = endpoint_from_proto_reusing(&u.key, e, prev).map_err(invalid)?;
@@ -418,7 +438,7 @@ fn apply_event(
         }
         Payload::EndpointDelete(d) => {
             let key = nonempty_key(d)?;
-            let hk = HKey::of(key);
+            let hk = known_hk.unwrap_or_else(|| HKey::of(key));
             if let Some(w) = st.raw_endpoint_at(&hk)
                 && *w.source != *ev.source
             {

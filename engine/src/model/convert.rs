@@ -9,7 +9,10 @@ use std::sync::Arc;
 
 use deltapilot_proto as pb;
 
-use super::{Endpoint, Health, Hostname, Labels, Locality, Port, Protocol, Resolution, Service};
+use super::{
+    Endpoint, EndpointShape, Health, Hostname, Labels, Locality, Port, Protocol, Resolution,
+    Service, source_digest,
+};
 
 /// Why an event payload is not a valid model object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -128,14 +131,16 @@ fn reuse(text: &str, prev: Option<&Arc<str>>) -> Arc<str> {
     }
 }
 
-/// [`endpoint_from_proto`], sharing every string (and the label map) that is
-/// unchanged from `prev`, the value stored under the same key.
+/// [`endpoint_from_proto`], sharing what is unchanged from `prev`, the value
+/// stored under the same key.
 ///
-/// Why: an endpoint rewrite usually changes one field (health, weight), and
-/// allocating then freeing a dozen identical strings per event was a third of the
-/// fold's cost. The result is equal to what [`endpoint_from_proto`] returns; only
-/// the allocations differ. Hostnames equal byte for byte to stored ones were
-/// validated when stored, so they are not checked again.
+/// Why: an endpoint rewrite usually changes health or weight only. When the
+/// payload's ports, labels, locality, identity and services are exactly those
+/// `prev`'s shape was converted from (same [`source_digest`]), the shape is shared
+/// as is (one pointer copy, no validation: it was validated when stored).
+/// Otherwise a new shape is built that still shares each string and map equal to
+/// `prev`'s. The result is equal to what [`endpoint_from_proto`] returns; only
+/// the allocations differ.
 pub fn endpoint_from_proto_reusing(
     key: &str,
     e: &pb::Endpoint,
@@ -150,6 +155,37 @@ pub fn endpoint_from_proto_reusing(
             e.address
         ))
     })?;
+    let raw = source_digest(e);
+    let shape = match prev {
+        Some(p) if p.shape.source_digest() == raw => p.shape.clone(),
+        _ => Arc::new(shape_from_proto(key, e, prev.map(|p| &*p.shape), raw)?),
+    };
+    let health = match pb::Health::try_from(e.health).unwrap_or(pb::Health::Unspecified) {
+        pb::Health::Unhealthy => Health::Unhealthy,
+        pb::Health::Draining => Health::Draining,
+        pb::Health::NotReady => Health::NotReady,
+        pb::Health::Healthy | pb::Health::Unspecified => Health::Healthy,
+    };
+    Ok(Endpoint {
+        key: match prev {
+            Some(p) if *p.key == *key => p.key.clone(),
+            _ => Arc::from(key),
+        },
+        address,
+        weight: e.weight.max(1),
+        health,
+        shape,
+    })
+}
+
+/// Validates and converts an endpoint's shape, sharing each string and map equal
+/// to `prev`'s.
+fn shape_from_proto(
+    key: &str,
+    e: &pb::Endpoint,
+    prev: Option<&EndpointShape>,
+    raw: u128,
+) -> Result<EndpointShape, ConvertError> {
     let ports = match prev {
         Some(p) if same_ports(&p.ports, &e.ports) => p.ports.clone(),
         _ => {
@@ -190,27 +226,18 @@ pub fn endpoint_from_proto_reusing(
             subzone: reuse(&l.subzone, old.map(|o| &o.subzone)),
         }
     });
-    let health = match pb::Health::try_from(e.health).unwrap_or(pb::Health::Unspecified) {
-        pb::Health::Unhealthy => Health::Unhealthy,
-        pb::Health::Draining => Health::Draining,
-        pb::Health::NotReady => Health::NotReady,
-        pb::Health::Healthy | pb::Health::Unspecified => Health::Healthy,
-    };
     let labels = match prev {
         Some(p) if same_labels(&p.labels, &e.labels) => p.labels.clone(),
         _ => labels(&e.labels),
     };
-    Ok(Endpoint {
-        key: reuse(key, prev.map(|p| &p.key)),
-        address,
+    Ok(EndpointShape::new(
         ports,
         labels,
         locality,
-        weight: e.weight.max(1),
-        health,
-        service_account: reuse(&e.service_account, prev.map(|p| &p.service_account)),
+        reuse(&e.service_account, prev.map(|p| &p.service_account)),
         services,
-    })
+        raw,
+    ))
 }
 
 /// Whether a stored port map equals the payload's (both sorted by name).

@@ -11,6 +11,7 @@
 mod convert;
 mod labels;
 mod proxy;
+mod shape;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -21,6 +22,7 @@ pub use convert::{
 };
 pub use labels::{LabelSelector, Labels};
 pub use proxy::{Proxy, ProxyType};
+pub use shape::{EndpointShape, source_digest};
 
 /// A fully qualified service hostname, e.g. `reviews.default.svc.cluster.local`.
 /// Cheap to clone (shared string).
@@ -159,27 +161,31 @@ pub enum Health {
 }
 
 /// One workload instance (Istio's `IstioEndpoint`): it may serve several services.
+///
+/// Its ports, labels, locality, identity and services live in a shared
+/// [`EndpointShape`] (reached through `Deref`: `endpoint.labels` reads the shape's),
+/// so that a health or weight change, the common event, shares them with the
+/// previous version instead of rebuilding them (see `shape`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Endpoint {
     /// The entity key it was written under (stable for the workload's life).
     pub key: Arc<str>,
     /// IP address.
     pub address: std::net::IpAddr,
-    /// Service port name → target port on this workload. A service port without an
-    /// entry uses the service port number.
-    pub ports: BTreeMap<Arc<str>, u16>,
-    /// Workload labels.
-    pub labels: Labels,
-    /// Topology.
-    pub locality: Locality,
     /// Load-balancing weight, always >= 1.
     pub weight: u32,
     /// Registry health.
     pub health: Health,
-    /// Identity, e.g. `spiffe://cluster.local/ns/default/sa/reviews`.
-    pub service_account: Arc<str>,
-    /// The services it belongs to: (namespace, hostname).
-    pub services: Vec<(Arc<str>, Hostname)>,
+    /// Ports, labels, locality, identity and services.
+    pub shape: Arc<EndpointShape>,
+}
+
+impl std::ops::Deref for Endpoint {
+    type Target = EndpointShape;
+
+    fn deref(&self) -> &EndpointShape {
+        &self.shape
+    }
 }
 
 impl Endpoint {

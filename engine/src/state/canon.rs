@@ -31,7 +31,7 @@ pub(crate) enum Kind {
 /// thread's reusable buffer (taken out and put back, so nesting is impossible to
 /// get wrong: a nested user would just allocate), which saves an allocation per
 /// digest on the fold's hot path. No state survives a digest: it stays pure.
-struct Canon {
+pub(crate) struct Canon {
     buf: Vec<u8>,
 }
 
@@ -40,32 +40,32 @@ thread_local! {
 }
 
 impl Canon {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut buf = SCRATCH.with(|s| s.take());
         buf.clear();
         Canon { buf }
     }
 
-    fn u8(&mut self, v: u8) {
+    pub(crate) fn u8(&mut self, v: u8) {
         self.buf.push(v);
     }
 
-    fn u32(&mut self, v: u32) {
+    pub(crate) fn u32(&mut self, v: u32) {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
-    fn u64(&mut self, v: u64) {
+    pub(crate) fn u64(&mut self, v: u64) {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
-    fn str(&mut self, s: &str) {
+    pub(crate) fn str(&mut self, s: &str) {
         // Lengths above u32::MAX cannot occur for event payloads (the log caps record
         // size far below that); saturating keeps this total anyway.
         self.u32(u32::try_from(s.len()).unwrap_or(u32::MAX));
         self.buf.extend_from_slice(s.as_bytes());
     }
 
-    fn len(&mut self, n: usize) {
+    pub(crate) fn len(&mut self, n: usize) {
         self.u32(u32::try_from(n).unwrap_or(u32::MAX));
     }
 
@@ -90,12 +90,24 @@ impl Canon {
         }
     }
 
-    fn digest(self) -> u64 {
+    pub(crate) fn digest(self) -> u64 {
         let d = xxh3_64(&self.buf);
+        self.done();
+        d
+    }
+
+    /// The 128-bit digest, for identities that must not collide (see `HKey`).
+    pub(crate) fn digest128(self) -> u128 {
+        let d = xxhash_rust::xxh3::xxh3_128(&self.buf);
+        self.done();
+        d
+    }
+
+    /// Gives the buffer back to the thread (unless a huge input grew it).
+    fn done(self) {
         if self.buf.capacity() <= 64 * 1024 {
             SCRATCH.with(|s| s.set(self.buf));
         }
-        d
     }
 }
 
@@ -152,23 +164,11 @@ pub(crate) fn endpoint_digest(e: &Endpoint) -> u64 {
     let mut c = Canon::new();
     c.str(&e.key);
     c.addr(&e.address);
-    c.len(e.ports.len());
-    for (name, port) in &e.ports {
-        c.str(name);
-        c.u32(u32::from(*port));
-    }
-    c.labels(&e.labels);
-    c.str(&e.locality.region);
-    c.str(&e.locality.zone);
-    c.str(&e.locality.subzone);
     c.u32(e.weight);
     c.u8(health_code(e.health));
-    c.str(&e.service_account);
-    c.len(e.services.len());
-    for (ns, host) in &e.services {
-        c.str(ns);
-        c.str(host.as_str());
-    }
+    // The shape's content digest, computed once when it was built: hashing its
+    // fields again here would read every one of its strings on each event.
+    c.u64(e.shape.digest());
     c.digest()
 }
 
@@ -223,6 +223,8 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    use crate::model::{EndpointShape, Locality};
+
     #[test]
     fn length_prefixes_keep_adjacent_fields_apart() {
         // "ab"+"c" and "a"+"bc" would collide without length prefixes.
@@ -235,18 +237,25 @@ mod tests {
         );
     }
 
+    fn shape(locality: Locality) -> EndpointShape {
+        EndpointShape::new(
+            Default::default(),
+            Default::default(),
+            locality,
+            Arc::from(""),
+            vec![],
+            0,
+        )
+    }
+
     #[test]
     fn endpoint_digest_sees_every_field() {
         let base = Endpoint {
             key: Arc::from("ep/1"),
             address: "10.0.0.1".parse().expect("ip"),
-            ports: Default::default(),
-            labels: Default::default(),
-            locality: Default::default(),
             weight: 1,
             health: Health::Healthy,
-            service_account: Arc::from(""),
-            services: vec![],
+            shape: Arc::new(shape(Locality::default())),
         };
         let d = endpoint_digest(&base);
         let mut other = base.clone();
@@ -256,7 +265,10 @@ mod tests {
         other.health = Health::Draining;
         assert_ne!(d, endpoint_digest(&other));
         let mut other = base.clone();
-        other.locality.zone = Arc::from("z");
+        other.shape = Arc::new(shape(Locality {
+            zone: Arc::from("z"),
+            ..Locality::default()
+        }));
         assert_ne!(d, endpoint_digest(&other));
         assert_eq!(d, endpoint_digest(&base.clone()));
     }

@@ -57,7 +57,7 @@
 //! or build xDS resources (see `xds`).
 
 mod apply;
-mod canon;
+pub(crate) mod canon;
 #[cfg(test)]
 pub(crate) mod mk;
 mod query;
@@ -135,6 +135,11 @@ impl HKey {
     /// The key of `text`.
     pub(crate) fn of(text: &str) -> Self {
         HKey(xxhash_rust::xxh3::xxh3_128(text.as_bytes()))
+    }
+
+    /// Its top 64 bits: a sort key in the same order as the whole key.
+    pub(crate) fn prefix(self) -> u64 {
+        (self.0 >> 64) as u64
     }
 }
 
@@ -267,6 +272,11 @@ impl Touch for TouchLog {
 impl TouchLog {
     pub(crate) fn finish(mut self) -> Touched {
         self.services.sort_unstable();
+        // Most entries repeat a few shared hostnames: dropping repeats by pointer
+        // first (cheap) leaves far fewer for the string sort.
+        self.endpoints
+            .sort_unstable_by_key(|h| Arc::as_ptr(&h.0).cast::<u8>() as usize);
+        self.endpoints.dedup_by(|a, b| Arc::ptr_eq(&a.0, &b.0));
         self.endpoints.sort_unstable();
         Touched {
             services: self.services.into_iter().collect(),

@@ -198,7 +198,7 @@ mod tests {
     use envoy_types::pb::google::protobuf::UInt32Value;
 
     use super::super::common::encode;
-    use crate::model::{Protocol, Resolution};
+    use crate::model::{EndpointShape, Protocol, Resolution};
 
     /// The same assignment built as prost messages: what the direct writer must
     /// equal byte for byte.
@@ -264,13 +264,6 @@ mod tests {
         Arc::new(Endpoint {
             key: Arc::from(format!("ep/{i}")),
             address: addresses[i % addresses.len()].parse().expect("ip"),
-            ports,
-            labels: Default::default(),
-            locality: Locality {
-                region: Arc::from(region),
-                zone: Arc::from(zone),
-                subzone: Arc::from(subzone),
-            },
             weight: [1, 2, 300, 70_000, 0][i % 5],
             health: [
                 Health::Healthy,
@@ -278,8 +271,18 @@ mod tests {
                 Health::Draining,
                 Health::NotReady,
             ][i % 4],
-            service_account: Arc::from(""),
-            services: Vec::new(),
+            shape: Arc::new(EndpointShape::new(
+                ports,
+                Default::default(),
+                Locality {
+                    region: Arc::from(region),
+                    zone: Arc::from(zone),
+                    subzone: Arc::from(subzone),
+                },
+                Arc::from(""),
+                Vec::new(),
+                0,
+            )),
         })
     }
 
