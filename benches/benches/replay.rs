@@ -30,6 +30,10 @@ use deltapilot_engine::snapshot::Snapshot;
 use deltapilot_engine::xds::generate::GenOptions;
 use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION, event::Payload};
 
+/// The allocator `deltapilot` itself runs with, so the figures are the binary's.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const SERVICES: usize = 10_000;
 const ENDPOINTS: usize = 100_000;
 const EVENTS: usize = 1_000_000;
