@@ -222,13 +222,10 @@ pub async fn verify<L: EventLog + ?Sized>(
     Ok(Ok(()))
 }
 
-/// A blocking task that panicked, as the I/O error of the file it worked on.
+/// A blocking task that panicked or was cancelled while reading checkpoints under
+/// `path`: an internal failure, not a bad file (bad files are passed over).
 fn join_error(path: &std::path::Path) -> impl FnOnce(tokio::task::JoinError) -> crate::Error + '_ {
-    move |e| crate::Error::Io {
-        op: "read checkpoint (task failed)",
-        path: path.to_owned(),
-        source: std::io::Error::other(e.to_string()),
-    }
+    move |e| crate::Error::Task(format!("reading checkpoints in {}: {e}", path.display()))
 }
 
 /// The newest checkpoint in `store` that decodes, lies at or before `at_most`

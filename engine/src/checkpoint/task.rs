@@ -115,11 +115,7 @@ async fn write<L: EventLog + ?Sized>(
         )
     })
     .await
-    .map_err(|e| crate::Error::Io {
-        op: "write checkpoint (task failed)",
-        path: std::path::PathBuf::new(),
-        source: std::io::Error::other(e.to_string()),
-    })??;
+    .map_err(|e| crate::Error::Task(format!("writing a checkpoint: {e}")))??;
     let counts = snap.model.counts();
     tracing::info!(
         path = %path.display(),

@@ -59,16 +59,19 @@
 //! folds the marker before a gen-`G` upsert from another partition, an unchanged
 //! entity still stamped `G-1` is swept and then re-added when that upsert is folded:
 //! a transient removal (pushed to proxies), never a leak and never a lasting error
-//! (the stale fence only drops writes older than `G`). The Kafka backend avoids it
-//! with two rules, which together make every entity write of a relist reach the
-//! fold before its `COMPLETED`:
+//! (the stale fence only drops writes older than `G`). Two rules together make
+//! every entity write of a relist reach the fold before its `COMPLETED`:
 //!
 //! 1. the writer appends `COMPLETED` only after every entity append of the relist is
 //!    acknowledged (`acks=all`), so they are below every partition's high watermark
-//!    at the moment the marker becomes readable;
+//!    at the moment the marker becomes readable. Every adapter does this (the marker
+//!    goes in an append of its own);
 //! 2. the follower, when it reads a `resync/` record, holds it back until every other
 //!    partition has been delivered up to the high watermark it observed after reading
-//!    the marker, then yields the marker.
+//!    the marker, then yields the marker. **Not implemented yet**: the Kafka
+//!    follower yields records in arrival order (see the resync notes of
+//!    `log::kafka`), so on a multi-partition topic the transient removal above can
+//!    still happen right after an adapter restarts.
 //!
 //! Replays are unaffected either way: a log folds to the same state in the order the
 //! follower delivers it.
