@@ -7,6 +7,12 @@ use clap::{Parser, Subcommand};
 
 mod cli;
 
+/// mimalloc instead of glibc malloc: the fold and the per-stream push path allocate
+/// many small, short-lived values, and glibc's free-list upkeep was a quarter of
+/// the fold's profile (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// deltapilot: an event-sourced service-discovery control plane for Envoy fleets.
 #[derive(Debug, Parser)]
 #[command(name = "deltapilot", version, about, long_about = None)]
