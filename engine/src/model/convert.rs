@@ -324,3 +324,61 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod reuse_tests {
+    use super::*;
+
+    fn payload(weight: u32, version: &str) -> pb::Endpoint {
+        pb::Endpoint {
+            address: "10.0.0.1".into(),
+            ports: [("http".to_string(), 8080)].into(),
+            labels: [("version".to_string(), version.to_string())].into(),
+            weight,
+            services: vec![pb::ServiceRef {
+                namespace: "ns".into(),
+                hostname: "a.ns.svc".into(),
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_unchanged_shape_is_shared_and_a_changed_one_is_rebuilt() {
+        let first = endpoint_from_proto("ep/1", &payload(1, "v1")).expect("valid");
+        let reweighted = payload(5, "v1");
+        let shared = endpoint_from_proto_reusing("ep/1", &reweighted, Some(&first)).expect("valid");
+        assert!(
+            Arc::ptr_eq(&shared.shape, &first.shape),
+            "weight only: shape shared"
+        );
+        assert_eq!(
+            shared,
+            endpoint_from_proto("ep/1", &reweighted).expect("valid")
+        );
+
+        let relabelled = payload(1, "v2");
+        let rebuilt =
+            endpoint_from_proto_reusing("ep/1", &relabelled, Some(&first)).expect("valid");
+        assert!(!Arc::ptr_eq(&rebuilt.shape, &first.shape));
+        assert_eq!(rebuilt.labels.get("version").map(|v| &**v), Some("v2"));
+        assert_eq!(
+            rebuilt,
+            endpoint_from_proto("ep/1", &relabelled).expect("valid")
+        );
+        // Unchanged parts of a rebuilt shape still share the stored strings.
+        assert!(Arc::ptr_eq(
+            &rebuilt.services[0].1.0,
+            &first.services[0].1.0
+        ));
+    }
+
+    #[test]
+    fn a_bad_payload_is_refused_even_with_a_stored_value() {
+        let first = endpoint_from_proto("ep/1", &payload(1, "v1")).expect("valid");
+        let mut bad = payload(1, "v1");
+        bad.ports.insert("http".into(), 70_000);
+        let e = endpoint_from_proto_reusing("ep/1", &bad, Some(&first)).expect_err("bad port");
+        assert!(e.0.contains("70000"), "{e}");
+    }
+}
