@@ -61,16 +61,18 @@ impl ModelState {
             }
             return;
         }
-        let written = Written {
-            value: svc.clone(),
-            source: slot.source.clone(),
+        let written = Written::new(
+            Kind::Service,
+            &slot.key,
+            svc.clone(),
+            slot.source.clone(),
             generation,
             digest,
-        };
-        self.hash_add(written.entity_hash(Kind::Service, &slot.key));
+        );
+        self.hash_add(written.entity_hash());
         let old = self.raw_services.insert(slot.clone(), written);
         if let Some(old) = &old {
-            self.hash_sub(old.entity_hash(Kind::Service, &slot.key));
+            self.hash_sub(old.entity_hash());
             if old.value.hostname != svc.hostname || old.value.namespace != svc.namespace {
                 self.remove_claim(&old.value, &slot, touched);
             }
@@ -85,15 +87,17 @@ impl ModelState {
         value: Arc<Service>,
         digest: u64,
     ) {
-        let written = Written {
+        let written = Written::new(
+            Kind::Service,
+            &slot.key,
             value,
-            source: slot.source.clone(),
+            slot.source.clone(),
             generation,
             digest,
-        };
-        self.hash_add(written.entity_hash(Kind::Service, &slot.key));
+        );
+        self.hash_add(written.entity_hash());
         if let Some(old) = self.raw_services.insert(slot.clone(), written) {
-            self.hash_sub(old.entity_hash(Kind::Service, &slot.key));
+            self.hash_sub(old.entity_hash());
         }
     }
 
@@ -103,7 +107,7 @@ impl ModelState {
         let Some(old) = self.raw_services.remove(slot) else {
             return false;
         };
-        self.hash_sub(old.entity_hash(Kind::Service, &slot.key));
+        self.hash_sub(old.entity_hash());
         self.remove_claim(&old.value, slot, touched);
         true
     }
@@ -210,22 +214,26 @@ impl ModelState {
             && old.source == source
         {
             if old.generation != generation {
-                let written = Written {
-                    value: old.value.clone(),
+                let written = Written::new(
+                    Kind::Endpoint,
+                    &old.value.key,
+                    old.value.clone(),
                     source,
                     generation,
                     digest,
-                };
+                );
                 self.replace_raw_endpoint(hk, written);
             }
             return;
         }
-        let written = Written {
-            value: ep.clone(),
+        let written = Written::new(
+            Kind::Endpoint,
+            &ep.key,
+            ep.clone(),
             source,
             generation,
             digest,
-        };
+        );
         let old = self.replace_raw_endpoint(hk, written);
         self.reindex_endpoint(old.as_ref().map(|o| &*o.value), Some(&ep), touched);
     }
@@ -235,10 +243,10 @@ impl ModelState {
         hk: HKey,
         written: Written<Endpoint>,
     ) -> Option<Arc<Written<Endpoint>>> {
-        self.hash_add(written.entity_hash(Kind::Endpoint, &written.value.key));
+        self.hash_add(written.entity_hash());
         let old = self.raw_endpoints.insert(hk, Arc::new(written));
         if let Some(o) = &old {
-            self.hash_sub(o.entity_hash(Kind::Endpoint, &o.value.key));
+            self.hash_sub(o.entity_hash());
         }
         old
     }
@@ -249,7 +257,7 @@ impl ModelState {
         let Some(old) = self.raw_endpoints.remove(hk) else {
             return false;
         };
-        self.hash_sub(old.entity_hash(Kind::Endpoint, &old.value.key));
+        self.hash_sub(old.entity_hash());
         self.reindex_endpoint(Some(&old.value), None, touched);
         true
     }
@@ -328,15 +336,10 @@ impl ModelState {
             .raw_configs
             .get(&*key)
             .is_some_and(|old| old.digest == digest && *old.value == *cfg);
-        let written = Written {
-            value: cfg,
-            source,
-            generation,
-            digest,
-        };
-        self.hash_add(written.entity_hash(Kind::Config, &key));
+        let written = Written::new(Kind::Config, &key, cfg, source, generation, digest);
+        self.hash_add(written.entity_hash());
         if let Some(old) = self.raw_configs.insert(key.clone(), written) {
-            self.hash_sub(old.entity_hash(Kind::Config, &key));
+            self.hash_sub(old.entity_hash());
         }
         if !content_same {
             touched.configs();
@@ -345,10 +348,10 @@ impl ModelState {
 
     /// Removes the config object under `key`. Returns whether there was one.
     pub(crate) fn remove_config(&mut self, key: &str, touched: &mut impl Touch) -> bool {
-        let Some((k, old)) = self.raw_configs.remove_with_key(key) else {
+        let Some(old) = self.raw_configs.remove(key) else {
             return false;
         };
-        self.hash_sub(old.entity_hash(Kind::Config, &k));
+        self.hash_sub(old.entity_hash());
         touched.configs();
         true
     }

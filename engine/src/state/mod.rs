@@ -86,6 +86,9 @@ pub struct Written<T> {
     pub generation: u64,
     /// Digest of `value`'s canonical encoding, to spot identical rewrites cheaply.
     digest: u64,
+    /// Its term in the state's content hash (kind, key, source, generation and
+    /// digest), kept so that replacing it does not hash the old record again.
+    hash: u64,
 }
 
 /// Where a raw service definition is stored: several sources may write one key.
@@ -344,13 +347,13 @@ impl ModelState {
     pub fn recompute_hash(&self) -> u64 {
         let mut h = 0u64;
         for (slot, w) in &self.raw_services {
-            h = h.wrapping_add(w.entity_hash(canon::Kind::Service, &slot.key));
+            h = h.wrapping_add(w.fresh_entity_hash(canon::Kind::Service, &slot.key));
         }
         for w in self.raw_endpoints.values() {
-            h = h.wrapping_add(w.entity_hash(canon::Kind::Endpoint, &w.value.key));
+            h = h.wrapping_add(w.fresh_entity_hash(canon::Kind::Endpoint, &w.value.key));
         }
         for (key, w) in &self.raw_configs {
-            h = h.wrapping_add(w.entity_hash(canon::Kind::Config, key));
+            h = h.wrapping_add(w.fresh_entity_hash(canon::Kind::Config, key));
         }
         for (source, g) in &self.sources {
             h = h.wrapping_add(canon::source_hash(source, g.started, g.completed));
@@ -382,7 +385,33 @@ impl ModelState {
 }
 
 impl<T> Written<T> {
-    fn entity_hash(&self, kind: canon::Kind, key: &str) -> u64 {
+    /// A record of `value` under `key`, with its hash term.
+    fn new(
+        kind: canon::Kind,
+        key: &str,
+        value: Arc<T>,
+        source: Arc<str>,
+        generation: u64,
+        digest: u64,
+    ) -> Self {
+        let hash = canon::entity_hash(kind, key, &source, generation, digest);
+        Written {
+            value,
+            source,
+            generation,
+            digest,
+            hash,
+        }
+    }
+
+    /// Its term in the state's content hash.
+    fn entity_hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// The term computed again from the record's fields, for
+    /// [`ModelState::recompute_hash`] (which must not trust the kept one).
+    fn fresh_entity_hash(&self, kind: canon::Kind, key: &str) -> u64 {
         canon::entity_hash(kind, key, &self.source, self.generation, self.digest)
     }
 }
