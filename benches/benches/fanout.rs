@@ -29,8 +29,9 @@ use deltapilot_engine::snapshot::{Snapshot, SnapshotReader, SnapshotWriter};
 use deltapilot_engine::xds::ResourceType;
 use deltapilot_engine::xds::generate::GenOptions;
 use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION, event::Payload};
+use deltapilot_server::xds::Limits;
 use deltapilot_server::xds::delta::DeltaStream;
-use deltapilot_server::xds::{Limits, RequestOutcome};
+use deltapilot_server::xds::request::DeltaRequest;
 use tokio::sync::Notify;
 
 const SERVICES: usize = 100;
@@ -144,45 +145,47 @@ fn flipped(st: &States, seq: u64) -> Snapshot {
     }
 }
 
-type OnRequest<R> = fn(&mut DeltaStream, &R) -> Result<RequestOutcome, deltapilot_server::Error>;
-
-/// A default request of the type `DeltaStream::on_request` takes. The benches
-/// crate does not depend on envoy-types, so the request type is inferred from the
-/// method rather than named.
-fn blank<R: Default>(_: OnRequest<R>) -> R {
-    R::default()
-}
-
-/// Sends a `DeltaDiscoveryRequest` (subscription and/or ACK) to `st`.
+/// Sends a delta request (subscription and/or ACK) to `st`, decoded the way the
+/// server decodes it (`DeltaRequest`: strings left as bytes, `node` undecoded).
 fn request(
     st: &mut DeltaStream,
+    snap: &Snapshot,
     t: ResourceType,
     sub: Vec<String>,
     nonce: &str,
     node_id: Option<String>,
 ) {
-    let mut r = blank(DeltaStream::on_request);
-    r.type_url = t.type_url().into();
-    r.resource_names_subscribe = sub;
-    r.response_nonce = nonce.into();
-    if let Some(id) = node_id {
-        r.node = Some(Default::default());
-        if let Some(n) = r.node.as_mut() {
-            n.id = id;
-        }
-    }
-    st.on_request(&r).expect("request accepted");
+    let r = DeltaRequest {
+        type_url: t.type_url().into(),
+        subscribe: sub.into_iter().map(Into::into).collect(),
+        response_nonce: nonce.to_owned().into(),
+        // `Node { id = 1 }`, encoded by hand: the benches crate has no envoy-types.
+        node: node_id.map(|id| {
+            let mut b = vec![0x0a, u8::try_from(id.len()).expect("short id")];
+            b.extend_from_slice(id.as_bytes());
+            b.into()
+        }),
+        ..Default::default()
+    };
+    st.on_request(&r, snap).expect("request accepted");
 }
 
 /// A stream subscribed like Envoy and holding the whole mesh.
 fn synced_stream(id: u64, snap: &Snapshot) -> DeltaStream {
-    let mut st = DeltaStream::new(id, None, Limits::default(), snap);
+    let mut st = DeltaStream::new(None, Limits::default(), snap);
     let node = format!(
         "sidecar~10.1.{}.{}~p-{id}.ns~ns.svc.cluster.local",
         id >> 8 & 255,
         id & 255
     );
-    request(&mut st, ResourceType::Cluster, Vec::new(), "", Some(node));
+    request(
+        &mut st,
+        snap,
+        ResourceType::Cluster,
+        Vec::new(),
+        "",
+        Some(node),
+    );
     let eds: Vec<String> = snap
         .resources
         .clusters
@@ -195,14 +198,14 @@ fn synced_stream(id: u64, snap: &Snapshot) -> DeltaStream {
         .keys()
         .map(|k| k.to_string())
         .collect();
-    request(&mut st, ResourceType::Endpoint, eds, "", None);
-    request(&mut st, ResourceType::Listener, Vec::new(), "", None);
-    request(&mut st, ResourceType::Route, rds, "", None);
+    request(&mut st, snap, ResourceType::Endpoint, eds, "", None);
+    request(&mut st, snap, ResourceType::Listener, Vec::new(), "", None);
+    request(&mut st, snap, ResourceType::Route, rds, "", None);
     for _ in 0..16 {
         let Some(p) = st.next_response(snap) else {
             break;
         };
-        request(&mut st, p.t, Vec::new(), &p.out.nonce, None);
+        request(&mut st, snap, p.t, Vec::new(), &p.out.nonce, None);
     }
     assert_eq!(st.in_flight(), 0, "synced");
     st
@@ -247,7 +250,7 @@ fn spawn_fleet(rt: &tokio::runtime::Runtime, st: &States, n: usize, work: Work) 
                                 buf.clear();
                                 p.out.encode(&mut buf);
                                 black_box(&buf);
-                                request(s, p.t, Vec::new(), &p.out.nonce, None);
+                                request(s, &snap, p.t, Vec::new(), &p.out.nonce, None);
                             }
                         }
                         None => {

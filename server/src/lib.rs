@@ -55,6 +55,9 @@ pub enum Error {
         "no ACK or request for {0:?} with a response in flight; closing a stalled stream (--stall-timeout)"
     )]
     Stalled(std::time::Duration),
+    /// A request could not be decoded (bad protobuf, a string that is not UTF-8).
+    #[error("malformed discovery request: {0}")]
+    Malformed(String),
     /// The server is shutting down.
     #[error("deltapilot is shutting down; reconnect to another replica")]
     Draining,
@@ -74,7 +77,9 @@ impl Error {
     pub fn to_status(&self) -> tonic::Status {
         use tonic::Code;
         let code = match self {
-            Error::UnknownTypeUrl(_) | Error::WrongService { .. } => Code::InvalidArgument,
+            Error::UnknownTypeUrl(_) | Error::WrongService { .. } | Error::Malformed(_) => {
+                Code::InvalidArgument
+            }
             Error::TooManyNames { .. } | Error::TooManyStreams { .. } => Code::ResourceExhausted,
             Error::Stalled(_) => Code::DeadlineExceeded,
             Error::Draining => Code::Unavailable,

@@ -262,7 +262,10 @@ impl Fleet {
         let (control, rx) = watch::channel(Control::Run);
         let mut tasks = JoinSet::new();
         for (i, b) in behaviours.iter().copied().enumerate() {
-            let (shared, rx, endpoint) = (shared.clone(), rx.clone(), endpoint.clone());
+            let endpoint = endpoint
+                .clone()
+                .local_address(source_address(shared.cfg.target, i));
+            let (shared, rx) = (shared.clone(), rx.clone());
             tasks.spawn(async move {
                 if let Err(e) = run_proxy(i, b, &shared, endpoint, rx).await {
                     shared.fail(format!("proxy {i}: {e}"));
@@ -319,6 +322,24 @@ pub struct OpenError {
     pub message: String,
     /// The process ran out of file descriptors.
     pub fd_exhausted: bool,
+}
+
+/// The address proxy `i` connects from when the server is on IPv4 loopback: its
+/// own `127.x.y.z`, as distinct hosts would each have their own. From one shared
+/// address, every connect must find a free ephemeral port towards the same
+/// destination, and during a reconnect storm (10,000 connects at once, with the
+/// previous 10,000 connections in TIME_WAIT) that search (`__inet_hash_connect`)
+/// was about a sixth of the load generator's CPU on the shared cores: a cost of
+/// the simulation, not of any proxy. Elsewhere the OS picks, as before.
+pub fn source_address(target: SocketAddr, i: usize) -> Option<std::net::IpAddr> {
+    match target.ip() {
+        std::net::IpAddr::V4(v4) if v4.is_loopback() => {
+            let [_, a, b, c] = u32::try_from(i).ok()?.to_be_bytes();
+            // 127.1.0.0 upwards: never 127.0.0.1 itself, and 2^24 proxies fit.
+            Some(std::net::Ipv4Addr::new(127, a.checked_add(1)?, b, c).into())
+        }
+        _ => None,
+    }
 }
 
 /// The ADS endpoint of an xDS server at `target`, with the settings every
@@ -565,4 +586,21 @@ async fn run_proxy(
         }
     }
     Err(format!("reconnected more than {MAX_CONNECTIONS} times"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxies_on_loopback_get_distinct_source_addresses() {
+        let lo: SocketAddr = "127.0.0.1:18000".parse().expect("addr");
+        let a: Vec<_> = [0, 1, 256, 65_536]
+            .iter()
+            .map(|i| source_address(lo, *i).expect("loopback source").to_string())
+            .collect();
+        assert_eq!(a, ["127.1.0.0", "127.1.0.1", "127.1.1.0", "127.2.0.0"]);
+        let remote: SocketAddr = "10.0.0.1:18000".parse().expect("addr");
+        assert_eq!(source_address(remote, 3), None);
+    }
 }

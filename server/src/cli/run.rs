@@ -348,7 +348,13 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let xds_listener = bind(s.xds_addr, "xds").await?;
+    let xds_listener =
+        deltapilot_server::xds::service::bind_listener(s.xds_addr).with_context(|| {
+            format!(
+                "cannot listen on {} for xds (port in use? pick another with --xds-addr)",
+                s.xds_addr
+            )
+        })?;
     let admin_listener = bind(s.admin_addr, "admin").await?;
     let log_dir = s.data_dir.join("log");
     let log = Arc::new(

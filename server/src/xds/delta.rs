@@ -17,15 +17,16 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::mem;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use deltapilot_engine::model::{Proxy, ProxyType};
 use deltapilot_engine::snapshot::Snapshot;
 use deltapilot_engine::xds::view::resources_for;
 use deltapilot_engine::xds::{Resource, ResourceMap, ResourceType};
-use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
 use super::encode::DeltaOut;
 use super::order::{TypeWork, pick};
 use super::registry::TypeStatus;
+use super::request::{DeltaRequest, text};
 use super::{Acked, Limits, NonceGen, RequestOutcome, type_of};
 use crate::Error;
 
@@ -47,6 +48,8 @@ struct InFlight {
     nonce: String,
     seq: u64,
     push: bool,
+    /// It carries assignments of clusters just (re)sent (EDS only).
+    fresh: bool,
 }
 
 #[derive(Debug, Default)]
@@ -55,9 +58,14 @@ struct TypeState {
     started_seq: u64,
     wildcard: bool,
     names: BTreeSet<Arc<str>>,
-    known: HashMap<Arc<str>, Arc<str>>,
+    /// What the client holds. Usually the very map of the snapshot's view (see
+    /// [`TypeState::reshare`]), so a synced stream keeps no per-name copy.
+    known: ResourceMap,
     initial: HashMap<Arc<str>, Arc<str>>,
     forced: BTreeSet<Arc<str>>,
+    /// EDS only: assignments owed to clusters just (re)sent, which listeners and
+    /// routes must not overtake (see `order`).
+    fresh: BTreeSet<Arc<str>>,
     dirty: Dirty,
     up: BTreeMap<Arc<str>, Arc<Resource>>,
     rm: BTreeSet<Arc<str>>,
@@ -85,6 +93,14 @@ impl TypeState {
     /// Turns dirty and forced names into pending upserts and removals.
     fn resolve(&mut self, view: &ResourceMap) {
         let candidates: BTreeSet<Arc<str>> = match mem::take(&mut self.dirty) {
+            // Holding exactly the view leaves nothing to compare: every name in it
+            // is held at its version, and nothing outside it is held. Only forced
+            // names (below) can need an answer.
+            Dirty::All if self.known.ptr_eq(view) => {
+                self.up.clear();
+                self.rm.clear();
+                BTreeSet::new()
+            }
             Dirty::All => {
                 self.up.clear();
                 self.rm.clear();
@@ -102,12 +118,18 @@ impl TypeState {
             self.up.remove(name);
             self.rm.remove(name);
             if !self.wants(name) {
+                // Reported on reconnect but not subscribed: nothing to track.
+                self.known.remove(name);
                 continue;
             }
             let is_forced = forced.contains(name);
             match view.get(name) {
                 Some(r) => {
-                    if is_forced || self.known.get(name) != Some(&r.version) {
+                    let held = self
+                        .known
+                        .get(name)
+                        .is_some_and(|k| Arc::ptr_eq(k, r) || k.version == r.version);
+                    if is_forced || !held {
                         self.up.insert(name.clone(), r.clone());
                     }
                 }
@@ -118,13 +140,53 @@ impl TypeState {
                 }
             }
         }
+        // `initial` only tells whether a resend repeats what the client reported on
+        // reconnect; names no longer pending can never be such a resend, so let
+        // them (and, once empty, the table) go.
+        if !self.initial.is_empty() {
+            let up = &self.up;
+            self.initial.retain(|n, _| up.contains_key(n));
+            if self.initial.is_empty() {
+                self.initial = HashMap::new();
+            }
+        }
+        if !self.fresh.is_empty() {
+            let up = &self.up;
+            self.fresh.retain(|n| up.contains_key(n));
+        }
+        self.reshare(view);
     }
 
-    fn work(&self) -> TypeWork {
+    /// Shares the snapshot's map as `known` once the client holds exactly it.
+    ///
+    /// Every name whose view entry differs from `known` (and that the stream
+    /// wants) sits in `dirty`, `forced`, `up` or `rm` until it is sent, and `known`
+    /// only holds wanted names. So with all four empty, `known` is the view
+    /// restricted to the wanted names, and equal sizes mean it is the whole view:
+    /// the private copy (built while sending, or from `initial_resource_versions`)
+    /// can give way to a clone of the snapshot's persistent map, which costs
+    /// nothing per name. The next change path-copies a few nodes, and the send
+    /// after it shares again.
+    fn reshare(&mut self, view: &ResourceMap) {
+        let idle = self.up.is_empty()
+            && self.rm.is_empty()
+            && self.forced.is_empty()
+            && matches!(&self.dirty, Dirty::Names(n) if n.is_empty());
+        if idle && self.known.len() == view.len() && !self.known.ptr_eq(view) {
+            self.known = view.clone();
+        }
+    }
+
+    fn work(&self, t: ResourceType) -> TypeWork {
         TypeWork {
             upserts: !self.up.is_empty(),
             removals: !self.rm.is_empty(),
             in_flight: self.in_flight.is_some(),
+            // Endpoint churn of clusters the proxy already holds cannot make a
+            // listener or route point at something missing.
+            ungated: t == ResourceType::Endpoint
+                && self.fresh.is_empty()
+                && !self.in_flight.as_ref().is_some_and(|f| f.fresh),
         }
     }
 }
@@ -156,17 +218,12 @@ pub struct DeltaStream {
 impl DeltaStream {
     /// A new stream, positioned at `snap`. `fixed` restricts it to one type (the
     /// per-type services such as `DeltaClusters`); `None` is ADS.
-    pub fn new(
-        stream_id: u64,
-        fixed: Option<ResourceType>,
-        limits: Limits,
-        snap: &Snapshot,
-    ) -> Self {
+    pub fn new(fixed: Option<ResourceType>, limits: Limits, snap: &Snapshot) -> Self {
         DeltaStream {
             proxy: None,
             fixed,
             limits,
-            nonces: NonceGen::new(stream_id),
+            nonces: NonceGen::default(),
             seq: snap.seq,
             total_names: 0,
             types: Default::default(),
@@ -237,19 +294,27 @@ impl DeltaStream {
     }
 
     /// Applies one request: ACK/NACK by `response_nonce`, then subscription
-    /// changes (applied even when the nonce is stale, as the spec requires).
-    pub fn on_request(&mut self, req: &DeltaDiscoveryRequest) -> Result<RequestOutcome, Error> {
+    /// changes (applied even when the nonce is stale, as the spec requires). Names
+    /// and versions the snapshot already holds are shared with it (`snap`'s
+    /// `Arc<str>`s) rather than allocated per stream.
+    pub fn on_request(
+        &mut self,
+        req: &DeltaRequest,
+        snap: &Snapshot,
+    ) -> Result<RequestOutcome, Error> {
         if self.proxy.is_none()
-            && let Some(node) = &req.node
+            && let Some(node) = req.decode_node()?
         {
-            self.proxy = Some(Proxy::from_node(node));
+            self.proxy = Some(Proxy::from_node(&node));
         }
-        let t = type_of(&req.type_url, self.fixed)?;
+        let t = type_of(text(&req.type_url)?, self.fixed)?;
+        let view = resources_for(&snap.resources, self.proxy_type(), t);
+        let subscribe: Vec<&str> = req.subscribe.iter().map(text).collect::<Result<_, _>>()?;
+        let unsubscribe: Vec<&str> = req.unsubscribe.iter().map(text).collect::<Result<_, _>>()?;
         let seq = self.seq;
-        let adding = req
-            .resource_names_subscribe
+        let adding = subscribe
             .iter()
-            .filter(|n| !self.types[t.index()].names.contains(n.as_str()))
+            .filter(|n| !self.types[t.index()].names.contains(**n))
             .count();
         if self.total_names + adding > self.limits.max_names_per_stream {
             return Err(Error::TooManyNames {
@@ -264,7 +329,8 @@ impl DeltaStream {
         };
 
         if !req.response_nonce.is_empty() {
-            if let Some(f) = s.in_flight.take_if(|f| f.nonce == req.response_nonce) {
+            let nonce = &req.response_nonce[..];
+            if let Some(f) = s.in_flight.take_if(|f| f.nonce.as_bytes() == nonce) {
                 match &req.error_detail {
                     Some(status) => {
                         s.nacks += 1;
@@ -273,14 +339,14 @@ impl DeltaStream {
                     }
                     None => {
                         s.last_nack = None;
-                        s.acked = Some((f.nonce.clone(), f.seq));
                         outcome.ack = Some(Acked {
                             seq: f.seq,
                             push: f.push,
                         });
+                        s.acked = Some((f.nonce, f.seq));
                     }
                 }
-            } else if s.last_nonce.as_deref() != Some(req.response_nonce.as_str()) {
+            } else if s.last_nonce.as_deref().map(str::as_bytes) != Some(nonce) {
                 outcome.stale_nonce = true;
             }
         }
@@ -290,18 +356,52 @@ impl DeltaStream {
             s.started = true;
             s.started_seq = seq;
             s.dirty = Dirty::All;
-            for (n, v) in &req.initial_resource_versions {
-                let (n, v): (Arc<str>, Arc<str>) = (Arc::from(n.as_str()), Arc::from(v.as_str()));
-                s.known.insert(n.clone(), v.clone());
-                s.initial.insert(n, v);
+            // What the client holds: the snapshot's own resource when the versions
+            // match (nothing allocated), else a bodiless stand-in carrying the
+            // reported version.
+            let mut held: Vec<Arc<Resource>> =
+                Vec::with_capacity(req.initial_resource_versions.len());
+            let mut all_current = true;
+            for e in &req.initial_resource_versions {
+                let (n, v) = (text(&e.name)?, text(&e.version)?);
+                let r = match view.get(n) {
+                    Some(r) if &*r.version == v => r.clone(),
+                    Some(r) => {
+                        all_current = false;
+                        Arc::new(Resource {
+                            name: r.name.clone(),
+                            version: Arc::from(v),
+                            bytes: Bytes::new(),
+                        })
+                    }
+                    None => {
+                        all_current = false;
+                        Arc::new(Resource {
+                            name: Arc::from(n),
+                            version: Arc::from(v),
+                            bytes: Bytes::new(),
+                        })
+                    }
+                };
+                s.initial.insert(r.name.clone(), r.version.clone());
+                held.push(r);
+            }
+            if all_current && s.initial.len() == view.len() {
+                // A reconnect holding exactly the current view (the common case:
+                // nothing changed while it was away): share the snapshot's map
+                // rather than build a copy name by name.
+                s.known = view.clone();
+            } else {
+                for r in held {
+                    s.known.insert(r.name.clone(), r);
+                }
             }
             outcome.initial_versions = req.initial_resource_versions.len();
-            if req.resource_names_subscribe.is_empty() && req.resource_names_unsubscribe.is_empty()
-            {
+            if subscribe.is_empty() && unsubscribe.is_empty() {
                 s.wildcard = true;
             }
         }
-        for n in &req.resource_names_subscribe {
+        for n in subscribe {
             if n == "*" {
                 if !s.wildcard {
                     s.wildcard = true;
@@ -309,7 +409,10 @@ impl DeltaStream {
                 }
                 continue;
             }
-            let name: Arc<str> = Arc::from(n.as_str());
+            let name: Arc<str> = match view.get(n) {
+                Some(r) => r.name.clone(),
+                None => Arc::from(n),
+            };
             if s.names.insert(name.clone()) {
                 self.total_names += 1;
             }
@@ -319,23 +422,31 @@ impl DeltaStream {
                 s.forced.insert(name);
             }
         }
-        for n in &req.resource_names_unsubscribe {
+        for n in unsubscribe {
             if n == "*" {
                 s.wildcard = false;
                 let names = &s.names;
-                s.known.retain(|k, _| names.contains(k));
+                let gone: Vec<Arc<str>> = s
+                    .known
+                    .keys()
+                    .filter(|k| !names.contains(*k))
+                    .cloned()
+                    .collect();
+                for k in gone {
+                    s.known.remove(&k);
+                }
                 s.up.retain(|k, _| names.contains(k));
                 s.rm.retain(|k| names.contains(k));
                 continue;
             }
-            if s.names.remove(n.as_str()) {
+            if s.names.remove(n) {
                 self.total_names -= 1;
             }
             if !s.wildcard {
-                s.known.remove(n.as_str());
-                s.up.remove(n.as_str());
-                s.rm.remove(n.as_str());
-                s.forced.remove(n.as_str());
+                s.known.remove(n);
+                s.up.remove(n);
+                s.rm.remove(n);
+                s.forced.remove(n);
             }
         }
         Ok(outcome)
@@ -379,7 +490,7 @@ impl DeltaStream {
             if s.started {
                 s.resolve(resources_for(&snap.resources, pt, t));
             }
-            work[t.index()] = s.work();
+            work[t.index()] = s.work(t);
         }
         let p = pick(&work)?;
         let max = self.limits.max_resources_per_response.max(1);
@@ -391,6 +502,7 @@ impl DeltaStream {
             removed: Vec::new(),
         };
         let mut resent_known = 0;
+        let mut carries_fresh = false;
         if p.upserts {
             while out.resources.len() < max {
                 let Some((name, r)) = s.up.pop_first() else {
@@ -399,7 +511,8 @@ impl DeltaStream {
                 if s.initial.remove(&name).is_some_and(|v| v == r.version) {
                     resent_known += 1;
                 }
-                s.known.insert(name, r.version.clone());
+                carries_fresh |= s.fresh.remove(&name);
+                s.known.insert(name, r.clone());
                 out.resources.push(r);
             }
         }
@@ -410,12 +523,14 @@ impl DeltaStream {
                 out.removed.push(name);
             }
         }
+        s.reshare(resources_for(&snap.resources, pt, p.t));
         s.last_nonce = Some(out.nonce.clone());
         s.sent_seq = Some(self.seq);
         s.in_flight = Some(InFlight {
             nonce: out.nonce.clone(),
             seq: self.seq,
             push: self.seq > s.started_seq,
+            fresh: carries_fresh,
         });
         // Envoy re-creates a cluster on update and waits for its endpoints again, so
         // a (re)sent cluster's ClusterLoadAssignment always follows it.
@@ -424,6 +539,7 @@ impl DeltaStream {
             for r in &out.resources {
                 if eds.wants(&r.name) {
                     eds.forced.insert(r.name.clone());
+                    eds.fresh.insert(r.name.clone());
                 }
             }
         }

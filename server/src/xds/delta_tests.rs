@@ -6,6 +6,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 
 use super::*;
+use crate::xds::request::DeltaRequest;
 use crate::xds::testutil::{next, version};
 
 fn req(t: ResourceType, sub: &[&str], unsub: &[&str], nonce: &str) -> DeltaDiscoveryRequest {
@@ -41,21 +42,28 @@ fn removed(p: &DeltaPush) -> Vec<String> {
 }
 
 fn stream(s: &Snapshot) -> DeltaStream {
-    DeltaStream::new(7, None, Limits::default(), s)
+    DeltaStream::new(None, Limits::default(), s)
+}
+
+/// Applies an envoy-types request, as the stream would after decoding it leanly.
+fn on(
+    st: &mut DeltaStream,
+    snap: &Snapshot,
+    r: &DeltaDiscoveryRequest,
+) -> Result<RequestOutcome, Error> {
+    st.on_request(&DeltaRequest::from(r), snap)
 }
 
 fn ack(st: &mut DeltaStream, p: &DeltaPush) -> RequestOutcome {
-    st.on_request(&req(p.t, &[], &[], &p.out.nonce))
-        .expect("ack")
+    on(st, &Snapshot::default(), &req(p.t, &[], &[], &p.out.nonce)).expect("ack")
 }
 
 #[test]
 fn legacy_wildcard_then_explicit_eds_in_order() {
     let s = base();
     let mut st = stream(&s);
-    st.on_request(&req(Cluster, &[], &[], "")).expect("cds");
-    st.on_request(&req(Endpoint, &["c1"], &[], ""))
-        .expect("eds");
+    on(&mut st, &s, &req(Cluster, &[], &[], "")).expect("cds");
+    on(&mut st, &s, &req(Endpoint, &["c1"], &[], "")).expect("eds");
     let p = st.next_response(&s).expect("cds first");
     assert_eq!(
         (p.t, names(&p)),
@@ -77,8 +85,7 @@ fn legacy_wildcard_then_explicit_eds_in_order() {
 fn missing_name_is_removed_stays_subscribed_and_arrives_later() {
     let s = base();
     let mut st = stream(&s);
-    st.on_request(&req(Route, &["r1", "nope"], &[], ""))
-        .expect("rds");
+    on(&mut st, &s, &req(Route, &["r1", "nope"], &[], "")).expect("rds");
     let p = st.next_response(&s).expect("rds");
     assert_eq!(
         (names(&p), removed(&p)),
@@ -94,12 +101,10 @@ fn missing_name_is_removed_stays_subscribed_and_arrives_later() {
 fn newly_subscribed_name_is_answered_even_if_unchanged() {
     let s = base();
     let mut st = stream(&s);
-    st.on_request(&req(Endpoint, &["c1"], &[], ""))
-        .expect("eds");
+    on(&mut st, &s, &req(Endpoint, &["c1"], &[], "")).expect("eds");
     let p = st.next_response(&s).expect("c1");
     ack(&mut st, &p);
-    st.on_request(&req(Endpoint, &["c1"], &[], ""))
-        .expect("again");
+    on(&mut st, &s, &req(Endpoint, &["c1"], &[], "")).expect("again");
     let p = st.next_response(&s).expect("re-subscribe is answered");
     assert_eq!(names(&p), ["c1"]);
 }
@@ -108,7 +113,7 @@ fn newly_subscribed_name_is_answered_even_if_unchanged() {
 fn nack_is_recorded_and_same_version_not_resent() {
     let s = base();
     let mut st = stream(&s);
-    st.on_request(&req(Cluster, &[], &[], "")).expect("cds");
+    on(&mut st, &s, &req(Cluster, &[], &[], "")).expect("cds");
     let p = st.next_response(&s).expect("cds");
     let mut nack = req(Cluster, &[], &[], &p.out.nonce);
     nack.error_detail = Some(RpcStatus {
@@ -116,7 +121,7 @@ fn nack_is_recorded_and_same_version_not_resent() {
         message: "bad cluster".into(),
         details: vec![],
     });
-    let o = st.on_request(&nack).expect("nack");
+    let o = on(&mut st, &s, &nack).expect("nack");
     assert_eq!(o.nack.as_deref(), Some("bad cluster"));
     assert_eq!(
         (st.nacks(Cluster), st.last_nack(Cluster)),
@@ -135,12 +140,9 @@ fn nack_is_recorded_and_same_version_not_resent() {
 fn stale_nonce_is_ignored_but_subscription_applies() {
     let s = base();
     let mut st = stream(&s);
-    st.on_request(&req(Endpoint, &["c1"], &[], ""))
-        .expect("eds");
+    on(&mut st, &s, &req(Endpoint, &["c1"], &[], "")).expect("eds");
     let p = st.next_response(&s).expect("c1");
-    let o = st
-        .on_request(&req(Endpoint, &["c2"], &[], "garbage-nonce"))
-        .expect("stale");
+    let o = on(&mut st, &s, &req(Endpoint, &["c2"], &[], "garbage-nonce")).expect("stale");
     assert!(o.stale_nonce && o.ack.is_none());
     assert!(st.next_response(&s).is_none(), "c1 still in flight");
     ack(&mut st, &p);
@@ -160,7 +162,7 @@ fn reconnect_sends_only_differing_versions_and_removals() {
         ("c2".to_string(), "old".to_string()),
         ("gone".to_string(), "v".to_string()),
     ]);
-    assert_eq!(st.on_request(&r).expect("cds").initial_versions, 3);
+    assert_eq!(on(&mut st, &s, &r).expect("cds").initial_versions, 3);
     let p = st.next_response(&s).expect("cds");
     assert_eq!(
         (names(&p), removed(&p)),
@@ -173,10 +175,9 @@ fn reconnect_sends_only_differing_versions_and_removals() {
 fn cluster_update_resends_its_cla_and_removal_waits_for_routes() {
     let s = base();
     let mut st = stream(&s);
-    st.on_request(&req(Cluster, &[], &[], "")).expect("cds");
-    st.on_request(&req(Endpoint, &["c1", "c2"], &[], ""))
-        .expect("eds");
-    st.on_request(&req(Route, &["r1"], &[], "")).expect("rds");
+    on(&mut st, &s, &req(Cluster, &[], &[], "")).expect("cds");
+    on(&mut st, &s, &req(Endpoint, &["c1", "c2"], &[], "")).expect("eds");
+    on(&mut st, &s, &req(Route, &["r1"], &[], "")).expect("rds");
     for _ in 0..3 {
         let p = st.next_response(&s).expect("initial");
         ack(&mut st, &p);
@@ -215,8 +216,7 @@ fn cluster_update_resends_its_cla_and_removal_waits_for_routes() {
 fn laggard_gets_latest_state_coalesced() {
     let s = base();
     let mut st = stream(&s);
-    st.on_request(&req(Endpoint, &["c1"], &[], ""))
-        .expect("eds");
+    on(&mut st, &s, &req(Endpoint, &["c1"], &[], "")).expect("eds");
     let p = st.next_response(&s).expect("c1");
     let mut cur = s;
     for i in 0..100 {
@@ -241,22 +241,212 @@ fn unsubscribe_and_limits() {
         max_names_per_stream: 3,
         ..Limits::default()
     };
-    let mut st = DeltaStream::new(1, None, limits, &s);
-    st.on_request(&req(Endpoint, &["c1", "c2"], &[], ""))
-        .expect("eds");
-    st.on_request(&req(Endpoint, &[], &["c2"], ""))
-        .expect("unsub");
+    let mut st = DeltaStream::new(None, limits, &s);
+    on(&mut st, &s, &req(Endpoint, &["c1", "c2"], &[], "")).expect("eds");
+    on(&mut st, &s, &req(Endpoint, &[], &["c2"], "")).expect("unsub");
     let p = st.next_response(&s).expect("c1 only");
     assert_eq!(names(&p), ["c1"]);
     let many: Vec<String> = (0..5).map(|i| format!("n{i}")).collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
-    let e = st
-        .on_request(&req(Route, &many, &[], ""))
-        .expect_err("too many");
+    let e = on(&mut st, &s, &req(Route, &many, &[], "")).expect_err("too many");
     assert!(matches!(e, Error::TooManyNames { limit: 3, .. }), "{e}");
-    let e = st.on_request(&DeltaDiscoveryRequest {
-        type_url: "type.googleapis.com/x.Y".into(),
-        ..Default::default()
-    });
+    let e = on(
+        &mut st,
+        &s,
+        &DeltaDiscoveryRequest {
+            type_url: "type.googleapis.com/x.Y".into(),
+            ..Default::default()
+        },
+    );
     assert!(matches!(e, Err(Error::UnknownTypeUrl(_))));
+}
+
+#[test]
+fn route_update_and_new_cluster_order_hold_under_endpoint_churn() {
+    let s = base();
+    let mut st = stream(&s);
+    on(&mut st, &s, &req(Cluster, &[], &[], "")).expect("cds");
+    on(&mut st, &s, &req(Endpoint, &["c1", "c2"], &[], "")).expect("eds");
+    on(&mut st, &s, &req(Route, &["r1"], &[], "")).expect("rds");
+    for _ in 0..3 {
+        let p = st.next_response(&s).expect("initial");
+        ack(&mut st, &p);
+    }
+    // Churn on c1 keeps an EDS push in flight; r1 changes meanwhile.
+    let s2 = next(&s, &[(Endpoint, "c1", Some("cla-1b"))]);
+    let e = st.next_response(&s2).expect("eds");
+    assert_eq!(e.t, Endpoint);
+    let s3 = next(&s2, &[(Route, "r1", Some("route-1b"))]);
+    let r = st
+        .next_response(&s3)
+        .expect("the route does not wait for c1's churn");
+    assert_eq!(r.t, Route);
+    ack(&mut st, &r);
+    ack(&mut st, &e);
+    // A new cluster: its assignment still goes before a route that may use it.
+    let s4 = next(
+        &s3,
+        &[
+            (Cluster, "c3", Some("cluster-3")),
+            (Endpoint, "c3", Some("cla-3")),
+            (Route, "r1", Some("route-1c")),
+        ],
+    );
+    on(&mut st, &s4, &req(Endpoint, &["c3"], &[], "")).expect("eds c3");
+    let c = st.next_response(&s4).expect("cds first");
+    assert_eq!((c.t, names(&c)), (Cluster, vec!["c3".to_string()]));
+    assert!(st.next_response(&s4).is_none(), "all wait for the CDS ACK");
+    ack(&mut st, &c);
+    let e = st.next_response(&s4).expect("c3's assignment");
+    assert_eq!((e.t, names(&e)), (Endpoint, vec!["c3".to_string()]));
+    assert!(
+        st.next_response(&s4).is_none(),
+        "the route waits for the new cluster's assignment"
+    );
+    ack(&mut st, &e);
+    assert_eq!(st.next_response(&s4).expect("route").t, Route);
+}
+
+#[test]
+fn cluster_removal_is_not_starved_by_endpoint_churn() {
+    let s = base();
+    let mut st = stream(&s);
+    on(&mut st, &s, &req(Cluster, &[], &[], "")).expect("cds");
+    on(&mut st, &s, &req(Endpoint, &["c1", "c2"], &[], "")).expect("eds");
+    for _ in 0..2 {
+        let p = st.next_response(&s).expect("initial");
+        ack(&mut st, &p);
+    }
+    let mut cur = next(&s, &[(Cluster, "c2", None), (Endpoint, "c2", None)]);
+    let mut eds_in_flight: Option<DeltaPush> = None;
+    let mut cluster_removed = false;
+    for i in 0..20 {
+        // c1's endpoints change every round, and the previous EDS push is ACKed only
+        // after that: EDS always has a push in flight or one pending.
+        cur = next(&cur, &[(Endpoint, "c1", Some(&format!("cla-1-v{i}")))]);
+        if let Some(p) = eds_in_flight.take() {
+            ack(&mut st, &p);
+        }
+        while let Some(p) = st.next_response(&cur) {
+            match p.t {
+                Cluster => {
+                    assert_eq!((names(&p), removed(&p)), (vec![], vec!["c2".to_string()]));
+                    cluster_removed = true;
+                    ack(&mut st, &p);
+                }
+                Endpoint => eds_in_flight = Some(p),
+                t => panic!("unexpected {t:?}"),
+            }
+        }
+    }
+    assert!(
+        cluster_removed,
+        "the removal of c2 must go out while c1's endpoints keep changing"
+    );
+}
+
+#[test]
+fn subscribed_and_reconnect_names_share_the_snapshot_strings() {
+    let s = base();
+    let mut st = stream(&s);
+    let mut r = req(Endpoint, &["c1", "other"], &[], "");
+    r.initial_resource_versions = HashMap::from([
+        ("c1".to_string(), version(&s, Endpoint, "c1")),
+        ("c2".to_string(), "old".to_string()),
+    ]);
+    on(&mut st, &s, &r).expect("eds");
+    let snap_c1 = s.resources.endpoints.get("c1").expect("c1");
+    let eds = &st.types[Endpoint.index()];
+    let held = eds.known.get("c1").expect("known");
+    assert!(Arc::ptr_eq(held, snap_c1), "the snapshot's own resource");
+    let sub = eds.names.get("c1").expect("subscribed");
+    assert!(Arc::ptr_eq(sub, &snap_c1.name));
+    assert_eq!(
+        &*eds.known.get("c2").expect("c2").version,
+        "old",
+        "a differing version is kept as reported"
+    );
+    assert!(
+        eds.names.contains("other"),
+        "names the snapshot lacks still subscribe"
+    );
+    let p = st.next_response(&s).expect("eds");
+    assert_eq!(
+        (names(&p), removed(&p), p.resent_known),
+        (vec![], vec!["other".to_string()], 0)
+    );
+    let eds = &st.types[Endpoint.index()];
+    assert!(
+        eds.initial.is_empty(),
+        "reconnect versions are dropped once answered"
+    );
+    assert!(
+        eds.known.get("c2").is_none(),
+        "an unsubscribed name reported on reconnect is not tracked"
+    );
+}
+
+#[test]
+fn a_synced_stream_shares_the_snapshot_maps() {
+    let s = base();
+    let mut st = stream(&s);
+    on(&mut st, &s, &req(Cluster, &[], &[], "")).expect("cds");
+    on(&mut st, &s, &req(Endpoint, &["c1", "c2"], &[], "")).expect("eds");
+    for _ in 0..2 {
+        let p = st.next_response(&s).expect("initial");
+        ack(&mut st, &p);
+    }
+    let shared = |st: &DeltaStream, s: &Snapshot| {
+        st.types[Cluster.index()]
+            .known
+            .ptr_eq(&s.resources.clusters)
+            && st.types[Endpoint.index()]
+                .known
+                .ptr_eq(&s.resources.endpoints)
+    };
+    assert!(shared(&st, &s), "synced: no private copy");
+    let s2 = next(&s, &[(Endpoint, "c2", Some("cla-2b"))]);
+    let p = st.next_response(&s2).expect("push");
+    assert_eq!(names(&p), ["c2"]);
+    assert!(shared(&st, &s2), "shared again right after the push");
+    ack(&mut st, &p);
+    assert!(st.next_response(&s2).is_none());
+    // A stream subscribed to part of the view keeps its own map, and still works.
+    let mut part = stream(&s2);
+    on(&mut part, &s2, &req(Endpoint, &["c1"], &[], "")).expect("eds");
+    let p = part.next_response(&s2).expect("c1");
+    assert_eq!(names(&p), ["c1"]);
+    assert!(
+        !part.types[Endpoint.index()]
+            .known
+            .ptr_eq(&s2.resources.endpoints)
+    );
+    ack(&mut part, &p);
+    let s3 = next(&s2, &[(Endpoint, "c2", Some("cla-2c"))]);
+    assert!(part.next_response(&s3).is_none(), "c2 is not subscribed");
+}
+
+#[test]
+fn reconnect_holding_the_whole_view_shares_it_and_gets_nothing() {
+    let s = base();
+    let mut st = stream(&s);
+    let mut r = req(Cluster, &[], &[], "");
+    r.initial_resource_versions = HashMap::from([
+        ("c1".to_string(), version(&s, Cluster, "c1")),
+        ("c2".to_string(), version(&s, Cluster, "c2")),
+    ]);
+    assert_eq!(on(&mut st, &s, &r).expect("cds").initial_versions, 2);
+    assert!(
+        st.types[Cluster.index()]
+            .known
+            .ptr_eq(&s.resources.clusters)
+    );
+    assert!(
+        st.next_response(&s).is_none(),
+        "nothing changed: nothing sent"
+    );
+    // It still follows changes from there.
+    let s2 = next(&s, &[(Cluster, "c2", Some("cluster-2b"))]);
+    let p = st.next_response(&s2).expect("change");
+    assert_eq!((names(&p), p.resent_known), (vec!["c2".to_string()], 0));
 }

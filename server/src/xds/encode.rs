@@ -1,23 +1,19 @@
-//! Wire encoding of discovery responses around shared resource bytes, and the tonic
-//! codec that uses it.
+//! Wire encoding of discovery responses around shared resource bytes.
 //!
 //! envoy-types' `google.protobuf.Any` holds its value as `Vec<u8>`, so building a
 //! `DeltaDiscoveryResponse` with prost would copy (and allocate) every resource's
 //! bytes once per proxy. Instead, [`DeltaOut`] and [`SotwOut`] keep `Arc<Resource>`s
-//! from the snapshot and write the protobuf wire format by hand, straight into tonic's
-//! outgoing frame buffer: the only copy of a resource's bytes is the unavoidable one
+//! from the snapshot and write the protobuf wire format by hand, straight into the
+//! response's frame (see `frame`): the only copy of a resource's bytes is the unavoidable one
 //! into the HTTP/2 frame, and nothing is re-encoded per proxy.
 //!
 //! What it does NOT do: decide what goes into a response (see `delta` and `sotw`).
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 
-use bytes::{Buf, BufMut};
+use bytes::{BufMut, BytesMut};
 use deltapilot_engine::xds::{Resource, ResourceType};
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
-use tonic::Status;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
 /// A `DeltaDiscoveryResponse`, holding shared resources instead of copies.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -155,19 +151,19 @@ impl SotwOut {
     }
 }
 
-/// A message this codec can write.
+/// A response the stream bodies can frame (see `frame`).
 pub trait WireOut: Send + 'static {
     /// Encoded size in bytes.
     fn wire_len(&self) -> usize;
     /// Writes the message.
-    fn wire_encode(&self, buf: &mut EncodeBuf<'_>);
+    fn wire_encode(&self, buf: &mut BytesMut);
 }
 
 impl WireOut for DeltaOut {
     fn wire_len(&self) -> usize {
         self.encoded_len()
     }
-    fn wire_encode(&self, buf: &mut EncodeBuf<'_>) {
+    fn wire_encode(&self, buf: &mut BytesMut) {
         self.encode(buf)
     }
 }
@@ -176,64 +172,8 @@ impl WireOut for SotwOut {
     fn wire_len(&self) -> usize {
         self.encoded_len()
     }
-    fn wire_encode(&self, buf: &mut EncodeBuf<'_>) {
+    fn wire_encode(&self, buf: &mut BytesMut) {
         self.encode(buf)
-    }
-}
-
-/// A tonic codec that decodes requests with prost and encodes responses with
-/// [`WireOut`], so shared resource bytes go straight into the frame.
-#[derive(Debug)]
-pub struct XdsCodec<O, I>(PhantomData<fn() -> (O, I)>);
-
-impl<O, I> Default for XdsCodec<O, I> {
-    fn default() -> Self {
-        XdsCodec(PhantomData)
-    }
-}
-
-/// Encoder half of [`XdsCodec`].
-#[derive(Debug)]
-pub struct OutEncoder<O>(PhantomData<fn() -> O>);
-
-/// Decoder half of [`XdsCodec`].
-#[derive(Debug)]
-pub struct InDecoder<I>(PhantomData<fn() -> I>);
-
-impl<O: WireOut> Encoder for OutEncoder<O> {
-    type Item = O;
-    type Error = Status;
-
-    fn encode(&mut self, item: O, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.reserve(item.wire_len());
-        item.wire_encode(dst);
-        Ok(())
-    }
-}
-
-impl<I: prost::Message + Default + 'static> Decoder for InDecoder<I> {
-    type Item = I;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<I>, Status> {
-        let len = src.remaining();
-        I::decode(src.copy_to_bytes(len))
-            .map(Some)
-            .map_err(|e| Status::invalid_argument(format!("malformed discovery request: {e}")))
-    }
-}
-
-impl<O: WireOut, I: prost::Message + Default + Send + 'static> Codec for XdsCodec<O, I> {
-    type Encode = O;
-    type Decode = I;
-    type Encoder = OutEncoder<O>;
-    type Decoder = InDecoder<I>;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        OutEncoder(PhantomData)
-    }
-    fn decoder(&mut self) -> Self::Decoder {
-        InDecoder(PhantomData)
     }
 }
 

@@ -6,14 +6,18 @@
 //! - [`sotw::SotwStream`]: state of the world, for Envoy's `GRPC` mode and
 //!   proxyless gRPC clients.
 //! - [`service`]: the gRPC services (ADS and the per-type CDS/EDS/LDS/RDS services).
+//! - [`frame`] and [`request`]: gRPC framing by hand in both directions, and lean
+//!   request decoding, so that no per-stream buffer outlives its message.
 //!
 //! What it does NOT do: build resources or decide what a proxy type may see (that is
 //! the engine's `xds::generate` and `xds::view`).
 
 pub mod delta;
 pub mod encode;
+pub mod frame;
 mod order;
 pub mod registry;
+pub mod request;
 pub mod service;
 pub mod sotw;
 #[cfg(test)]
@@ -81,21 +85,19 @@ pub struct RequestOutcome {
     pub initial_versions: usize,
 }
 
-/// Unique nonces: the stream id and a per-stream counter.
-#[derive(Debug, Clone)]
+/// Nonces unique within a stream: a per-stream counter, in hex. The protocol only
+/// asks a nonce to tell one response on the stream from another, and it travels in
+/// every response and ACK, so it is kept short (the stream id is not repeated in
+/// it: the debug views show it next to the nonce).
+#[derive(Debug, Clone, Default)]
 pub(crate) struct NonceGen {
-    stream: u64,
     next: u64,
 }
 
 impl NonceGen {
-    pub(crate) fn new(stream: u64) -> Self {
-        NonceGen { stream, next: 0 }
-    }
-
     pub(crate) fn next(&mut self) -> String {
         self.next += 1;
-        format!("{:x}-{}", self.stream, self.next)
+        format!("{:x}", self.next)
     }
 }
 

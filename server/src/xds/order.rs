@@ -3,10 +3,16 @@
 //! Additions and updates flow forward (CDS → EDS → LDS → RDS): a type's upserts wait
 //! while an earlier type has upserts pending or a response in flight, so a proxy
 //! never receives a listener or route that points at a cluster it does not have yet.
-//! Removals flow backward (RDS → LDS → EDS → CDS): a type's removals wait while any
-//! later type has work pending or in flight, so routes stop referencing a cluster
-//! before the cluster goes. Upserts never wait on removals, so the two flows cannot
-//! deadlock.
+//! A type whose work cannot matter to later types says so (`ungated`): EDS churn on
+//! clusters the proxy already holds does not hold back listeners and routes, only the
+//! assignments of clusters just (re)sent do (the caller tracks which).
+//! Removals flow backward (RDS → LDS → CDS/EDS): a type's removals wait while a
+//! type that can reference it has work pending or in flight, so routes stop
+//! referencing a cluster before the cluster goes. Only listeners and routes
+//! reference other resources (a listener its route configuration and clusters, a
+//! route configuration its clusters); CDS and EDS do not wait on each other, so
+//! continuous endpoint churn (EDS always busy) cannot starve a cluster's removal.
+//! Upserts never wait on removals, so the two flows cannot deadlock.
 //!
 //! What it does NOT do: look at names or versions; callers summarise each type's
 //! pending work as three flags.
@@ -22,6 +28,9 @@ pub(crate) struct TypeWork {
     pub(crate) removals: bool,
     /// A response of this type is not yet ACKed or NACKed.
     pub(crate) in_flight: bool,
+    /// Its pending and in-flight work never holds back later types' upserts
+    /// (default `false`: it does).
+    pub(crate) ungated: bool,
 }
 
 /// What to send next.
@@ -35,16 +44,25 @@ pub(crate) struct Pick {
     pub(crate) removals: bool,
 }
 
+/// Whether resources of type `j` can reference resources of type `i` (so `i`'s
+/// removals must wait for `j`'s work). Only LDS and RDS reference anything.
+fn references(j: usize, i: usize) -> bool {
+    j > i && j >= ResourceType::Listener.index()
+}
+
 fn removals_unblocked(w: &[TypeWork; 4], i: usize) -> bool {
-    w[i + 1..]
-        .iter()
-        .all(|v| !v.in_flight && !v.upserts && !v.removals)
+    w.iter()
+        .enumerate()
+        .filter(|(j, _)| references(*j, i))
+        .all(|(_, v)| !v.in_flight && !v.upserts && !v.removals)
 }
 
 /// The next response to send, if any type may send now.
 pub(crate) fn pick(w: &[TypeWork; 4]) -> Option<Pick> {
     for (i, t) in ResourceType::ALL.into_iter().enumerate() {
-        let earlier_busy = w[..i].iter().any(|u| u.in_flight || u.upserts);
+        let earlier_busy = w[..i]
+            .iter()
+            .any(|u| !u.ungated && (u.in_flight || u.upserts));
         if w[i].upserts && !w[i].in_flight && !earlier_busy {
             return Some(Pick {
                 t,
@@ -74,7 +92,25 @@ mod tests {
             upserts,
             removals,
             in_flight,
+            ungated: false,
         }
+    }
+
+    #[test]
+    fn ungated_endpoint_churn_does_not_hold_back_routes() {
+        let idle = TypeWork::default();
+        let churn = TypeWork {
+            ungated: true,
+            ..w(true, false, true)
+        };
+        let p = pick(&[idle, churn, idle, w(true, false, false)]).expect("rds goes");
+        assert_eq!((p.t, p.upserts), (ResourceType::Route, true));
+        let fresh = w(true, false, true);
+        assert_eq!(
+            pick(&[idle, fresh, idle, w(true, false, false)]),
+            None,
+            "a just-sent cluster's assignment still goes before routes"
+        );
     }
 
     #[test]
@@ -116,6 +152,41 @@ mod tests {
         assert_eq!(
             pick(&done).map(|p| (p.t, p.removals)),
             Some((ResourceType::Cluster, true))
+        );
+    }
+
+    #[test]
+    fn cluster_removals_go_through_continuous_endpoint_churn() {
+        let idle = TypeWork::default();
+        // EDS is never idle under churn: a push in flight, the next one pending.
+        let churn = [
+            w(false, false, true),
+            w(false, false, false),
+            w(true, false, true),
+            w(false, false, false),
+            w(true, false, false),
+        ];
+        for eds in churn {
+            let p = pick(&[w(false, true, false), eds, idle, idle]).expect("something goes");
+            let cds_removal = p.t == ResourceType::Cluster && p.removals;
+            let eds_upsert = p.t == ResourceType::Endpoint && p.upserts;
+            assert!(
+                cds_removal || eds_upsert,
+                "EDS {eds:?}: got {p:?}; the removal must not wait for EDS"
+            );
+            if !eds.upserts || eds.in_flight {
+                assert!(cds_removal, "EDS {eds:?}: the removal goes now, got {p:?}");
+            }
+        }
+        // Listeners and routes still hold it back.
+        assert_eq!(
+            pick(&[
+                w(false, true, false),
+                w(true, false, true),
+                idle,
+                w(false, false, true)
+            ]),
+            None
         );
     }
 

@@ -1,16 +1,17 @@
 //! The gRPC services: ADS (`DeltaAggregatedResources`, `StreamAggregatedResources`)
 //! and the per-type CDS/EDS/LDS/RDS services, all running the same state machines.
 //!
-//! Each stream is one task running a thin loop: send whatever the state machine
-//! allows, then wait for the next request, snapshot, drain signal or stall deadline.
-//! Responses go through a bounded channel of [`OUTBOUND_CAPACITY`]; because at most
-//! one response per type is in flight, the channel can never hold more than that,
-//! so a client that stops reading only stops its own stream (its state keeps
-//! coalescing) and is closed after the stall timeout.
+//! Each stream is a thin loop: send whatever the state machine allows, then wait
+//! for the next request, snapshot, drain signal or stall deadline. The loop is the
+//! response body itself (see [`run_stream`]): hyper's per-stream task polls it, so
+//! there is no task or channel of ours per stream. Because at most one response per
+//! type is in flight, nothing ever queues; a client that stops reading only stops
+//! its own stream (its state keeps coalescing).
 //!
 //! The services are hand-written tower services rather than envoy-types' generated
-//! ones so that responses use [`XdsCodec`], which writes shared resource bytes
-//! straight into the frame.
+//! ones, and frame messages themselves (see `frame`): responses are written from
+//! shared resource bytes into one exactly sized buffer each, requests are decoded
+//! leanly (see `request`), and no per-stream buffer outlives its message.
 //!
 //! What it does NOT do: decide what to send (see `delta` and `sotw`).
 
@@ -20,27 +21,26 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
+use bytes::Bytes;
 use deltapilot_engine::model::Proxy;
+use deltapilot_engine::snapshot::Snapshot;
 use deltapilot_engine::snapshot::SnapshotReader;
 use deltapilot_engine::xds::ResourceType;
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
-use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use tokio::sync::watch;
+use tonic::Status;
 use tonic::codegen::{Body, BoxFuture, Context, Poll, Service, StdError, http};
-use tonic::server::{Grpc, NamedService, StreamingService};
-use tonic::{Status, Streaming};
+use tonic::server::NamedService;
 
 use super::delta::DeltaStream;
-use super::encode::{DeltaOut, SotwOut, XdsCodec};
+use super::encode::{DeltaOut, SotwOut, WireOut};
+use super::frame::{Inbound, Outbound, response};
 use super::registry::{Inspect, StreamRegistry, TypeStatus};
+use super::request::DeltaRequest;
 use super::sotw::SotwStream;
 use super::{Limits, RequestOutcome};
 use crate::Error;
 use crate::metrics::Metrics;
-
-/// Capacity of each stream's outbound channel: one slot per resource type, since at
-/// most one response per type is ever in flight.
-pub const OUTBOUND_CAPACITY: usize = ResourceType::ALL.len();
 
 /// How many snapshot publication times [`PublishClock`] remembers; pushes are
 /// ACKed within a few snapshots, and an older one is simply not measured.
@@ -254,10 +254,11 @@ impl Drop for StreamGuard {
 
 /// The protocol flavour a stream loop drives.
 trait Protocol: Send + 'static {
-    type Req: prost::Message + Default + Send + 'static;
-    type Out: Send + 'static;
+    type Req: Send + 'static;
+    type Out: WireOut;
     const API: &'static str;
-    fn on_request(&mut self, req: &Self::Req) -> Result<RequestOutcome, Error>;
+    fn decode(msg: Bytes) -> Result<Self::Req, Error>;
+    fn on_request(&mut self, req: &Self::Req, snap: &Snapshot) -> Result<RequestOutcome, Error>;
     fn on_snapshot(&mut self, snap: &deltapilot_engine::snapshot::Snapshot);
     /// The next response plus `(type, resources, removals, resent_known)`.
     fn next(
@@ -285,11 +286,14 @@ fn lock<P>(m: &Mutex<P>) -> std::sync::MutexGuard<'_, P> {
 }
 
 impl Protocol for DeltaStream {
-    type Req = DeltaDiscoveryRequest;
+    type Req = DeltaRequest;
     type Out = DeltaOut;
     const API: &'static str = "delta";
-    fn on_request(&mut self, req: &Self::Req) -> Result<RequestOutcome, Error> {
-        DeltaStream::on_request(self, req)
+    fn decode(msg: Bytes) -> Result<DeltaRequest, Error> {
+        DeltaRequest::decode_from(msg)
+    }
+    fn on_request(&mut self, req: &Self::Req, snap: &Snapshot) -> Result<RequestOutcome, Error> {
+        DeltaStream::on_request(self, req, snap)
     }
     fn on_snapshot(&mut self, snap: &deltapilot_engine::snapshot::Snapshot) {
         DeltaStream::on_snapshot(self, snap)
@@ -320,7 +324,11 @@ impl Protocol for SotwStream {
     type Req = DiscoveryRequest;
     type Out = SotwOut;
     const API: &'static str = "sotw";
-    fn on_request(&mut self, req: &Self::Req) -> Result<RequestOutcome, Error> {
+    fn decode(msg: Bytes) -> Result<DiscoveryRequest, Error> {
+        <DiscoveryRequest as prost::Message>::decode(msg)
+            .map_err(|e| Error::Malformed(e.to_string()))
+    }
+    fn on_request(&mut self, req: &Self::Req, _snap: &Snapshot) -> Result<RequestOutcome, Error> {
         SotwStream::on_request(self, req)
     }
     fn on_snapshot(&mut self, snap: &deltapilot_engine::snapshot::Snapshot) {
@@ -351,6 +359,7 @@ impl Protocol for SotwStream {
 fn reject_reason(e: &Error) -> &'static str {
     match e {
         Error::UnknownTypeUrl(_) => "unknown_type",
+        Error::Malformed(_) => "bad_message",
         Error::WrongService { .. } => "wrong_service",
         Error::TooManyNames { .. } => "too_many_names",
         Error::TooManyStreams { .. } => "too_many_streams",
@@ -359,113 +368,119 @@ fn reject_reason(e: &Error) -> &'static str {
     }
 }
 
-/// One stream's loop. Ends when the client goes away, on drain, on a fatal
-/// protocol error (sent as the final status) or on a stall.
-async fn run_stream<P: Protocol>(
+/// One stream's loop, as the stream of its responses: the response body polls it
+/// directly, so a snapshot or an ACK wakes the one task hyper already runs for
+/// the stream (no task of our own, no channel, no hop between the two). It ends
+/// when the client goes away (hyper drops the body), on drain, on a fatal
+/// protocol error or on a stall; those end with their status (the trailers).
+///
+/// Backpressure is HTTP/2's: the body is polled for the next response only when
+/// the stream has send window, and at most one response per type is in flight,
+/// so nothing queues. While a client withholds window entirely the loop is not
+/// polled, so its stall timer cannot fire; HTTP/2 keepalive (see [`serve`]) still
+/// closes a connection whose peer stopped reading its socket.
+fn run_stream<P: Protocol>(
     shared: Arc<XdsShared>,
     (id, service): (u64, &'static str),
     state: P,
-    mut inbound: Streaming<P::Req>,
-    tx: mpsc::Sender<Result<P::Out, Status>>,
+    mut inbound: Inbound,
     mut guard: StreamGuard,
-) {
-    let state = Arc::new(Mutex::new(state));
-    let _registered = shared.streams.register(id, P::API, service, state.clone());
-    let mut drain = shared.drain.clone();
-    let mut ready = shared.ready.clone();
-    while !*ready.borrow_and_update() {
-        tokio::select! {
-            r = ready.changed() => if r.is_err() { return },
-            r = drain.changed() => if r.is_err() || *drain.borrow() {
-                let _ = tx.try_send(Err(Error::Draining.to_status()));
+) -> impl futures::Stream<Item = Result<P::Out, Status>> + Send + 'static {
+    async_stream::stream! {
+        let state = Arc::new(Mutex::new(state));
+        let _registered = shared.streams.register(id, P::API, service, state.clone());
+        let mut drain = shared.drain.clone();
+        let mut ready = shared.ready.clone();
+        while !*ready.borrow_and_update() {
+            let draining = tokio::select! {
+                r = ready.changed() => if r.is_err() { return } else { false },
+                r = drain.changed() => r.is_err() || *drain.borrow(),
+            };
+            if draining {
+                yield Err(Error::Draining.to_status());
                 return;
-            },
-        }
-    }
-    let mut snapshots = shared.snapshots.clone();
-    let mut snap = snapshots.load();
-    lock(&state).on_snapshot(&snap);
-    let mut snapshots_open = true;
-    let mut last_heard = Instant::now();
-    let stall = shared.limits.stall_timeout;
-    let end: Option<Status> = loop {
-        loop {
-            let permit = match tx.try_reserve() {
-                Ok(p) => p,
-                Err(mpsc::error::TrySendError::Full(())) => break,
-                Err(mpsc::error::TrySendError::Closed(())) => return,
-            };
-            let Some((out, t, n, removed, resent)) = lock(&state).next(&snap) else {
-                break;
-            };
-            shared.sent(P::API, t, n, removed);
-            if resent > 0 {
-                shared
-                    .metrics
-                    .reconnect_resent
-                    .get_or_create(&[("type", t.short_name())])
-                    .inc_by(resent as u64);
             }
-            permit.send(Ok(out));
         }
-        let waiting = lock(&state).in_flight() > 0;
-        let deadline = tokio::time::Instant::from_std(last_heard + stall);
-        tokio::select! {
-            r = drain.changed() => {
-                if r.is_err() || *drain.borrow() {
-                    break Some(Error::Draining.to_status());
+        let mut snapshots = shared.snapshots.clone();
+        let mut snap = snapshots.load();
+        lock(&state).on_snapshot(&snap);
+        let mut snapshots_open = true;
+        let mut last_heard = Instant::now();
+        let stall = shared.limits.stall_timeout;
+        let end: Option<Status> = loop {
+            loop {
+                let Some((out, t, n, removed, resent)) = lock(&state).next(&snap) else {
+                    break;
+                };
+                shared.sent(P::API, t, n, removed);
+                if resent > 0 {
+                    shared
+                        .metrics
+                        .reconnect_resent
+                        .get_or_create(&[("type", t.short_name())])
+                        .inc_by(resent as u64);
                 }
+                yield Ok(out);
             }
-            msg = inbound.message() => match msg {
-                Ok(Some(req)) => {
-                    last_heard = Instant::now();
-                    let result = lock(&state).on_request(&req);
-                    match result {
-                        Ok(outcome) => {
-                            guard.identify(lock(&state).proxy());
-                            shared.record(P::API, &outcome);
-                        }
-                        Err(e @ Error::UnknownTypeUrl(_)) => {
-                            // One unknown type must not break the others on this ADS stream.
-                            shared.reject(reject_reason(&e));
-                            tracing::warn!(api = P::API, error = %e, "ignoring request");
-                        }
-                        Err(e) => {
-                            shared.reject(reject_reason(&e));
-                            tracing::warn!(api = P::API, error = %e, "closing stream");
-                            break Some(e.to_status());
-                        }
+            let waiting = lock(&state).in_flight() > 0;
+            let deadline = tokio::time::Instant::from_std(last_heard + stall);
+            tokio::select! {
+                r = drain.changed() => {
+                    if r.is_err() || *drain.borrow() {
+                        break Some(Error::Draining.to_status());
                     }
                 }
-                Ok(None) => break None,
-                Err(status) => {
-                    // Oversized or malformed messages end here, and so does a client
-                    // that went away; either way the status is returned, best effort.
-                    if matches!(status.code(), tonic::Code::OutOfRange | tonic::Code::ResourceExhausted | tonic::Code::InvalidArgument) {
-                        shared.reject("bad_message");
-                        tracing::warn!(api = P::API, %status, "closing stream: bad request message");
-                    } else {
-                        tracing::debug!(api = P::API, %status, "stream ended by client");
+                msg = inbound.message() => match msg {
+                    Ok(Some(msg)) => {
+                        last_heard = Instant::now();
+                        let result = P::decode(msg).and_then(|req| lock(&state).on_request(&req, &snap));
+                        match result {
+                            Ok(outcome) => {
+                                guard.identify(lock(&state).proxy());
+                                shared.record(P::API, &outcome);
+                            }
+                            Err(e @ Error::UnknownTypeUrl(_)) => {
+                                // One unknown type must not break the others on this ADS stream.
+                                shared.reject(reject_reason(&e));
+                                tracing::warn!(api = P::API, error = %e, "ignoring request");
+                            }
+                            Err(e) => {
+                                shared.reject(reject_reason(&e));
+                                tracing::warn!(api = P::API, error = %e, "closing stream");
+                                break Some(e.to_status());
+                            }
+                        }
                     }
-                    break Some(status);
+                    Ok(None) => break None,
+                    Err(status) => {
+                        // Oversized or malformed messages end here, and so does a client
+                        // that went away; either way the status is returned, best effort.
+                        if matches!(status.code(), tonic::Code::OutOfRange | tonic::Code::ResourceExhausted | tonic::Code::InvalidArgument) {
+                            shared.reject("bad_message");
+                            tracing::warn!(api = P::API, %status, "closing stream: bad request message");
+                        } else {
+                            tracing::debug!(api = P::API, %status, "stream ended by client");
+                        }
+                        break Some(status);
+                    }
+                },
+                s = snapshots.changed(), if snapshots_open => match s {
+                    Some(s) => {
+                        snap = s;
+                        lock(&state).on_snapshot(&snap);
+                    }
+                    None => snapshots_open = false,
+                },
+                () = tokio::time::sleep_until(deadline), if waiting => {
+                    shared.reject("stalled");
+                    break Some(Error::Stalled(stall).to_status());
                 }
-            },
-            s = snapshots.changed(), if snapshots_open => match s {
-                Some(s) => {
-                    snap = s;
-                    lock(&state).on_snapshot(&snap);
-                }
-                None => snapshots_open = false,
-            },
-            () = tokio::time::sleep_until(deadline), if waiting => {
-                shared.reject("stalled");
-                break Some(Error::Stalled(stall).to_status());
             }
+        };
+        if let Some(status) = end {
+            // Best effort: a client that stopped reading will not see it anyway.
+            yield Err(status);
         }
-    };
-    if let Some(status) = end {
-        // Best effort: a client that stopped reading will not see it anyway.
-        let _ = tx.try_send(Err(status));
     }
 }
 
@@ -536,62 +551,28 @@ impl<K: ServiceKind> NamedService for XdsService<K> {
     const NAME: &'static str = K::NAME;
 }
 
-struct Method<P, K> {
-    shared: Arc<XdsShared>,
-    _p: PhantomData<fn() -> (P, K)>,
-}
-
 fn open<P: Protocol>(
     shared: Arc<XdsShared>,
     service: &'static str,
-    state: impl FnOnce(u64, &deltapilot_engine::snapshot::Snapshot) -> P,
-    inbound: Streaming<P::Req>,
-) -> Result<ReceiverStream<Result<P::Out, Status>>, Status> {
+    state: impl FnOnce(&Snapshot) -> P,
+    inbound: Inbound,
+) -> Result<Outbound<P::Out>, Status> {
     let guard = shared.admit(P::API)?;
     let id = shared.next_stream.fetch_add(1, Ordering::Relaxed);
-    let st = state(id, &shared.snapshots.load());
-    let (tx, rx) = mpsc::channel(OUTBOUND_CAPACITY);
-    tokio::spawn(run_stream(shared, (id, service), st, inbound, tx, guard));
-    Ok(ReceiverStream::new(rx))
+    let st = state(&shared.snapshots.load());
+    Ok(Outbound::new(run_stream(
+        shared,
+        (id, service),
+        st,
+        inbound,
+        guard,
+    )))
 }
 
-impl<K: ServiceKind> StreamingService<DeltaDiscoveryRequest> for Method<DeltaStream, K> {
-    type Response = DeltaOut;
-    type ResponseStream = ReceiverStream<Result<DeltaOut, Status>>;
-    type Future = BoxFuture<tonic::Response<Self::ResponseStream>, Status>;
-
-    fn call(&mut self, request: tonic::Request<Streaming<DeltaDiscoveryRequest>>) -> Self::Future {
-        let shared = self.shared.clone();
-        Box::pin(async move {
-            let limits = shared.limits;
-            let rx = open(
-                shared,
-                K::NAME,
-                |id, snap| DeltaStream::new(id, K::TYPE, limits, snap),
-                request.into_inner(),
-            )?;
-            Ok(tonic::Response::new(rx))
-        })
-    }
-}
-
-impl<K: ServiceKind> StreamingService<DiscoveryRequest> for Method<SotwStream, K> {
-    type Response = SotwOut;
-    type ResponseStream = ReceiverStream<Result<SotwOut, Status>>;
-    type Future = BoxFuture<tonic::Response<Self::ResponseStream>, Status>;
-
-    fn call(&mut self, request: tonic::Request<Streaming<DiscoveryRequest>>) -> Self::Future {
-        let shared = self.shared.clone();
-        Box::pin(async move {
-            let limits = shared.limits;
-            let rx = open(
-                shared,
-                K::NAME,
-                |id, snap| SotwStream::new(id, K::TYPE, limits, snap),
-                request.into_inner(),
-            )?;
-            Ok(tonic::Response::new(rx))
-        })
+fn reply<O: WireOut>(body: Result<Outbound<O>, Status>) -> http::Response<tonic::body::Body> {
+    match body {
+        Ok(b) => response(b),
+        Err(status) => status.into_http(),
     }
 }
 
@@ -619,33 +600,34 @@ where
             .next()
             .unwrap_or_default()
             .to_owned();
-        Box::pin(async move {
-            if method == K::DELTA {
-                let svc = Method::<DeltaStream, K> {
-                    shared,
-                    _p: PhantomData,
-                };
-                let mut grpc = Grpc::new(XdsCodec::<DeltaOut, DeltaDiscoveryRequest>::default())
-                    .apply_max_message_size_config(Some(max), Some(usize::MAX));
-                Ok(grpc.streaming(svc, req).await)
-            } else if method == K::SOTW {
-                let svc = Method::<SotwStream, K> {
-                    shared,
-                    _p: PhantomData,
-                };
-                let mut grpc = Grpc::new(XdsCodec::<SotwOut, DiscoveryRequest>::default())
-                    .apply_max_message_size_config(Some(max), Some(usize::MAX));
-                Ok(grpc.streaming(svc, req).await)
-            } else {
-                Ok(Status::unimplemented(format!(
-                    "{}/{method} is not served; use {} or {}",
-                    K::NAME,
-                    K::DELTA,
-                    K::SOTW
-                ))
-                .into_http())
-            }
-        })
+        let resp = if method == K::DELTA {
+            let inbound = Inbound::new(req.into_body(), max);
+            let limits = shared.limits;
+            reply(open(
+                shared,
+                K::NAME,
+                |snap| DeltaStream::new(K::TYPE, limits, snap),
+                inbound,
+            ))
+        } else if method == K::SOTW {
+            let inbound = Inbound::new(req.into_body(), max);
+            let limits = shared.limits;
+            reply(open(
+                shared,
+                K::NAME,
+                |snap| SotwStream::new(K::TYPE, limits, snap),
+                inbound,
+            ))
+        } else {
+            Status::unimplemented(format!(
+                "{}/{method} is not served; use {} or {}",
+                K::NAME,
+                K::DELTA,
+                K::SOTW
+            ))
+            .into_http()
+        };
+        Box::pin(std::future::ready(Ok(resp)))
     }
 }
 
@@ -656,6 +638,29 @@ pub fn routes(shared: Arc<XdsShared>) -> tonic::service::Routes {
         .add_service(XdsService::<Eds>::new(shared.clone()))
         .add_service(XdsService::<Lds>::new(shared.clone()))
         .add_service(XdsService::<Rds>::new(shared))
+}
+
+/// Listen backlog asked for the xDS socket. A fleet reconnecting after a restart
+/// or a network blip arrives as one burst (10,000 SYNs in well under a second);
+/// with tokio's default of 1,024 the kernel drops the overflow and the clients
+/// retry after 1 s and 3 s, which is most of a reconnect storm's duration. Linux
+/// caps the value at `net.core.somaxconn` (4,096 on the reference machine).
+pub const XDS_LISTEN_BACKLOG: u32 = 16_384;
+
+/// Binds the xDS listening socket with [`XDS_LISTEN_BACKLOG`].
+pub fn bind_listener(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, Error> {
+    let err = |source| Error::Bind { addr, source };
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .map_err(err)?;
+    // As std's `TcpListener::bind` does on Unix: a restarted server can rebind
+    // while old connections sit in TIME_WAIT.
+    socket.set_reuseaddr(true).map_err(err)?;
+    socket.bind(addr).map_err(err)?;
+    socket.listen(XDS_LISTEN_BACKLOG).map_err(err)
 }
 
 /// Serves xDS on `listener` until `drain` turns true; open streams end with

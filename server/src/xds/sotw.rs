@@ -94,6 +94,8 @@ impl TypeState {
             upserts,
             removals,
             in_flight: self.in_flight.is_some(),
+            // State of the world sends whole types; keep the strict order.
+            ungated: false,
         }
     }
 }
@@ -129,17 +131,12 @@ pub struct SotwStream {
 
 impl SotwStream {
     /// A new stream positioned at `snap`; `fixed` restricts it to one type.
-    pub fn new(
-        stream_id: u64,
-        fixed: Option<ResourceType>,
-        limits: Limits,
-        snap: &Snapshot,
-    ) -> Self {
+    pub fn new(fixed: Option<ResourceType>, limits: Limits, snap: &Snapshot) -> Self {
         SotwStream {
             proxy: None,
             fixed,
             limits,
-            nonces: NonceGen::new(stream_id),
+            nonces: NonceGen::default(),
             seq: snap.seq,
             types: Default::default(),
         }

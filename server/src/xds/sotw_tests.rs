@@ -41,7 +41,7 @@ fn ack(st: &mut SotwStream, p: &SotwPush, names: &[&str]) -> RequestOutcome {
 #[test]
 fn wildcard_cds_gets_full_state_with_version() {
     let s = base();
-    let mut st = SotwStream::new(1, None, Limits::default(), &s);
+    let mut st = SotwStream::new(None, Limits::default(), &s);
     st.on_request(&req(Cluster, &[], "")).expect("cds");
     let p = st.next_response(&s).expect("cds");
     assert_eq!(names(&p), ["c1", "c2"]);
@@ -57,7 +57,7 @@ fn wildcard_cds_gets_full_state_with_version() {
 #[test]
 fn grpc_named_requests_get_exactly_what_exists_and_node_is_remembered() {
     let s = base();
-    let mut st = SotwStream::new(1, None, Limits::default(), &s);
+    let mut st = SotwStream::new(None, Limits::default(), &s);
     let mut first = req(Endpoint, &["c2", "missing"], "");
     first.node = Some(Node {
         id: "grpc-client".into(),
@@ -84,7 +84,7 @@ fn grpc_named_requests_get_exactly_what_exists_and_node_is_remembered() {
 #[test]
 fn nack_not_answered_with_same_state_and_stale_ignored() {
     let s = base();
-    let mut st = SotwStream::new(1, None, Limits::default(), &s);
+    let mut st = SotwStream::new(None, Limits::default(), &s);
     st.on_request(&req(Route, &["r1"], "")).expect("rds");
     let p = st.next_response(&s).expect("rds");
     let mut nack = req(Route, &["r1"], &p.out.nonce);
@@ -106,7 +106,7 @@ fn nack_not_answered_with_same_state_and_stale_ignored() {
 #[test]
 fn cluster_resend_makes_eds_answer_again() {
     let s = base();
-    let mut st = SotwStream::new(1, None, Limits::default(), &s);
+    let mut st = SotwStream::new(None, Limits::default(), &s);
     st.on_request(&req(Cluster, &[], "")).expect("cds");
     st.on_request(&req(Endpoint, &["c1"], "")).expect("eds");
     let c = st.next_response(&s).expect("cds");

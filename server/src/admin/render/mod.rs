@@ -11,16 +11,19 @@
 //! HTTP protocol options), compiled with `protox` from the `.proto` files that ship
 //! inside the `envoy-types` crate this build uses, stripped of comments and
 //! options (except `map_entry`). Regenerate it when upgrading `envoy-types` or
-//! when the generator starts packing a new `Any` type: a throwaway program calls
-//! `protox::compile` on the roots (`envoy/config/{cluster,endpoint,listener,
-//! route}/v3/*.proto`, `envoy/extensions/upstreams/http/v3/http_protocol_options.proto`,
-//! `envoy/extensions/filters/http/router/v3/router.proto`,
-//! `envoy/extensions/filters/network/{http_connection_manager,tcp_proxy}/v3/*.proto`)
-//! with the include paths `data-plane-api`, `xds`, `googleapis`,
+//! when the generator starts packing a new `Any` type:
+//! `DELTAPILOT_REGENERATE_FDS=1 cargo test -p deltapilot-server --test debug_render_fds`
+//! rewrites it, and without the variable that test fails whenever the committed
+//! file differs from what the protos give. It runs `protox` (no `protoc`) on the
+//! roots `envoy/config/{cluster/v3/cluster,endpoint/v3/endpoint,listener/v3/listener,
+//! route/v3/route}.proto`, `envoy/extensions/upstreams/http/v3/http_protocol_options.proto`,
+//! `envoy/extensions/filters/http/router/v3/router.proto` and
+//! `envoy/extensions/filters/network/{http_connection_manager,tcp_proxy}/v3/*.proto`
+//! (with their imports), include paths `data-plane-api`, `xds`, `googleapis`,
 //! `protoc-gen-validate`, `opentelemetry-proto`, `cel-spec/proto` and
-//! `client_model` under the crate's `proto/` directory, clears `source_code_info`,
-//! every `options` but `MessageOptions::map_entry`, and services, and writes the
-//! encoded set here.
+//! `client_model` under the crate's `proto/` directory (found offline with
+//! `cargo metadata`), and clears `source_code_info`, every `options` but
+//! `MessageOptions::map_entry`, and services.
 //!
 //! Honesty rules: a field number the descriptors do not know is still shown, as
 //! `"[N]"` with its raw value; an `Any` of an unknown type shows its `@type` and
