@@ -6,6 +6,7 @@
 //! registry behaves again, changes flow. Every wait is bounded.
 
 mod support_eureka;
+mod support_log;
 
 use std::sync::Arc;
 

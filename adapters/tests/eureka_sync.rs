@@ -5,6 +5,7 @@
 //! bounded.
 
 mod support_eureka;
+mod support_log;
 
 use std::sync::Arc;
 

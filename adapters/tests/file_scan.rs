@@ -5,8 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use deltapilot_adapters::file::{FileAdapter, FileAdapterOptions, ProblemKind};
-use deltapilot_proto::Event;
 use deltapilot_proto::event::Payload;
+
+mod support_log;
+use support_log::summary;
 
 /// A ServiceEntry with one host and the given endpoint addresses.
 fn mk_se(name: &str, host: &str, addrs: &[&str]) -> String {
@@ -29,17 +31,6 @@ fn mk_adapter(dir: &Path, state: Option<&Path>) -> FileAdapter {
         ..Default::default()
     };
     FileAdapter::new(vec![dir.to_owned()], opts).expect("adapter")
-}
-
-/// `kind:key` of each event, resync markers as `resync:PHASE`.
-fn summary(events: &[Event]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| match &e.payload {
-            Some(Payload::Resync(m)) => format!("resync:{}", m.phase().as_str_name()),
-            _ => format!("{}:{}", e.kind_name(), e.key().unwrap_or_default()),
-        })
-        .collect()
 }
 
 fn write(path: &Path, text: &str) {

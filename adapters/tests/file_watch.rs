@@ -7,19 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deltapilot_adapters::file::{FileAdapter, FileAdapterOptions, FileAdapterStatus, ProblemKind};
-use deltapilot_engine::fold;
-use deltapilot_engine::log::EventLog;
 use deltapilot_engine::log::file::FileLog;
-use deltapilot_engine::state::ModelState;
-use deltapilot_proto::Event;
-use deltapilot_proto::event::Payload;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// Upper bound of every wait: generous for a loaded 2-core CI machine, while the
-/// adapter normally reacts within its 100 ms debounce.
-const WAIT: Duration = Duration::from_secs(20);
-const POLL: Duration = Duration::from_millis(20);
+mod support_log;
+use support_log::{WAIT, all_events, fold_all, summary, wait_log};
 
 fn mk_se(name: &str, host: &str, addrs: &[&str]) -> String {
     let mut s = format!(
@@ -39,49 +32,6 @@ fn write_atomic(path: &Path, text: &str) {
     let tmp: PathBuf = path.with_file_name(".incoming.tmp");
     std::fs::write(&tmp, text).expect("write temp");
     std::fs::rename(&tmp, path).expect("rename");
-}
-
-fn summary(events: &[Event]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| match &e.payload {
-            Some(Payload::Resync(m)) => format!("resync:{}", m.phase().as_str_name()),
-            _ => format!("{}:{}", e.kind_name(), e.key().unwrap_or_default()),
-        })
-        .collect()
-}
-
-async fn all_events(log: &FileLog) -> Vec<Event> {
-    let mut pos = log.start();
-    let mut out = Vec::new();
-    for _ in 0..10_000 {
-        let recs = log.read(&pos, 1000).await.expect("read log");
-        if recs.is_empty() {
-            return out;
-        }
-        for r in recs {
-            pos.advance(r.pos);
-            out.push(r.decode().expect("decode"));
-        }
-    }
-    panic!("log read did not end");
-}
-
-/// Polls the log until `done` holds, bounded by [`WAIT`].
-async fn wait_log(log: &FileLog, what: &str, done: impl Fn(&[String]) -> bool) -> Vec<Event> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let events = all_events(log).await;
-        if done(&summary(&events)) {
-            return events;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}; log: {:#?}",
-            summary(&events)
-        );
-        tokio::time::sleep(POLL).await;
-    }
 }
 
 async fn wait_status(
@@ -134,29 +84,6 @@ fn watch_only() -> FileAdapterOptions {
 }
 
 /// Folds the whole log with the engine and checks it accepted every event.
-fn fold_all(events: &[Event]) -> ModelState {
-    let positioned: Vec<_> = events
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            (
-                deltapilot_engine::log::RecordPos {
-                    partition: 0,
-                    offset: i as u64,
-                },
-                e.clone(),
-            )
-        })
-        .collect();
-    let out = fold::fold(&ModelState::default(), &positioned);
-    assert!(
-        out.skipped.is_empty(),
-        "the engine refused events the adapter wrote: {:#?}",
-        out.skipped
-    );
-    out.state
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watched_changes_reach_the_log_as_entity_events() {
     let dir = tempfile::tempdir().expect("watch dir");

@@ -6,6 +6,7 @@
 //! server runs here.)
 
 mod support_k8s;
+mod support_log;
 
 use std::path::Path;
 

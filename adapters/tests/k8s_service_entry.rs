@@ -7,6 +7,7 @@
 //! engine folds the log into the ClusterLoadAssignment of the entry's host.
 
 mod support_k8s;
+mod support_log;
 
 use deltapilot_engine::xds::generate::{GenOptions, build_all};
 use deltapilot_proto::{self as pb, event::Payload};

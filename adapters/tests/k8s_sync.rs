@@ -4,6 +4,7 @@
 //! real engine. Every wait is bounded.
 
 mod support_k8s;
+mod support_log;
 
 use deltapilot_adapters::kubernetes::{KubernetesOptions, ResourceKind, SyncState};
 use deltapilot_proto::{self as pb, event::Payload};

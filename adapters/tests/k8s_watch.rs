@@ -6,6 +6,7 @@
 //! expectation is the exact list of appended events. Every wait is bounded.
 
 mod support_k8s;
+mod support_log;
 
 use std::time::Duration;
 

@@ -10,6 +10,7 @@
 //! binary, is `server/tests/merge_registries.rs`.
 
 mod support_eureka;
+mod support_log;
 
 use std::sync::Arc;
 use std::time::Duration;

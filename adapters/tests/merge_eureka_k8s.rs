@@ -12,6 +12,7 @@
 
 mod support_eureka;
 mod support_k8s;
+mod support_log;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,19 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deltapilot_adapters::eureka::{EurekaAdapter, EurekaAdapterStatus, EurekaOptions};
-use deltapilot_engine::fold;
 use deltapilot_engine::log::file::FileLog;
-use deltapilot_engine::log::{EventLog, RecordPos};
-use deltapilot_engine::state::ModelState;
 use deltapilot_proto::Event;
 use deltapilot_proto::event::Payload;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// Upper bound of every wait: generous for a loaded 2-core machine, while the
-/// adapter normally reacts within one 50 ms refresh.
-pub const WAIT: Duration = Duration::from_secs(30);
-const POLL: Duration = Duration::from_millis(20);
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use crate::support_log::{POLL, WAIT, all_events, fold_all, summary, wait_log};
 
 /// Options for tests: fast polling, short timeouts and retries, a small cap.
 pub fn fast(url: &str) -> EurekaOptions {
@@ -28,51 +23,6 @@ pub fn fast(url: &str) -> EurekaOptions {
         retry_initial: Duration::from_millis(20),
         retry_max: Duration::from_millis(200),
         ..EurekaOptions::new(url)
-    }
-}
-
-/// `kind:key` per event (`resync:STARTED` for markers).
-pub fn summary(events: &[Event]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| match &e.payload {
-            Some(Payload::Resync(m)) => format!("resync:{}", m.phase().as_str_name()),
-            _ => format!("{}:{}", e.kind_name(), e.key().unwrap_or_default()),
-        })
-        .collect()
-}
-
-/// Every event in the log, each decoded (a corrupt record fails the test).
-pub async fn all_events(log: &FileLog) -> Vec<Event> {
-    let mut pos = log.start();
-    let mut out = Vec::new();
-    for _ in 0..10_000 {
-        let recs = log.read(&pos, 1000).await.expect("read log");
-        if recs.is_empty() {
-            return out;
-        }
-        for r in recs {
-            pos.advance(r.pos);
-            out.push(r.decode().expect("every record decodes"));
-        }
-    }
-    panic!("log read did not end");
-}
-
-/// Polls the log until `done` holds on its summary, bounded by [`WAIT`].
-pub async fn wait_log(log: &FileLog, what: &str, done: impl Fn(&[String]) -> bool) -> Vec<Event> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let events = all_events(log).await;
-        if done(&summary(&events)) {
-            return events;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}; log: {:#?}",
-            summary(&events)
-        );
-        tokio::time::sleep(POLL).await;
     }
 }
 
@@ -130,30 +80,6 @@ impl Running {
             "adapter did not stop cleanly: {r:?}"
         );
     }
-}
-
-/// Folds the events with the engine and checks it accepted every one.
-pub fn fold_all(events: &[Event]) -> ModelState {
-    let positioned: Vec<_> = events
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            (
-                RecordPos {
-                    partition: 0,
-                    offset: i as u64,
-                },
-                e.clone(),
-            )
-        })
-        .collect();
-    let out = fold::fold(&ModelState::default(), &positioned);
-    assert!(
-        out.skipped.is_empty(),
-        "the engine refused events the adapter wrote: {:#?}",
-        out.skipped
-    );
-    out.state
 }
 
 /// The endpoint upserted by `event`, if it is an endpoint upsert.

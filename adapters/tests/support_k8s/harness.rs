@@ -9,10 +9,7 @@ use std::time::Duration;
 use deltapilot_adapters::kubernetes::{
     KubernetesAdapter, KubernetesAdapterStatus, KubernetesOptions,
 };
-use deltapilot_engine::fold;
-use deltapilot_engine::log::EventLog;
 use deltapilot_engine::log::file::FileLog;
-use deltapilot_engine::state::ModelState;
 use deltapilot_proto::Event;
 use deltapilot_proto::event::Payload;
 use tokio::sync::watch;
@@ -21,10 +18,8 @@ use tokio::task::JoinHandle;
 use super::FakeApiServer;
 use super::objects::{Ep, istio, node, pod, service, slice};
 
-/// Upper bound of every wait: generous for a loaded 2-core machine; the adapter
-/// normally reacts within milliseconds.
-pub const WAIT: Duration = Duration::from_secs(30);
-const POLL: Duration = Duration::from_millis(20);
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use crate::support_log::{POLL, WAIT, all_events, fold_all, summary, wait_log};
 
 /// Options for tests: fast retries, short watches.
 pub fn test_opts() -> KubernetesOptions {
@@ -94,51 +89,6 @@ impl Running {
     }
 }
 
-/// `"<kind>:<key>"` per event, `"resync:<PHASE>"` for markers.
-pub fn summary(events: &[Event]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| match &e.payload {
-            Some(Payload::Resync(m)) => format!("resync:{}", m.phase().as_str_name()),
-            _ => format!("{}:{}", e.kind_name(), e.key().unwrap_or_default()),
-        })
-        .collect()
-}
-
-/// Every event in the log.
-pub async fn all_events(log: &FileLog) -> Vec<Event> {
-    let mut pos = log.start();
-    let mut out = Vec::new();
-    for _ in 0..10_000 {
-        let recs = log.read(&pos, 1000).await.expect("read log");
-        if recs.is_empty() {
-            return out;
-        }
-        for r in recs {
-            pos.advance(r.pos);
-            out.push(r.decode().expect("decode"));
-        }
-    }
-    panic!("log read did not end");
-}
-
-/// Polls the log until `done` holds for its summary, bounded by [`WAIT`].
-pub async fn wait_log(log: &FileLog, what: &str, done: impl Fn(&[String]) -> bool) -> Vec<Event> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let events = all_events(log).await;
-        if done(&summary(&events)) {
-            return events;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}; log: {:#?}",
-            summary(&events)
-        );
-        tokio::time::sleep(POLL).await;
-    }
-}
-
 /// Polls `cond` until it holds, bounded by [`WAIT`].
 pub async fn wait_until(what: &str, cond: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -149,30 +99,6 @@ pub async fn wait_until(what: &str, cond: impl Fn() -> bool) {
         );
         tokio::time::sleep(POLL).await;
     }
-}
-
-/// Folds events with the engine and checks it accepted every one.
-pub fn fold_all(events: &[Event]) -> ModelState {
-    let positioned: Vec<_> = events
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            (
-                deltapilot_engine::log::RecordPos {
-                    partition: 0,
-                    offset: i as u64,
-                },
-                e.clone(),
-            )
-        })
-        .collect();
-    let out = fold::fold(&ModelState::default(), &positioned);
-    assert!(
-        out.skipped.is_empty(),
-        "the engine refused events the adapter wrote: {:#?}",
-        out.skipped
-    );
-    out.state
 }
 
 /// The endpoint upserted by `event`, if it is an endpoint upsert.
