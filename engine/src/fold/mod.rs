@@ -190,32 +190,33 @@ pub fn fold_iter<'a>(
     state: &ModelState,
     events: impl IntoIterator<Item = (RecordPos, &'a Event)>,
 ) -> FoldOutput {
-    let mut out = FoldOutput {
-        state: state.clone(),
-        ..Default::default()
+    let mut f = Folding {
+        out: FoldOutput {
+            state: state.clone(),
+            ..Default::default()
+        },
+        cx: Cx::default(),
+        touched: TouchLog::default(),
+        skipped: Vec::new(),
     };
-    let mut cx = Cx::default();
-    let mut touched = TouchLog::default();
     let mut run: Vec<Pending<'a>> = Vec::new();
-    let mut skipped: Vec<(usize, Skipped)> = Vec::new();
     for (index, (pos, ev)) in events.into_iter().enumerate() {
-        if let Some(hk) = endpoint_hkey(ev) {
-            run.push(Pending { hk, index, pos, ev });
-            continue;
+        let hk = endpoint_hkey(ev);
+        let pending = Pending { hk, index, pos, ev };
+        if hk.is_some() {
+            run.push(pending);
+        } else {
+            f.apply_run(&mut run);
+            f.apply(&pending);
         }
-        apply_run(&mut run, &mut out, &mut cx, &mut touched, &mut skipped);
-        apply_one(
-            index,
-            pos,
-            ev,
-            None,
-            &mut out,
-            &mut cx,
-            &mut touched,
-            &mut skipped,
-        );
     }
-    apply_run(&mut run, &mut out, &mut cx, &mut touched, &mut skipped);
+    f.apply_run(&mut run);
+    let Folding {
+        mut out,
+        touched,
+        mut skipped,
+        ..
+    } = f;
     skipped.sort_by_key(|(index, _)| *index);
     out.skipped = skipped.into_iter().map(|(_, s)| s).collect();
     out.touched = touched.finish();
@@ -226,9 +227,11 @@ pub fn fold_iter<'a>(
     out
 }
 
-/// An endpoint event waiting in a run (see [`fold_iter`]).
+/// An event waiting to be applied, with its place in the batch.
 struct Pending<'a> {
-    hk: HKey,
+    /// The hashed key of an endpoint upsert or delete (the events a run may
+    /// reorder); `None` for every other event.
+    hk: Option<HKey>,
     index: usize,
     pos: RecordPos,
     ev: &'a Event,
@@ -246,62 +249,61 @@ fn endpoint_hkey(ev: &Event) -> Option<HKey> {
     }
 }
 
-/// Applies a run of endpoint events in key-hash order (log order within a key)
-/// and empties it.
-fn apply_run(
-    run: &mut Vec<Pending<'_>>,
-    out: &mut FoldOutput,
-    cx: &mut Cx,
-    touched: &mut TouchLog,
-    skipped: &mut Vec<(usize, Skipped)>,
-) {
-    if run.len() >= SORTED_RUN_MIN {
-        // Sort small (top 64 bits of the hash, place in the run) pairs rather than
-        // the events themselves: moving 48-byte entries dominated the sort. Equal
-        // prefixes keep run order, so one key's events stay in log order (keys
-        // that merely share a prefix commute anyway).
-        let mut order: Vec<(u64, u32)> = run
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.hk.prefix(), i as u32))
-            .collect();
-        order.sort_unstable();
-        for (_, i) in order {
-            let p = &run[i as usize];
-            apply_one(p.index, p.pos, p.ev, Some(p.hk), out, cx, touched, skipped);
-        }
-    } else {
-        for p in run.iter() {
-            apply_one(p.index, p.pos, p.ev, Some(p.hk), out, cx, touched, skipped);
-        }
-    }
-    run.clear();
+/// What a fold accumulates while it applies a batch.
+struct Folding {
+    out: FoldOutput,
+    cx: Cx,
+    touched: TouchLog,
+    /// Skipped events with their index in the batch (runs apply out of order).
+    skipped: Vec<(usize, Skipped)>,
 }
 
-/// Applies one event, counting it or recording why it was skipped. `hk` is the
-/// hashed key of an endpoint event when the caller already has it.
-#[allow(clippy::too_many_arguments)]
-fn apply_one(
-    index: usize,
-    pos: RecordPos,
-    ev: &Event,
-    hk: Option<HKey>,
-    out: &mut FoldOutput,
-    cx: &mut Cx,
-    touched: &mut TouchLog,
-    skipped: &mut Vec<(usize, Skipped)>,
-) {
-    match apply_event(&mut out.state, ev, hk, cx, touched) {
-        Ok(()) => out.applied += 1,
-        Err((reason, detail)) => skipped.push((
-            index,
-            Skipped {
-                pos,
-                key: ev.key(),
-                reason,
-                detail,
-            },
-        )),
+impl Folding {
+    /// Applies a run of endpoint events in key-hash order (log order within a
+    /// key) and empties it.
+    fn apply_run(&mut self, run: &mut Vec<Pending<'_>>) {
+        if run.len() >= SORTED_RUN_MIN {
+            // Sort small (top 64 bits of the hash, place in the run) pairs rather
+            // than the events themselves: moving 48-byte entries dominated the
+            // sort. Equal prefixes keep run order, so one key's events stay in log
+            // order (keys that merely share a prefix commute anyway).
+            let mut order: Vec<(u64, u32)> = run
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.hk.map_or(0, HKey::prefix), i as u32))
+                .collect();
+            order.sort_unstable();
+            for (_, i) in order {
+                self.apply(&run[i as usize]);
+            }
+        } else {
+            for p in run.iter() {
+                self.apply(p);
+            }
+        }
+        run.clear();
+    }
+
+    /// Applies one event, counting it or recording why it was skipped.
+    fn apply(&mut self, p: &Pending<'_>) {
+        match apply_event(
+            &mut self.out.state,
+            p.ev,
+            p.hk,
+            &mut self.cx,
+            &mut self.touched,
+        ) {
+            Ok(()) => self.out.applied += 1,
+            Err((reason, detail)) => self.skipped.push((
+                p.index,
+                Skipped {
+                    pos: p.pos,
+                    key: p.ev.key(),
+                    reason,
+                    detail,
+                },
+            )),
+        }
     }
 }
 
