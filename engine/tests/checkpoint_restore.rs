@@ -5,6 +5,7 @@
 //! thresholds and at shutdown, and a restored engine continues where it stopped.
 
 mod replay_support;
+mod support_events;
 
 use std::time::Duration;
 

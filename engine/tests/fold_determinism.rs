@@ -4,6 +4,7 @@
 //! reference model of the documented rules.
 
 mod fold_support;
+mod support_events;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -3,6 +3,7 @@
 //! events, and stops on the drain signal.
 
 mod fold_support;
+mod support_events;
 
 use std::time::Duration;
 

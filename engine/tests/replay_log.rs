@@ -4,6 +4,7 @@
 //! there, and bisect finds the first event that made a resource match.
 
 mod replay_support;
+mod support_events;
 
 use std::ops::ControlFlow;
 use std::str::FromStr;

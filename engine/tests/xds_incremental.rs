@@ -4,6 +4,7 @@
 //! same hostnames. Also: change sets name exactly the resources whose bytes
 //! changed, and the O(changed) per-proxy diff equals the full diff.
 
+mod support_events;
 mod xds_support;
 
 use std::collections::HashMap;

@@ -2,6 +2,7 @@
 //! fields real Envoy and proxyless gRPC clients insist on (see
 //! `shared/ENVIRONMENT.md`), built from a model folded from real events.
 
+mod support_events;
 mod xds_support;
 
 use std::collections::BTreeSet;

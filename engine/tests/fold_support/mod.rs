@@ -2,19 +2,11 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use deltapilot_proto::event::Payload;
-use deltapilot_proto::resync_marker::Phase;
-use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION};
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use crate::support_events::{ep, ep_del, event, resync};
 
-pub fn event(source: &str, generation: u64, payload: Payload) -> Event {
-    Event {
-        schema_version: SCHEMA_VERSION,
-        source: source.into(),
-        generation,
-        observed_at_unix_micros: 0,
-        payload: Some(payload),
-    }
-}
+use deltapilot_proto::event::Payload;
+use deltapilot_proto::{self as pb, Event};
 
 /// A service upsert with one HTTP port.
 pub fn svc(source: &str, generation: u64, ns: &str, host: &str, port: u32) -> Event {
@@ -47,49 +39,6 @@ pub fn svc_del(source: &str, generation: u64, ns: &str, host: &str) -> Event {
     )
 }
 
-/// An endpoint upsert belonging to `hosts` (namespace `ns`).
-pub fn ep(
-    source: &str,
-    generation: u64,
-    key: &str,
-    addr: &str,
-    hosts: &[&str],
-    weight: u32,
-) -> Event {
-    event(
-        source,
-        generation,
-        Payload::EndpointUpsert(pb::EndpointUpsert {
-            key: key.into(),
-            endpoint: Some(pb::Endpoint {
-                address: addr.into(),
-                weight,
-                locality: Some(pb::Locality {
-                    region: "r1".into(),
-                    zone: "z1".into(),
-                    subzone: String::new(),
-                }),
-                services: hosts
-                    .iter()
-                    .map(|h| pb::ServiceRef {
-                        namespace: "ns".into(),
-                        hostname: h.to_string(),
-                    })
-                    .collect(),
-                ..Default::default()
-            }),
-        }),
-    )
-}
-
-pub fn ep_del(source: &str, generation: u64, key: &str) -> Event {
-    event(
-        source,
-        generation,
-        Payload::EndpointDelete(pb::EntityDelete { key: key.into() }),
-    )
-}
-
 pub fn cfg(source: &str, generation: u64, name: &str, spec: &str) -> Event {
     event(
         source,
@@ -115,20 +64,5 @@ pub fn cfg_del(source: &str, generation: u64, name: &str) -> Event {
         source,
         generation,
         Payload::ConfigDelete(pb::EntityDelete { key: cfg_key(name) }),
-    )
-}
-
-pub fn resync(source: &str, generation: u64, completed: bool) -> Event {
-    let phase = if completed {
-        Phase::Completed
-    } else {
-        Phase::Started
-    };
-    event(
-        source,
-        generation,
-        Payload::Resync(pb::ResyncMarker {
-            phase: phase as i32,
-        }),
     )
 }

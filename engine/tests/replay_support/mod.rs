@@ -2,6 +2,9 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use crate::support_events::{ep, ep_del};
+
 use deltapilot_engine::log::EventLog;
 use deltapilot_engine::log::file::{FileLog, FileLogOptions, FsyncPolicy};
 use deltapilot_engine::xds::ResourceSet;
@@ -47,48 +50,6 @@ pub fn svc_del(source: &str, host: &str) -> Event {
         Payload::ServiceDelete(pb::EntityDelete {
             key: pb::service_key("ns", host),
         }),
-    )
-}
-
-pub fn ep(
-    source: &str,
-    generation: u64,
-    key: &str,
-    addr: &str,
-    hosts: &[&str],
-    weight: u32,
-) -> Event {
-    event(
-        source,
-        generation,
-        Payload::EndpointUpsert(pb::EndpointUpsert {
-            key: key.into(),
-            endpoint: Some(pb::Endpoint {
-                address: addr.into(),
-                weight,
-                locality: Some(pb::Locality {
-                    region: "r1".into(),
-                    zone: "z1".into(),
-                    subzone: String::new(),
-                }),
-                services: hosts
-                    .iter()
-                    .map(|h| pb::ServiceRef {
-                        namespace: "ns".into(),
-                        hostname: h.to_string(),
-                    })
-                    .collect(),
-                ..Default::default()
-            }),
-        }),
-    )
-}
-
-pub fn ep_del(source: &str, generation: u64, key: &str) -> Event {
-    event(
-        source,
-        generation,
-        Payload::EndpointDelete(pb::EntityDelete { key: key.into() }),
     )
 }
 

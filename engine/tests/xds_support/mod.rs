@@ -11,21 +11,12 @@ use deltapilot_engine::log::RecordPos;
 use deltapilot_engine::state::{ModelState, Touched};
 use deltapilot_engine::xds::{ResourceMap, ResourceSet};
 use deltapilot_proto::event::Payload;
-use deltapilot_proto::resync_marker::Phase;
-use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION};
+use deltapilot_proto::{self as pb, Event};
 use prost::Message;
 
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use crate::support_events::{ep_del, event, resync};
 pub use pb::{Health, Protocol, Resolution};
-
-pub fn event(source: &str, generation: u64, payload: Payload) -> Event {
-    Event {
-        schema_version: SCHEMA_VERSION,
-        source: source.into(),
-        generation,
-        observed_at_unix_micros: 0,
-        payload: Some(payload),
-    }
-}
 
 /// A port `(name, number, protocol)`.
 pub fn port(name: &str, number: u32, protocol: Protocol) -> pb::Port {
@@ -157,29 +148,6 @@ impl Ep {
             }),
         )
     }
-}
-
-pub fn ep_del(source: &str, generation: u64, key: &str) -> Event {
-    event(
-        source,
-        generation,
-        Payload::EndpointDelete(pb::EntityDelete { key: key.into() }),
-    )
-}
-
-pub fn resync(source: &str, generation: u64, completed: bool) -> Event {
-    let phase = if completed {
-        Phase::Completed
-    } else {
-        Phase::Started
-    };
-    event(
-        source,
-        generation,
-        Payload::Resync(pb::ResyncMarker {
-            phase: phase as i32,
-        }),
-    )
 }
 
 /// Folds `events` as one batch into `state`, panicking if any is skipped (tests
