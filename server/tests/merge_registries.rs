@@ -12,6 +12,8 @@
 mod support;
 #[path = "../../adapters/tests/support_eureka/mod.rs"]
 mod support_eureka;
+#[path = "../../adapters/tests/support_log/mod.rs"]
+mod support_log;
 
 use std::collections::BTreeSet;
 use std::path::Path;
