@@ -34,7 +34,7 @@ use super::entities::{Converted, EntityKind, Restorer, StoredEntity, convert, fo
 use super::{Checkpoint, Fingerprint, StoredResources};
 use crate::log::Position;
 use crate::state::{ModelState, SourceGen};
-use crate::xds::{Resource, ResourceMap, ResourceSet};
+use crate::xds::{Resource, ResourceKind, ResourceSet};
 
 use std::sync::Arc;
 
@@ -120,12 +120,11 @@ pub(super) fn encode(
         Some((generator, set)) => {
             body.push(1);
             put_bytes(&mut body, generator.as_bytes());
-            let maps = maps(set);
-            let total: usize = maps.iter().map(|(_, m)| m.len()).sum();
+            let total: usize = ResourceKind::ALL.iter().map(|k| k.map(set).len()).sum();
             put_u32(&mut body, u32::try_from(total).unwrap_or(u32::MAX));
-            for (tag, map) in maps {
-                for (name, r) in map.iter() {
-                    body.push(tag);
+            for kind in ResourceKind::ALL {
+                for (name, r) in kind.map(set).iter() {
+                    body.push(kind.tag());
                     put_bytes(&mut body, name.as_bytes());
                     put_bytes(&mut body, &r.bytes);
                 }
@@ -198,28 +197,6 @@ impl<'a> Reader<'a> {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Position::from_offsets(offsets))
     }
-}
-
-/// The maps of a resource set with their tags in the file.
-fn maps(set: &ResourceSet) -> [(u8, &ResourceMap); 5] {
-    [
-        (1, &set.clusters),
-        (2, &set.endpoints),
-        (3, &set.sidecar_listeners),
-        (4, &set.grpc_listeners),
-        (5, &set.routes),
-    ]
-}
-
-fn map_mut(set: &mut ResourceSet, tag: u8) -> Option<&mut ResourceMap> {
-    Some(match tag {
-        1 => &mut set.clusters,
-        2 => &mut set.endpoints,
-        3 => &mut set.sidecar_listeners,
-        4 => &mut set.grpc_listeners,
-        5 => &mut set.routes,
-        _ => return None,
-    })
 }
 
 /// One entity's fields as they sit in the body.
@@ -381,8 +358,9 @@ pub(super) fn decode(file: &Bytes) -> Result<Checkpoint, String> {
                 let tag = r.u8("resource")?;
                 let name: Arc<str> = Arc::from(r.str("resource name")?);
                 let bytes = file.slice_ref(r.bytes("resource body")?);
-                let map = map_mut(&mut set, tag)
-                    .ok_or_else(|| format!("resource {i} has unknown map {tag}"))?;
+                let map = ResourceKind::from_tag(tag)
+                    .ok_or_else(|| format!("resource {i} has unknown map {tag}"))?
+                    .map_mut(&mut set);
                 map.insert(name.clone(), Arc::new(Resource::new(name, bytes)));
             }
             Some(StoredResources { generator, set })

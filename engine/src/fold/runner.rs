@@ -29,7 +29,7 @@ use crate::log::{EventLog, FollowItem, Position, Record, RecordPos};
 use crate::snapshot::{RECENT_CHANGES, Snapshot, SnapshotReader, SnapshotWriter};
 use crate::state::{ModelState, Touched};
 use crate::xds::generate::{GenError, GenOptions, Generator};
-use crate::xds::{ChangeSet, Resource, ResourceMap, ResourceSet, ResourceType};
+use crate::xds::{ChangeSet, Resource, ResourceKind, ResourceMap, ResourceSet, ResourceType};
 use crate::{Error, Result};
 
 /// Counters of the engine, readable from any thread while it runs.
@@ -381,14 +381,11 @@ fn snapshot_hash(model: u64, resources: u64) -> u64 {
 }
 
 /// The maps that hold resources of type `t` (listeners come in two flavours), each
-/// with a tag so equal names in different maps hash apart.
-fn maps_of(set: &ResourceSet, t: ResourceType) -> Vec<(u8, &ResourceMap)> {
-    match t {
-        ResourceType::Cluster => vec![(1, &set.clusters)],
-        ResourceType::Endpoint => vec![(2, &set.endpoints)],
-        ResourceType::Listener => vec![(3, &set.sidecar_listeners), (4, &set.grpc_listeners)],
-        ResourceType::Route => vec![(5, &set.routes)],
-    }
+/// with its kind's tag so equal names in different maps hash apart.
+fn maps_of(set: &ResourceSet, t: ResourceType) -> impl Iterator<Item = (u8, &ResourceMap)> {
+    ResourceKind::of_type(t)
+        .iter()
+        .map(|k| (k.tag(), k.map(set)))
 }
 
 fn entry_hash(tag: u8, r: &Resource) -> u64 {
@@ -428,18 +425,17 @@ fn update_resources_hash(
         if tc.is_empty() {
             continue;
         }
-        let before = maps_of(prev, t);
-        let after = maps_of(next, t);
+        let kinds = ResourceKind::of_type(t);
         // A set, so a name listed as both upserted and removed is counted once.
         let names: std::collections::BTreeSet<&Arc<str>> =
             tc.upserted.iter().chain(tc.removed.iter()).collect();
         for name in names {
-            for ((tag, old), (_, new)) in before.iter().zip(after.iter()) {
-                if let Some(r) = old.get(name) {
-                    h = h.wrapping_sub(entry_hash(*tag, r));
+            for kind in kinds {
+                if let Some(r) = kind.map(prev).get(name) {
+                    h = h.wrapping_sub(entry_hash(kind.tag(), r));
                 }
-                if let Some(r) = new.get(name) {
-                    h = h.wrapping_add(entry_hash(*tag, r));
+                if let Some(r) = kind.map(next).get(name) {
+                    h = h.wrapping_add(entry_hash(kind.tag(), r));
                 }
             }
         }

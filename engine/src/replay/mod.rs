@@ -51,98 +51,11 @@ use crate::checkpoint::{Checkpoint, generator_id};
 use crate::fold::runner::full_snapshot_hash;
 use crate::fold::{Skipped, fold, fold_iter};
 use crate::log::{Position, Record, RecordPos};
-use crate::model::ProxyType;
 use crate::snapshot::Snapshot;
 use crate::state::{ModelState, Touched};
+pub use crate::xds::ResourceKind;
 use crate::xds::generate::{GenError, GenOptions, Generator};
-use crate::xds::{Resource, ResourceMap, ResourceSet, ResourceType};
-
-/// Where a resource lives in a [`ResourceSet`]: its type, and for listeners which
-/// flavour (their names never collide).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ResourceKind {
-    /// CDS.
-    Cluster,
-    /// EDS.
-    Endpoint,
-    /// LDS for sidecars and routers.
-    SidecarListener,
-    /// LDS for proxyless gRPC (`api_listener`s).
-    GrpcListener,
-    /// RDS.
-    Route,
-}
-
-impl ResourceKind {
-    /// Every kind, in push order.
-    pub const ALL: [ResourceKind; 5] = [
-        ResourceKind::Cluster,
-        ResourceKind::Endpoint,
-        ResourceKind::SidecarListener,
-        ResourceKind::GrpcListener,
-        ResourceKind::Route,
-    ];
-
-    /// The xDS type.
-    pub fn resource_type(self) -> ResourceType {
-        match self {
-            ResourceKind::Cluster => ResourceType::Cluster,
-            ResourceKind::Endpoint => ResourceType::Endpoint,
-            ResourceKind::SidecarListener | ResourceKind::GrpcListener => ResourceType::Listener,
-            ResourceKind::Route => ResourceType::Route,
-        }
-    }
-
-    /// The map of `set` that holds this kind.
-    pub fn map(self, set: &ResourceSet) -> &ResourceMap {
-        match self {
-            ResourceKind::Cluster => &set.clusters,
-            ResourceKind::Endpoint => &set.endpoints,
-            ResourceKind::SidecarListener => &set.sidecar_listeners,
-            ResourceKind::GrpcListener => &set.grpc_listeners,
-            ResourceKind::Route => &set.routes,
-        }
-    }
-
-    /// The kinds that hold resources of type `t`.
-    pub fn of_type(t: ResourceType) -> &'static [ResourceKind] {
-        match t {
-            ResourceType::Cluster => &[ResourceKind::Cluster],
-            ResourceType::Endpoint => &[ResourceKind::Endpoint],
-            ResourceType::Listener => &[ResourceKind::SidecarListener, ResourceKind::GrpcListener],
-            ResourceType::Route => &[ResourceKind::Route],
-        }
-    }
-
-    /// The proxy types whose view holds this kind (see the module doc).
-    pub fn views(self) -> &'static [ProxyType] {
-        match self {
-            ResourceKind::SidecarListener => &[ProxyType::Sidecar, ProxyType::Router],
-            ResourceKind::GrpcListener => &[ProxyType::ProxylessGrpc],
-            _ => &[
-                ProxyType::Sidecar,
-                ProxyType::Router,
-                ProxyType::ProxylessGrpc,
-            ],
-        }
-    }
-
-    /// Whether a proxy of type `pt` sees this kind.
-    pub fn visible_to(self, pt: ProxyType) -> bool {
-        self.views().contains(&pt)
-    }
-
-    /// Finds `name` of type `t` in `set`, with the kind that holds it.
-    pub fn find(
-        set: &ResourceSet,
-        t: ResourceType,
-        name: &str,
-    ) -> Option<(ResourceKind, Arc<Resource>)> {
-        Self::of_type(t)
-            .iter()
-            .find_map(|k| k.map(set).get(name).map(|r| (*k, r.clone())))
-    }
-}
+use crate::xds::{Resource, ResourceSet, ResourceType};
 
 /// One resource an event changed.
 #[derive(Debug, Clone, PartialEq, Eq)]

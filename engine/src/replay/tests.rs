@@ -8,6 +8,7 @@ use bytes::Bytes;
 use super::bisect::{Predicate, Target};
 use super::*;
 use crate::log::encode_event;
+use crate::model::ProxyType;
 use crate::state::mk::*;
 
 fn records(events: &[Event]) -> Vec<Record> {

@@ -13,8 +13,10 @@
 
 mod change;
 pub mod generate;
+mod kind;
 mod resource;
 pub mod view;
 
 pub use change::{ChangeSet, TypeChanges};
+pub use kind::ResourceKind;
 pub use resource::{Resource, ResourceMap, ResourceSet, ResourceType, content_version};
