@@ -284,6 +284,7 @@ pub fn event(generation: u64, observed_at_micros: i64, payload: Payload) -> Even
 pub fn resync(phase: pb::resync_marker::Phase) -> Payload {
     Payload::Resync(pb::ResyncMarker {
         phase: phase as i32,
+        ..Default::default()
     })
 }
 

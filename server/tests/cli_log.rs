@@ -745,8 +745,30 @@ fn kafka_append_read_head_and_copy_to_a_file_log() {
                 .expect("offset")
         })
         .sum();
-    assert_eq!(total, want.len() as u64, "head {h}");
+    // A COMPLETED resync marker is written once to every partition (its `copies`
+    // is 3); every other event once, by key.
+    let is_completed =
+        |e: &Event| matches!(&e.payload, Some(Payload::Resync(m)) if m.phase() == Phase::Completed);
+    let stored = want.len() + 2 * want.iter().filter(|e| is_completed(e)).count();
+    assert_eq!(total, stored as u64, "head {h}");
     let read = parse_events(&read_all(&three));
+    assert_eq!(read.len(), stored);
+    // Keep each marker's copy on the last partition, as written (copies unset).
+    let read: Vec<(Option<String>, Event)> = read
+        .into_iter()
+        .filter_map(|(pos, mut e)| {
+            if let Some(Payload::Resync(m)) = &mut e.payload
+                && m.phase() == Phase::Completed
+            {
+                assert_eq!(m.copies, 3, "{pos:?}");
+                if !pos.as_deref().is_some_and(|p| p.starts_with("2:")) {
+                    return None;
+                }
+                m.copies = 0;
+            }
+            Some((pos, e))
+        })
+        .collect();
     assert_eq!(read.len(), want.len());
     let by_key = |events: Vec<Event>| {
         let mut m: BTreeMap<String, Vec<Event>> = BTreeMap::new();
@@ -757,6 +779,26 @@ fn kafka_append_read_head_and_copy_to_a_file_log() {
     };
     assert_eq!(
         by_key(read.into_iter().map(|(_, e)| e).collect()),
-        by_key(want)
+        by_key(want.clone())
     );
+
+    // Three partitions → file log: each marker's copies become one marker again
+    // (a file log has one partition, so copies could never all arrive).
+    let merged = file_uri(&dir.path().join("merged"));
+    let mut reader = deltapilot();
+    reader
+        .args(["log", "read", "--log", &three])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut reader = ChildGuard::spawn(&mut reader);
+    let pipe = reader.0.stdout.take().expect("stdout");
+    let appended = run(
+        &["log", "append", "--log", &merged, "--file", "-"],
+        Some(Stdio::from(pipe)),
+    );
+    assert!(reader.wait_for(RUN_TIMEOUT).success());
+    assert!(appended.status.success(), "{appended:?}");
+    let copied = events_only(&read_all(&merged));
+    assert_eq!(copied.len(), want.len());
+    assert_eq!(by_key(copied), by_key(want));
 }

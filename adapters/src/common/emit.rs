@@ -182,6 +182,7 @@ impl Emitter {
         if self.phase == ResyncPhase::NotStarted {
             payloads.push(Payload::Resync(pb::ResyncMarker {
                 phase: Phase::Started as i32,
+                ..Default::default()
             }));
         }
         let room = batch_max - payloads.len();
@@ -199,6 +200,7 @@ impl Emitter {
         if self.phase != ResyncPhase::Completed && total == 0 {
             payloads.push(Payload::Resync(pb::ResyncMarker {
                 phase: Phase::Completed as i32,
+                ..Default::default()
             }));
         }
         payloads

@@ -13,7 +13,9 @@
 //! body
 //!   position         u32 partitions, then u64 next offset per partition
 //!   fingerprints     u32 n, then n × (u32 partition, u64 offset, u64 xxh3 of the record)
-//!   sources          u32 n, then n × (str name, u64 started, u64 completed)
+//!   sources          u32 n, then n × (str name, u64 started, u64 completed),
+//!                    then u32 m, then m × pending resync (str source,
+//!                    u64 generation, u32 copies, u32 k, then k × u32 partition)
 //!   entities         u64 n, then n × (u8 kind, str key, str source, u64 generation,
 //!                                      bytes payload)
 //!   resources        u8 0 (none), or 1 then str generator id, u32 n, then
@@ -33,7 +35,7 @@ use xxhash_rust::xxh3::xxh3_64;
 use super::entities::{Converted, EntityKind, Restorer, StoredEntity, convert, for_each_entity};
 use super::{Checkpoint, Fingerprint, StoredResources};
 use crate::log::Position;
-use crate::state::{ModelState, SourceGen};
+use crate::state::{ModelState, PendingResync, SourceGen};
 use crate::xds::{Resource, ResourceKind, ResourceSet};
 
 use std::sync::Arc;
@@ -46,7 +48,9 @@ pub(super) const MAGIC: [u8; 8] = *b"DPCKPT\r\n";
 /// The body layout version this build writes and reads. A file with another
 /// version is skipped (never misread): an older build ignores newer checkpoints and
 /// falls back to replaying the log.
-pub const FORMAT_VERSION: u32 = 2;
+///
+/// Version 3 added the pending multi-copy resyncs to the sources section.
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Header size in bytes.
 pub(super) const HEADER_LEN: usize = 40;
@@ -102,6 +106,20 @@ pub(super) fn encode(
         put_bytes(&mut body, name.as_bytes());
         put_u64(&mut body, g.started);
         put_u64(&mut body, g.completed);
+    }
+    let pending: Vec<_> = model.pending_resyncs().collect();
+    put_u32(&mut body, u32::try_from(pending.len()).unwrap_or(u32::MAX));
+    for (name, p) in pending {
+        put_bytes(&mut body, name.as_bytes());
+        put_u64(&mut body, p.generation);
+        put_u32(&mut body, p.copies);
+        put_u32(
+            &mut body,
+            u32::try_from(p.partitions.len()).unwrap_or(u32::MAX),
+        );
+        for part in &p.partitions {
+            put_u32(&mut body, *part);
+        }
     }
     let n_at = body.len();
     put_u64(&mut body, 0);
@@ -331,6 +349,24 @@ pub(super) fn decode(file: &Bytes) -> Result<Checkpoint, String> {
         };
         restorer.source_gen(name, g);
     }
+    let n = r.u32("pending resyncs")?;
+    let mut pending = Vec::new();
+    for _ in 0..n {
+        let name = r.str("pending resync source")?;
+        let mut p = PendingResync {
+            generation: r.u64("pending resync")?,
+            copies: r.u32("pending resync")?,
+            ..Default::default()
+        };
+        let k = r.u32("pending resync partitions")?;
+        if k > MAX_PARTITIONS {
+            return Err(format!("pending resync of {name:?} lists {k} partitions"));
+        }
+        for _ in 0..k {
+            p.partitions.insert(r.u32("pending resync partition")?);
+        }
+        pending.push((Arc::<str>::from(name), p));
+    }
     let n = r.u64("entity count")?;
     let mut framed = Vec::with_capacity(usize::try_from(n).unwrap_or(0).min(body.len() / 16));
     for i in 0..n {
@@ -370,10 +406,14 @@ pub(super) fn decode(file: &Bytes) -> Result<Checkpoint, String> {
     if r.at != body.len() {
         return Err(format!("{} bytes after the last entity", body.len() - r.at));
     }
+    let mut model = restorer.finish();
+    for (source, p) in pending {
+        model.set_pending_resync(source, Some(p));
+    }
     Ok(Checkpoint {
         position,
         fingerprints,
-        model: restorer.finish(),
+        model,
         resources,
     })
 }

@@ -202,3 +202,45 @@ fn stored_resources_round_trip_with_their_generator_id() {
         "options are part of the id"
     );
 }
+
+#[test]
+fn a_pending_multi_copy_resync_round_trips() {
+    let mut completed = resync("a", 6, true);
+    if let Some(deltapilot_proto::event::Payload::Resync(m)) = &mut completed.payload {
+        m.copies = 3;
+    }
+    let mut st = rich_state();
+    for partition in [2, 0] {
+        let pos = crate::log::RecordPos {
+            partition,
+            offset: 40,
+        };
+        st = crate::fold::fold(&st, &[(pos, completed.clone())]).state;
+    }
+    let pending = st
+        .pending_resync("a")
+        .expect("two copies of three are pending");
+    assert_eq!(pending.partitions, [0, 2].into());
+
+    let pos = Position::from_offsets(vec![41, 0, 41]);
+    let bytes = encode(&pos, &fp(), &st, None);
+    let cp = decode(&bytes).expect("decodes");
+    assert_eq!(cp.model, st, "the pending set is restored exactly");
+    assert_eq!(cp.model.hash(), st.hash());
+    assert_eq!(cp.model.hash(), cp.model.recompute_hash());
+    assert_eq!(encode(&pos, &fp(), &cp.model, None), bytes);
+
+    // The restored state finishes the count where the original would.
+    let last = [(
+        crate::log::RecordPos {
+            partition: 1,
+            offset: 0,
+        },
+        completed,
+    )];
+    let from_original = crate::fold::fold(&st, &last).state;
+    let from_restored = crate::fold::fold(&cp.model, &last).state;
+    assert_eq!(from_restored, from_original);
+    assert_eq!(from_restored.source_gen("a").completed, 6);
+    assert_eq!(from_restored.pending_resync("a"), None);
+}

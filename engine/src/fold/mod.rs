@@ -52,29 +52,41 @@
 //! ### Multi-partition logs (Kafka)
 //!
 //! The embedded log has one partition, so the fold sees a resync exactly in the
-//! order the adapter wrote it. A Kafka topic is keyed by entity key; markers are
-//! keyed `resync/<source>` and so live in one partition, while the entity writes of
-//! the same relist are spread over all partitions, and a reader has no total order
-//! across partitions. The fold sweeps when it *sees* `COMPLETED`, so if a reader
-//! folds the marker before a gen-`G` upsert from another partition, an unchanged
-//! entity still stamped `G-1` is swept and then re-added when that upsert is folded:
-//! a transient removal (pushed to proxies), never a leak and never a lasting error
-//! (the stale fence only drops writes older than `G`). Two rules together make
-//! every entity write of a relist reach the fold before its `COMPLETED`:
+//! order the adapter wrote it. A Kafka topic is keyed by entity key: the entity
+//! writes of one relist are spread over all partitions, and a reader has no total
+//! order across partitions. A single `COMPLETED` marker on one partition could be
+//! folded before a gen-`G` upsert from another partition, and sweeping then would
+//! remove an unchanged, live entity still stamped `G-1` (a transient removal pushed
+//! to every proxy after an adapter restart). Three rules together make every entity
+//! write of a relist reach the fold before its sweep:
 //!
-//! 1. the writer appends `COMPLETED` only after every entity append of the relist is
-//!    acknowledged (`acks=all`), so they are below every partition's high watermark
-//!    at the moment the marker becomes readable. Every adapter does this (the marker
-//!    goes in an append of its own);
-//! 2. the follower, when it reads a `resync/` record, holds it back until every other
-//!    partition has been delivered up to the high watermark it observed after reading
-//!    the marker, then yields the marker. **Not implemented yet**: the Kafka
-//!    follower yields records in arrival order (see the resync notes of
-//!    `log::kafka`), so on a multi-partition topic the transient removal above can
-//!    still happen right after an adapter restarts.
+//! 1. the writer appends `COMPLETED` only after every entity append of the relist
+//!    is acknowledged (`acks=all`); every adapter does this (the marker goes in an
+//!    append of its own);
+//! 2. the Kafka backend writes that marker once to **every** partition, by explicit
+//!    partition, after the rest of its batch is acknowledged, with
+//!    `ResyncMarker.copies` set to the partition count. Per-partition order puts
+//!    each copy after every event of the relist on that partition;
+//! 3. the fold, on a `COMPLETED` at `G` with `copies = N > 1`, records the record's
+//!    partition in the source's [`PendingResync`](crate::state::PendingResync) and
+//!    sweeps, and raises the stale fence (`completed`), only once `N` distinct
+//!    partitions have delivered a copy of `G`. A repeated partition counts once; a
+//!    copy of a generation older than the pending one is ignored (the newer sweep
+//!    covers it: it removes everything below the newer generation); a pending
+//!    generation is dropped once a generation at or above it completes; a copy of
+//!    the generation already completed (a retried append writes the copies again)
+//!    changes nothing. `copies` 0 or 1 (the embedded log, events written before
+//!    the field existed) sweeps at that one marker, exactly as before.
 //!
-//! Replays are unaffected either way: a log folds to the same state in the order the
-//! follower delivers it.
+//! The pending set is state like any other: it is in the content hash and in
+//! checkpoints, so a replay from a checkpoint continues counting where it was. A
+//! relist whose copies never all arrive (the writer died while writing them) leaves
+//! its generation pending, so entities that vanished are swept late (at the next
+//! relist that completes), never early. `STARTED` is written once, keyed: nothing
+//! depends on its order against entity events.
+//!
+//! Replays are unaffected: a log folds to the same state in the order the follower
+//! delivers it (partition-major for `read`).
 //!
 //! What it does NOT do: read the log, generate xDS, publish snapshots, log or count
 //! (the runner does all that with what [`fold`] returns).
@@ -286,6 +298,7 @@ impl Folding {
 
     /// Applies one event, counting it or recording why it was skipped.
     fn apply(&mut self, p: &Pending<'_>) {
+        self.cx.partition = p.pos.partition;
         match apply_event(
             &mut self.out.state,
             p.ev,
@@ -324,10 +337,12 @@ impl ModelState {
 }
 
 /// Per-batch scratch: the last source name seen, so a batch from one adapter
-/// allocates its name once.
+/// allocates its name once; and the partition of the event being applied (a
+/// multi-copy resync marker counts the partitions its copies came from).
 #[derive(Default)]
 struct Cx {
     source: Option<Arc<str>>,
+    partition: u32,
 }
 
 impl Cx {
@@ -487,6 +502,36 @@ fn apply_event(
                     },
                 ),
                 Phase::Completed => {
+                    // Several copies (one per partition): sweep only once `copies`
+                    // distinct partitions have delivered one (see the module doc).
+                    if m.copies > 1 {
+                        if g == gen_state.completed {
+                            // A late copy of a generation already completed (a
+                            // retried append writes its copies again).
+                            return Ok(());
+                        }
+                        let mut pending = match st.pending_resync(&source) {
+                            // A newer generation is pending: it supersedes this one.
+                            Some(p) if p.generation > g => return Ok(()),
+                            Some(p) if p.generation == g => p.clone(),
+                            _ => crate::state::PendingResync {
+                                generation: g,
+                                ..Default::default()
+                            },
+                        };
+                        pending.copies = pending.copies.max(m.copies);
+                        pending.partitions.insert(cx.partition);
+                        if !pending.is_complete() {
+                            st.set_pending_resync(source, Some(pending));
+                            return Ok(());
+                        }
+                    }
+                    if st
+                        .pending_resync(&source)
+                        .is_some_and(|p| p.generation <= g)
+                    {
+                        st.set_pending_resync(source.clone(), None);
+                    }
                     st.set_source_gen(
                         source.clone(),
                         SourceGen {

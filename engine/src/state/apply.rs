@@ -14,7 +14,7 @@ use std::sync::Arc;
 use imbl::OrdSet;
 
 use super::canon::{self, Kind};
-use super::{Claim, HKey, ModelState, ServiceSlot, SourceGen, Touch, Written};
+use super::{Claim, HKey, ModelState, PendingResync, ServiceSlot, SourceGen, Touch, Written};
 use crate::model::{Config, Endpoint, Hostname, Service};
 
 impl ModelState {
@@ -39,6 +39,24 @@ impl ModelState {
         }
         if g != SourceGen::default() {
             self.hash_add(canon::source_hash(&source, g.started, g.completed));
+        }
+    }
+
+    /// Records (`Some`) or clears (`None`) a source's pending multi-copy resync.
+    pub(crate) fn set_pending_resync(&mut self, source: Arc<str>, p: Option<PendingResync>) {
+        let term = |p: &PendingResync| {
+            canon::pending_resync_hash(&source, p.generation, p.copies, &p.partitions)
+        };
+        let new_term = p.as_ref().map(term);
+        let old = match p {
+            Some(p) => self.resyncs_pending.insert(source.clone(), p),
+            None => self.resyncs_pending.remove(&source),
+        };
+        if let Some(o) = old {
+            self.hash_sub(term(&o));
+        }
+        if let Some(h) = new_term {
+            self.hash_add(h);
         }
     }
 

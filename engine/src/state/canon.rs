@@ -25,6 +25,7 @@ pub(crate) enum Kind {
     Endpoint = 2,
     Config = 3,
     Source = 4,
+    PendingResync = 5,
 }
 
 /// A buffer that the canonical encoding is written into. Each digest borrows the
@@ -215,6 +216,27 @@ pub(crate) fn source_hash(source: &str, started: u64, completed: u64) -> u64 {
     c.str(source);
     c.u64(started);
     c.u64(completed);
+    c.digest()
+}
+
+/// The contribution of one source's pending multi-copy resync (see
+/// `PendingResync`) to the state hash: generation, copies and the partitions
+/// delivered so far (in order, length-prefixed).
+pub(crate) fn pending_resync_hash(
+    source: &str,
+    generation: u64,
+    copies: u32,
+    partitions: &std::collections::BTreeSet<u32>,
+) -> u64 {
+    let mut c = Canon::new();
+    c.u8(Kind::PendingResync as u8);
+    c.str(source);
+    c.u64(generation);
+    c.u32(copies);
+    c.len(partitions.len());
+    for p in partitions {
+        c.u32(*p);
+    }
     c.digest()
 }
 

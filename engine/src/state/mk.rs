@@ -139,6 +139,7 @@ pub(crate) fn resync(source: &str, generation: u64, completed: bool) -> Event {
         generation,
         Payload::Resync(pb::ResyncMarker {
             phase: phase as i32,
+            ..Default::default()
         }),
     )
 }

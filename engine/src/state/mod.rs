@@ -12,7 +12,9 @@
 //!     128-bit hash of the key or hostname, see `HKey`, because string comparisons
 //!     and string clones dominated the fold's cost);
 //!   - config objects by entity key (one owner at a time);
-//!   - per source, the last resync generation started and completed ([`SourceGen`]).
+//!   - per source, the last resync generation started and completed ([`SourceGen`]),
+//!     and a `COMPLETED` marker whose copies on a multi-partition log have not all
+//!     been folded yet ([`PendingResync`]).
 //! - **The merged view** everything downstream reads, derived from the raw layer and
 //!   maintained incrementally:
 //!   - one [`Service`] per hostname, chosen by the merge rule below;
@@ -48,10 +50,10 @@
 //!
 //! [`ModelState::hash`] is the wrapping sum of one 64-bit xxh3 digest per raw entity
 //! (over its kind, key, source, generation and canonical content; see `canon.rs`)
-//! and per source's resync bookkeeping. Because it is a sum over a set, it is updated
-//! in O(changed) per batch and equal states have equal hashes whatever history led
-//! to them. The merged view is not hashed separately: it is a function of the raw
-//! layer.
+//! and per source's resync bookkeeping (a pending resync included). Because it is
+//! a sum over a set, it is updated in O(changed) per batch and equal states have
+//! equal hashes whatever history led to them. The merged view is not hashed
+//! separately: it is a function of the raw layer.
 //!
 //! What it does NOT do: decide which events are valid or apply them (see `fold`),
 //! or build xDS resources (see `xds`).
@@ -109,6 +111,29 @@ pub struct SourceGen {
     /// Generation of the last `COMPLETED` marker: every entity of the source below it
     /// has been swept, and events below it are stale.
     pub completed: u64,
+}
+
+/// A `COMPLETED` resync marker written as one copy per partition (its
+/// `ResyncMarker.copies` is above 1) of which not every copy has been folded yet.
+/// The fold sweeps, and raises [`SourceGen::completed`], only once `copies`
+/// distinct partitions have delivered a copy of `generation`; until then this is
+/// part of the state (its hash, checkpoints), since it decides what a later copy
+/// does. See the `fold` module for the rules.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Hash)]
+pub struct PendingResync {
+    /// The generation the copies complete.
+    pub generation: u64,
+    /// How many distinct partitions must deliver a copy.
+    pub copies: u32,
+    /// The partitions a copy has been folded from so far (a repeat counts once).
+    pub partitions: BTreeSet<u32>,
+}
+
+impl PendingResync {
+    /// Whether enough distinct partitions have delivered a copy.
+    pub fn is_complete(&self) -> bool {
+        self.partitions.len() >= self.copies as usize
+    }
 }
 
 /// One definition competing for a hostname; the lowest claim wins (see module doc).
@@ -190,6 +215,8 @@ pub struct ModelState {
     raw_endpoints: OrdMap<HKey, Arc<Written<Endpoint>>>,
     raw_configs: OrdMap<Arc<str>, Written<Config>>,
     sources: OrdMap<Arc<str>, SourceGen>,
+    /// Per source, a multi-copy `COMPLETED` marker still waiting for copies.
+    resyncs_pending: OrdMap<Arc<str>, PendingResync>,
     /// Every definition per hostname (by hostname hash), lowest claim first.
     claims: OrdMap<HKey, Claims>,
     /// The winning definitions, by hostname (alphabetical, for `services()`).
@@ -342,6 +369,17 @@ impl ModelState {
         self.sources.get(source).copied().unwrap_or_default()
     }
 
+    /// Every source's pending multi-copy resync, by source name.
+    pub fn pending_resyncs(&self) -> impl Iterator<Item = (&Arc<str>, &PendingResync)> + '_ {
+        self.resyncs_pending.iter()
+    }
+
+    /// One source's pending multi-copy resync, if a copy of a generation it has not
+    /// completed has been folded.
+    pub fn pending_resync(&self, source: &str) -> Option<&PendingResync> {
+        self.resyncs_pending.get(source)
+    }
+
     /// The hash recomputed from scratch, O(entities). [`ModelState::hash`] must
     /// always equal it; tests and debug tools check that.
     pub fn recompute_hash(&self) -> u64 {
@@ -358,6 +396,14 @@ impl ModelState {
         for (source, g) in &self.sources {
             h = h.wrapping_add(canon::source_hash(source, g.started, g.completed));
         }
+        for (source, p) in &self.resyncs_pending {
+            h = h.wrapping_add(canon::pending_resync_hash(
+                source,
+                p.generation,
+                p.copies,
+                &p.partitions,
+            ));
+        }
         h
     }
 
@@ -370,6 +416,9 @@ impl ModelState {
         let mut sink = TouchLog::default();
         for (source, g) in &self.sources {
             fresh.set_source_gen(source.clone(), *g);
+        }
+        for (source, p) in &self.resyncs_pending {
+            fresh.set_pending_resync(source.clone(), Some(p.clone()));
         }
         for (slot, w) in &self.raw_services {
             fresh.put_service(slot.clone(), w.generation, w.value.clone(), &mut sink);

@@ -75,6 +75,7 @@ pub fn resync(source: &str, generation: u64, phase: Phase) -> Event {
         generation,
         Payload::Resync(pb::ResyncMarker {
             phase: phase as i32,
+            ..Default::default()
         }),
     )
 }

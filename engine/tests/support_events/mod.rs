@@ -77,6 +77,7 @@ pub fn resync(source: &str, generation: u64, completed: bool) -> Event {
         generation,
         Payload::Resync(pb::ResyncMarker {
             phase: phase as i32,
+            ..Default::default()
         }),
     )
 }

@@ -13,6 +13,7 @@
 //! What it does NOT do: interpret events (that is the fold) or repair a log.
 
 mod append;
+mod copies;
 mod jsonl;
 mod output;
 mod read;

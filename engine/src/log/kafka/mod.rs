@@ -3,7 +3,8 @@
 //! # What it does
 //!
 //! - **Keyed placement.** Every event is produced with its entity key
-//!   ([`Event::key`]) as the message key; an event without a key is refused with
+//!   ([`Event::key`]) as the message key (a `COMPLETED` resync marker is also
+//!   copied to every partition, see below); an event without a key is refused with
 //!   [`Error::InvalidEvent`] before anything is sent. The partitioner is set
 //!   explicitly to librdkafka's `murmur2_random`: `(murmur2(key) & 0x7fffffff) %
 //!   partitions`, the Java client's default for keyed messages (the `_random` part only
@@ -74,25 +75,27 @@
 //!
 //! # Resync markers and partitions
 //!
-//! A resync marker's key is `resync/<source>`, so all of one source's markers land on
-//! one partition, in order. But the entity events of that resync generation are
-//! keyed by entity and spread over all partitions. In the log, a `completed` marker
-//! is therefore not ordered after the generation's events: a follower can read the
-//! marker before it reads events the adapter appended (and saw acknowledged) before
-//! the marker. Sweeping at the marker could delete live entities.
+//! A resync marker's key is `resync/<source>`, but the entity events of that resync
+//! generation are keyed by entity and spread over all partitions. A single
+//! `completed` marker on one partition would not be ordered after the generation's
+//! events: a follower could read the marker before events the adapter appended (and
+//! saw acknowledged) before it, and sweeping there would delete live entities for a
+//! moment (a removal pushed to every proxy after an adapter restart).
 //!
-//! Proposal, for the engine and adapters (not done here). The adapter appends
-//! `completed` only after every event of the generation was acknowledged (append
-//! returns). It writes one copy of the marker to *every* partition, by explicit
-//! partition rather than key hash, which needs a small `append_to_all_partitions` on
-//! this backend. The engine sweeps a generation only once it has read a `completed`
-//! copy on every partition. Per-partition order then guarantees that every event of
-//! the generation has been folded. This needs no schema change, compaction keeps it
-//! (compaction is per partition), and with one partition it reduces to today's
-//! behaviour. The alternative is to put the generation's acknowledged end
-//! [`Position`] in the marker and defer the sweep until the reader's position covers
-//! it. That needs a schema field. [`FollowItem::CaughtUp`] is NOT a substitute: it
-//! is not a consistent cut across partitions (see `follow`).
+//! So on a topic of `N > 1` partitions, `append` writes a `COMPLETED` marker once to
+//! **every** partition, by explicit partition (not key hash), with
+//! `ResyncMarker.copies = N`, after every event before it in the same append has
+//! been acknowledged (see `produce`). Adapters append `COMPLETED` only after every
+//! entity append of the relist was acknowledged, so each copy sits after all of the
+//! relist's events on its partition. The fold sweeps a generation only once it has
+//! folded a copy from `N` distinct partitions (see the `fold` module, "Multi-partition
+//! logs"), which by per-partition order means every event of the relist has been
+//! folded, whatever order the partitions are read in. Compaction keeps it (it is per
+//! partition and the copies keep the marker's key), and with one partition nothing
+//! changes: the marker is written once, by key, with `copies` as the writer set it.
+//! `STARTED` is always written once, by key: the fold only records its generation.
+//! [`FollowItem::CaughtUp`] is no substitute for the copies: it is not a consistent
+//! cut across partitions (see `follow`).
 //!
 //! # What it does NOT do
 //!

@@ -6,6 +6,9 @@
 //! the log's policy once acknowledged. If a later batch fails, the earlier batches
 //! stay appended and the error says how far the input got.
 //!
+//! The per-partition copies of a `COMPLETED` resync marker (read from a
+//! multi-partition Kafka log) are merged into one marker first; see `copies`.
+//!
 //! What it does NOT do: deduplicate (appending the same file twice appends twice) or
 //! validate against the log's state (a delete of an unknown key is appended).
 
@@ -17,6 +20,7 @@ use anyhow::Context as _;
 use deltapilot_engine::log::{EventLog, RecordPos};
 use deltapilot_proto::Event;
 
+use super::copies;
 use super::jsonl::{self, LineError};
 use super::{Access, LogTarget, open_log};
 
@@ -60,8 +64,16 @@ pub(super) async fn run(target: &LogTarget, args: AppendArgs) -> anyhow::Result<
         eprintln!("{name}: no events (only blank or comment lines); nothing appended");
         return Ok(());
     }
-    let lines: Vec<usize> = parsed.events.iter().map(|e| e.line).collect();
-    let events: Vec<Event> = parsed.events.into_iter().map(|e| e.event).collect();
+    let merged = copies::merge(parsed.events.into_iter().map(|e| (e.line, e.event)).collect());
+    if merged.incomplete > 0 {
+        eprintln!(
+            "{name}: {} COMPLETED resync marker(s) lack some of their per-partition copies in \
+             this input and were left out (appending one could sweep entities whose \
+             re-upserts are not in the input; the source's next resync sweeps instead)",
+            merged.incomplete
+        );
+    }
+    let (lines, events): (Vec<usize>, Vec<Event>) = merged.events.into_iter().unzip();
 
     let log = open_log(target, Access::Write).await?;
     let batch = args.batch_size as usize;
