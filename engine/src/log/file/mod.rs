@@ -15,8 +15,9 @@
 //!
 //! # Torn tail or corruption
 //!
-//! At open every segment is read and every record checked (magic, length bound,
-//! CRC, expected offset). The first record that fails is a **torn tail** if and only
+//! At writer open ([`FileLog::open`]) every segment is read and every record checked
+//! (magic, length bound, CRC, expected offset); a read-only open checks less up
+//! front (see below). The first record that fails is a **torn tail** if and only
 //! if
 //!
 //! 1. it is in the **last** segment, and
@@ -43,6 +44,42 @@
 //! a bad record followed by good ones; the log then refuses to open, naming the
 //! spot, rather than guessing what was acknowledged.
 //!
+//! # Read-only open: the newest segment only
+//!
+//! [`FileLog::open_read_only`] costs the newest segment, not the log: a replay
+//! from a checkpoint near the end, or an admin reader, should not wait for
+//! gigabytes it will not read. A segment followed by another is **sealed** (the
+//! writer never appends to it again) and its records must run from its base to the
+//! next segment's base, both known from the file names. So open
+//!
+//! 1. lists the directory: a bad segment name, or a first segment not at offset 0,
+//!    fails the open, as before;
+//! 2. checks each sealed segment cheaply: its header, and its last record (found
+//!    by reading the last 64 KiB): it must pass every check, end the file and carry
+//!    offset `next base - 1`. That catches a missing segment in between, a segment
+//!    cut short or trailing garbage, and the open fails as before. If the cheap
+//!    check does not pass, that segment is scanned in full at open, exactly as
+//!    before, so its error (if any) is the one a full scan gives;
+//! 3. scans the newest segment in full, which finds the head and applies the
+//!    torn-tail rule above ("not written yet" for a reader).
+//!
+//! A sealed segment opened that way is read lazily: the first read that lands in
+//! it scans forward from the end of its checked prefix (its header at first),
+//! verifying every record on the way and adding it to the segment's sparse index,
+//! which is then kept; the next read seeks directly. The first bad record in the
+//! middle of a sealed segment is therefore [`Error::Corrupt`] (segment, byte
+//! offset, log offset) from the read or follow that reaches it, instead of from
+//! the open; reads that stay before it, or read later segments, still succeed, and
+//! a replay stops there saying so. Nothing a reader could see before is hidden: a
+//! read over damaged records still fails, and a read-only open still fails for
+//! everything except damage inside a sealed segment.
+//!
+//! The writer keeps the full scan at open. It is the one place where the whole
+//! log gets verified, and it decides for good what is a torn tail (it truncates);
+//! a writer that appended to a log damaged in the middle would leave that damage to
+//! be found by whichever reader happens to reach it, possibly much later. It runs
+//! once per process start, and readers never wait for it.
+//!
 //! # Writers and readers
 //!
 //! [`FileLog::open`] takes an exclusive lock on `DIR/LOCK` (`File::try_lock`), so a
@@ -67,12 +104,16 @@
 //! appends about 1M events/s and reads about 15M records/s on two cores, so the
 //! bound is copying, encoding and CRC, not the hop. Events are encoded on the
 //! caller's task; framing (which needs the offsets) happens under the writer lock.
-//! `open` and `open_read_only` are synchronous and scan the whole log; call them
-//! from `spawn_blocking` when the log may be large.
+//! `open` and `open_read_only` are synchronous; `open` scans the whole log and
+//! `open_read_only` the newest segment (see above), so call them from
+//! `spawn_blocking` when the log (or a segment) may be large. A read landing in a
+//! sealed segment a read-only handle has not read yet scans up to the segment's
+//! size once, on the blocking pool like any read.
 //!
 //! # Memory
 //!
-//! Bounded by design: per segment an index entry (16 bytes) per 4 KiB of records;
+//! Bounded by design: per segment an index entry (16 bytes) per 4 KiB of records
+//! (for a sealed segment of a read-only handle, of the records reads have passed);
 //! one reusable write buffer (a batch; dropped if it grew past 8 MiB); scans read in
 //! 1 MiB chunks; a read allocates about what it returns, in buffers of at most
 //! 1 MiB (or one record) whose records are zero-copy slices, so a record kept alive
@@ -84,6 +125,7 @@
 mod follow;
 mod format;
 mod recovery;
+mod sealed;
 mod segment;
 mod shared;
 mod writer;
@@ -201,9 +243,12 @@ impl FileLog {
 
     /// Opens the log in `dir` for reading only, e.g. while another process writes
     /// it. Takes no lock and writes nothing; a torn tail is treated as not yet
-    /// written. Its followers poll the files for new records; `head` looks at the
-    /// files again, and so does `read` when it has nothing newer to return.
-    /// `append` fails.
+    /// written. Scans only the newest segment (sealed ones get a cheap check and are
+    /// verified by the reads that reach them; see the module documentation), so
+    /// damage inside a sealed segment is reported by those reads, not here.
+    /// Its followers poll the files for new records; `head` looks at the files
+    /// again, and so does `read` when it has nothing newer to return. `append`
+    /// fails.
     pub fn open_read_only(dir: &Path) -> Result<Self> {
         if !dir.is_dir() {
             return Err(Error::InvalidLogDir {

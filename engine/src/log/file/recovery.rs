@@ -4,6 +4,9 @@
 //! The rule that tells a torn tail from corruption is documented in the parent
 //! module; [`scan`] gathers the facts (where the first bad record is, and whether a
 //! valid record follows it in the same file) and the callers here apply the rule.
+//! The writer scans every segment; a read-only view scans only its newest segment
+//! and opens the sealed ones through `sealed.rs`, falling back to a scan when that
+//! module's cheap checks do not pass.
 //!
 //! What it does NOT do: append, or serve reads.
 
@@ -12,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::format::{self, Flaw, RECORD_HEADER_LEN, RECORD_MAGIC, SEGMENT_HEADER_LEN};
+use super::sealed::open_sealed;
 use super::segment::{
     Segment, Segments, SparseIndex, list_segments, read_exact_at, segment_file_name,
 };
@@ -340,7 +344,9 @@ struct Tail {
 /// Brings a read-only view up to date with the files: verifies what was appended
 /// to its last segment and picks up new segments. Never writes. A bad record at the
 /// end of the newest segment is "not written yet" and retried at the next refresh;
-/// by the parent module's rule anything else is corruption.
+/// by the parent module's rule anything else is corruption. New segments other
+/// than the newest are opened without reading their records when their header and
+/// last record check out (`sealed.rs`); reads verify the rest.
 pub(crate) fn refresh(shared: &Shared) -> Result<()> {
     let _serial = shared.refresh_guard();
     let dir = shared.dir();
@@ -409,6 +415,13 @@ pub(crate) fn refresh(shared: &Shared) -> Result<()> {
             });
         }
         let path = dir.join(segment_file_name(base));
+        if let Some(&next_base) = newer.get(j + 1)
+            && let Some(seg) = open_sealed(&path, base, next_base)?
+        {
+            prev_end = Some(((seg.end_byte, seg.end_offset), seg.path.clone()));
+            added.push(seg);
+            continue;
+        }
         let file = File::open(&path).map_err(io_err("open segment", &path))?;
         let len = file
             .metadata()

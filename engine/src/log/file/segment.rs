@@ -10,6 +10,15 @@
 //! Reads re-verify every record they return (magic, CRC, expected offset) and never
 //! go past the head the log has published.
 //!
+//! A sealed segment that a read-only view opened without reading it (see
+//! `sealed.rs`) starts with an empty index and a *checked prefix* of just its
+//! header. A read landing past that prefix starts scanning at its end, so every
+//! record on the way is verified; the records it passes are added to the index and
+//! the prefix grows, so the next read seeks directly. The first bad record met this
+//! way is `Error::Corrupt` for the read that reached it, while reads that stay
+//! before it still succeed. Once a read reaches the segment's last record (and
+//! finds it ends the file) the segment is like any other.
+//!
 //! What it does NOT do: decide what is valid at open (recovery.rs), write records
 //! (writer.rs), or wait for new ones (follow.rs).
 
@@ -157,6 +166,16 @@ impl SparseIndex {
     }
 }
 
+/// The end of the records of a segment verified so far: the byte after the last
+/// one and the offset the next one must carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Checked {
+    /// Byte position after the last verified record (a record boundary).
+    pub(crate) byte: u64,
+    /// Offset of the record expected at `byte`.
+    pub(crate) offset: u64,
+}
+
 /// One segment as readers see it.
 #[derive(Debug)]
 pub(crate) struct Segment {
@@ -172,8 +191,14 @@ pub(crate) struct Segment {
     /// Byte length of the verified part (header and records); 0 while the header
     /// has not been seen yet (a read-only reader racing a segment's creation).
     pub(crate) end_byte: u64,
-    /// The sparse index.
+    /// The sparse index (of the checked prefix only, while `checked_to` is set).
     pub(crate) index: SparseIndex,
+    /// `None` when every record up to `end_byte` was verified and indexed (at open,
+    /// by a refresh, or by the writer). `Some` for a sealed segment a read-only view
+    /// opened without scanning: its records were verified up to here, and reads
+    /// verify and index the rest as they pass it. Its `end_byte` is then the file
+    /// length and its `end_offset` the next segment's base, both unverified.
+    pub(crate) checked_to: Option<Checked>,
 }
 
 impl Segment {
@@ -186,6 +211,7 @@ impl Segment {
             end_offset: base,
             end_byte: 0,
             index: SparseIndex::new(),
+            checked_to: None,
         }
     }
 }
@@ -211,6 +237,7 @@ impl Segments {
 
 /// What one read needs from one segment, copied out of the lock.
 struct Plan {
+    base: u64,
     path: Arc<Path>,
     file: Arc<File>,
     /// Where to start scanning: a record boundary at or before the wanted offset.
@@ -221,6 +248,23 @@ struct Plan {
     end_byte: u64,
     /// Reading to here covers every record the read may want.
     bound_byte: u64,
+    /// The segment's last offset + 1 (the next segment's base once sealed).
+    end_offset: u64,
+    /// For a segment not fully checked yet: where its checked prefix ends, and an
+    /// index continuing the segment's, to note the records this read verifies past
+    /// that point.
+    lazy: Option<Progress>,
+}
+
+/// What a read verified past a segment's checked prefix, to be kept in the
+/// segment if nobody extended the prefix meanwhile.
+struct Progress {
+    /// The checked prefix the read started from.
+    from: Checked,
+    /// How far the read verified, contiguously from `from`.
+    to: Checked,
+    /// Index entries for the records between `from` and `to`.
+    index: SparseIndex,
 }
 
 fn corrupt(path: &Path, byte: u64, offset: u64, reason: impl Into<String>) -> Error {
@@ -245,7 +289,7 @@ pub(crate) fn read(
     let mut next = from;
     let mut bytes = 0usize;
     while out.len() < limit && bytes < max_bytes {
-        let plan = {
+        let mut plan = {
             let segs = segs
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -256,16 +300,28 @@ pub(crate) fn read(
             let s = &segs.list[i];
             let stop_offset = s.end_offset.min(segs.head);
             let want_end = next.saturating_add((limit - out.len()) as u64);
+            let start = match s.checked_to {
+                // The index ends at the checked prefix: scan on from its end.
+                Some(c) if next >= c.offset => (c.offset, c.byte),
+                _ => s.index.floor(next, s.base),
+            };
             Plan {
+                base: s.base,
                 path: s.path.clone(),
                 file: s.file.clone(),
-                start: s.index.floor(next, s.base),
+                start,
                 stop_offset,
                 end_byte: s.end_byte,
                 bound_byte: s
                     .index
                     .ceil_byte(want_end)
                     .map_or(s.end_byte, |b| b.min(s.end_byte)),
+                end_offset: s.end_offset,
+                lazy: s.checked_to.map(|c| Progress {
+                    from: c,
+                    to: c,
+                    index: s.index.continuation(),
+                }),
             }
         };
         if next >= plan.stop_offset {
@@ -279,7 +335,22 @@ pub(crate) fn read(
             ));
         }
         let before = out.len();
-        next = read_segment(&plan, next, limit, max_bytes, &mut out, &mut bytes)?;
+        let mut progress = plan.lazy.take();
+        let res = read_segment(
+            &plan,
+            next,
+            limit,
+            max_bytes,
+            &mut out,
+            &mut bytes,
+            &mut progress,
+        );
+        // Keep what was verified even when the read then met a bad record: reads
+        // that stay before it need not verify those records again.
+        if let Some(p) = progress {
+            keep_progress(segs, plan.base, p);
+        }
+        next = res?;
         if out.len() == before {
             break;
         }
@@ -287,7 +358,28 @@ pub(crate) fn read(
     Ok(out)
 }
 
+/// Extends the checked prefix of the segment based at `base` with what a read
+/// verified, unless another read changed the prefix meanwhile (then this read's
+/// work is dropped; the other's stands).
+fn keep_progress(segs: &std::sync::RwLock<Segments>, base: u64, p: Progress) {
+    if p.to.offset == p.from.offset {
+        return;
+    }
+    let mut segs = segs
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(i) = segs.find(base) else { return };
+    let s = &mut segs.list[i];
+    if s.base != base || s.checked_to != Some(p.from) {
+        return;
+    }
+    s.index.extend(p.index);
+    s.checked_to = (p.to.offset < s.end_offset).then_some(p.to);
+}
+
 /// Reads records of one segment from `from` into `out`; returns the next offset.
+/// Notes in `progress` (if the segment is not fully checked) the records it
+/// verified past the checked prefix.
 fn read_segment(
     plan: &Plan,
     from: u64,
@@ -295,6 +387,7 @@ fn read_segment(
     max_bytes: usize,
     out: &mut Vec<Record>,
     bytes: &mut usize,
+    progress: &mut Option<Progress>,
 ) -> Result<u64> {
     let (mut off, mut pos) = plan.start;
     let mut need = 0u64;
@@ -306,6 +399,17 @@ fn read_segment(
             .clamp(RECORD_HEADER_LEN as u64, READ_CHUNK_BYTES)
             .max(need);
         let len = want.min(avail);
+        if len == 0 && progress.is_some() {
+            return Err(corrupt(
+                &plan.path,
+                pos,
+                off,
+                format!(
+                    "segment ends at offset {off} but the next segment starts at offset {}",
+                    plan.end_offset
+                ),
+            ));
+        }
         if len < need || len == 0 {
             return Err(corrupt(
                 &plan.path,
@@ -333,6 +437,30 @@ fn read_segment(
                             off,
                             format!("record carries offset {}, expected {off}", f.offset),
                         ));
+                    }
+                    let byte = pos + at as u64;
+                    if let Some(p) = progress
+                        && p.to.byte == byte
+                    {
+                        let after = byte + f.total() as u64;
+                        if off + 1 == plan.end_offset && after != plan.end_byte {
+                            return Err(corrupt(
+                                &plan.path,
+                                after,
+                                off + 1,
+                                format!(
+                                    "{} bytes follow the segment's last record (offset {off}); \
+                                     the next segment starts at offset {}",
+                                    plan.end_byte.saturating_sub(after),
+                                    plan.end_offset
+                                ),
+                            ));
+                        }
+                        p.index.note(off, byte);
+                        p.to = Checked {
+                            byte: after,
+                            offset: off + 1,
+                        };
                     }
                     if off >= from {
                         let start = at + RECORD_HEADER_LEN;
