@@ -96,6 +96,7 @@ pub mod runner;
 #[cfg(test)]
 mod tests;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use deltapilot_proto::event::Payload;
@@ -103,7 +104,7 @@ use deltapilot_proto::resync_marker::Phase;
 use deltapilot_proto::{self as pb, Event};
 
 use crate::log::RecordPos;
-use crate::model::{endpoint_from_proto_reusing, service_from_proto};
+use crate::model::{endpoint_from_digested, service_from_proto, source_digest};
 use crate::state::{HKey, ModelState, ServiceSlot, SourceGen, TouchLog, Touched};
 
 /// Why an event (or record) was skipped; one metric label each.
@@ -187,6 +188,29 @@ pub fn fold(state: &ModelState, batch: &[(RecordPos, Event)]) -> FoldOutput {
     fold_iter(state, batch.iter().map(|(p, e)| (*p, e)))
 }
 
+/// [`fold`] with each event's [`Prepared`] part computed ahead (`prepared[i]` is
+/// `Prepared::of(&batch[i].1)`). Why: a replay decodes on a second thread, and
+/// what can be derived from an event alone is cheapest computed there, while its
+/// strings are still in that core's cache, rather than on the folding thread,
+/// where reading them back was a tenth of the fold. A `prepared` of another
+/// length is ignored (everything is computed here, with the same result).
+pub fn fold_prepared(
+    state: &ModelState,
+    batch: &[(RecordPos, Event)],
+    prepared: &[Prepared],
+) -> FoldOutput {
+    if prepared.len() != batch.len() {
+        return fold(state, batch);
+    }
+    fold_with(
+        state,
+        batch
+            .iter()
+            .zip(prepared)
+            .map(|((p, e), prep)| (*p, e, *prep)),
+    )
+}
+
 /// [`fold`] over any sequence of positioned events (avoids collecting them).
 ///
 /// Consecutive endpoint upserts and deletes are applied in the order of their
@@ -202,6 +226,18 @@ pub fn fold_iter<'a>(
     state: &ModelState,
     events: impl IntoIterator<Item = (RecordPos, &'a Event)>,
 ) -> FoldOutput {
+    fold_with(
+        state,
+        events
+            .into_iter()
+            .map(|(p, e)| (p, e, Prepared::keys_of(e))),
+    )
+}
+
+fn fold_with<'a>(
+    state: &ModelState,
+    events: impl IntoIterator<Item = (RecordPos, &'a Event, Prepared)>,
+) -> FoldOutput {
     let mut f = Folding {
         out: FoldOutput {
             state: state.clone(),
@@ -212,10 +248,14 @@ pub fn fold_iter<'a>(
         skipped: Vec::new(),
     };
     let mut run: Vec<Pending<'a>> = Vec::new();
-    for (index, (pos, ev)) in events.into_iter().enumerate() {
-        let hk = endpoint_hkey(ev);
-        let pending = Pending { hk, index, pos, ev };
-        if hk.is_some() {
+    for (index, (pos, ev, prep)) in events.into_iter().enumerate() {
+        let pending = Pending {
+            prep,
+            index,
+            pos,
+            ev,
+        };
+        if prep.hk.is_some() {
             run.push(pending);
         } else {
             f.apply_run(&mut run);
@@ -239,11 +279,49 @@ pub fn fold_iter<'a>(
     out
 }
 
-/// An event waiting to be applied, with its place in the batch.
-struct Pending<'a> {
+/// What the fold derives from an event alone, whatever the state: computed by
+/// [`Prepared::of`] ahead of the fold (see [`fold_prepared`]), or on the spot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Prepared {
     /// The hashed key of an endpoint upsert or delete (the events a run may
     /// reorder); `None` for every other event.
     hk: Option<HKey>,
+    /// The [`source_digest`] of an endpoint upsert's payload, when computed.
+    shape_digest: Option<u128>,
+    /// An endpoint upsert's address, when computed and valid (an invalid one is
+    /// parsed again by the fold, which reports it).
+    address: Option<IpAddr>,
+}
+
+impl Prepared {
+    /// Everything the fold can compute from `ev` without the state.
+    pub fn of(ev: &Event) -> Self {
+        let endpoint = match &ev.payload {
+            Some(Payload::EndpointUpsert(u)) => u.endpoint.as_ref(),
+            _ => None,
+        };
+        Prepared {
+            hk: endpoint_hkey(ev),
+            shape_digest: endpoint.map(source_digest),
+            address: endpoint.and_then(|e| e.address.parse().ok()),
+        }
+    }
+
+    /// Only the key hash (cheap, and needed to order runs); the digest waits
+    /// until the event is applied.
+    fn keys_of(ev: &Event) -> Self {
+        Prepared {
+            hk: endpoint_hkey(ev),
+            ..Default::default()
+        }
+    }
+}
+
+/// An event waiting to be applied, with its place in the batch.
+struct Pending<'a> {
+    /// What was derived from the event alone; `prep.hk` is set exactly for the
+    /// events a run may reorder.
+    prep: Prepared,
     index: usize,
     pos: RecordPos,
     ev: &'a Event,
@@ -282,7 +360,7 @@ impl Folding {
             let mut order: Vec<(u64, u32)> = run
                 .iter()
                 .enumerate()
-                .map(|(i, p)| (p.hk.map_or(0, HKey::prefix), i as u32))
+                .map(|(i, p)| (p.prep.hk.map_or(0, HKey::prefix), i as u32))
                 .collect();
             order.sort_unstable();
             for (_, i) in order {
@@ -302,7 +380,7 @@ impl Folding {
         match apply_event(
             &mut self.out.state,
             p.ev,
-            p.hk,
+            &p.prep,
             &mut self.cx,
             &mut self.touched,
         ) {
@@ -387,7 +465,7 @@ fn nonempty_key(d: &pb::EntityDelete) -> Result<&str, Skip> {
 fn apply_event(
     st: &mut ModelState,
     ev: &Event,
-    known_hk: Option<HKey>,
+    prep: &Prepared,
     cx: &mut Cx,
     touched: &mut TouchLog,
 ) -> Result<(), Skip> {
@@ -432,10 +510,12 @@ fn apply_event(
                 .endpoint
                 .as_ref()
                 .ok_or_else(|| invalid("endpoint_upsert without an endpoint"))?;
-            let hk = known_hk.unwrap_or_else(|| HKey::of(&u.key));
+            let hk = prep.hk.unwrap_or_else(|| HKey::of(&u.key));
             let current = st.raw_endpoint_at(&hk).cloned();
             let prev = current.as_ref().map(|w| &*w.value);
-            let ep = endpoint_from_proto_reusing(&u.key, e, prev).map_err(invalid)?;
+            let digest = prep.shape_digest.unwrap_or_else(|| source_digest(e));
+            let ep =
+                endpoint_from_digested(&u.key, e, digest, prep.address, prev).map_err(invalid)?;
             let source = match &current {
                 Some(w) if *w.source != *ev.source => {
                     return Err(conflict(&u.key, &w.source, &ev.source));
@@ -458,7 +538,7 @@ fn apply_event(
         }
         Payload::EndpointDelete(d) => {
             let key = nonempty_key(d)?;
-            let hk = known_hk.unwrap_or_else(|| HKey::of(key));
+            let hk = prep.hk.unwrap_or_else(|| HKey::of(key));
             if let Some(w) = st.raw_endpoint_at(&hk)
                 && *w.source != *ev.source
             {

@@ -5,6 +5,7 @@
 //! metric and its log position) instead of poisoning state.
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use deltapilot_proto as pb;
@@ -146,16 +147,33 @@ pub fn endpoint_from_proto_reusing(
     e: &pb::Endpoint,
     prev: Option<&Endpoint>,
 ) -> Result<Endpoint, ConvertError> {
+    endpoint_from_digested(key, e, source_digest(e), None, prev)
+}
+
+/// [`endpoint_from_proto_reusing`] given `raw`, the payload's [`source_digest`],
+/// and optionally its address already parsed, both computed earlier (a replay
+/// computes them on its decoding thread). `prev` must be the value stored under
+/// `key` (its key string is shared without comparing it: the fold found `prev`
+/// by `key`).
+pub fn endpoint_from_digested(
+    key: &str,
+    e: &pb::Endpoint,
+    raw: u128,
+    address: Option<IpAddr>,
+    prev: Option<&Endpoint>,
+) -> Result<Endpoint, ConvertError> {
     if key.is_empty() {
         return err("endpoint key is empty");
     }
-    let address = e.address.parse().map_err(|_| {
-        ConvertError(format!(
-            "endpoint {key}: address {:?} is not an IP address",
-            e.address
-        ))
-    })?;
-    let raw = source_digest(e);
+    let address = match address {
+        Some(a) => a,
+        None => e.address.parse().map_err(|_| {
+            ConvertError(format!(
+                "endpoint {key}: address {:?} is not an IP address",
+                e.address
+            ))
+        })?,
+    };
     let shape = match prev {
         Some(p) if p.shape.source_digest() == raw => p.shape.clone(),
         _ => Arc::new(shape_from_proto(key, e, prev.map(|p| &*p.shape), raw)?),
@@ -166,11 +184,13 @@ pub fn endpoint_from_proto_reusing(
         pb::Health::NotReady => Health::NotReady,
         pb::Health::Healthy | pb::Health::Unspecified => Health::Healthy,
     };
+    debug_assert!(
+        prev.is_none_or(|p| *p.key == *key),
+        "prev is stored under key"
+    );
     Ok(Endpoint {
-        key: match prev {
-            Some(p) if *p.key == *key => p.key.clone(),
-            _ => Arc::from(key),
-        },
+        // Reading the stored key's bytes to compare them was a cache miss per event.
+        key: prev.map_or_else(|| Arc::from(key), |p| p.key.clone()),
         address,
         weight: e.weight.max(1),
         health,

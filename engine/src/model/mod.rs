@@ -18,7 +18,8 @@ use std::fmt;
 use std::sync::Arc;
 
 pub use convert::{
-    ConvertError, endpoint_from_proto, endpoint_from_proto_reusing, service_from_proto,
+    ConvertError, endpoint_from_digested, endpoint_from_proto, endpoint_from_proto_reusing,
+    service_from_proto,
 };
 pub use labels::{LabelSelector, Labels};
 pub use proxy::{Proxy, ProxyType};

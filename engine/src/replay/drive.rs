@@ -139,7 +139,7 @@ pub async fn fold_to<L: EventLog + ?Sized>(
     to: &Position,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Option<StoppedAt>> {
-    type Decoded = (Vec<(RecordPos, Event)>, Option<StoppedAt>);
+    type Decoded = (super::Decoded, Option<StoppedAt>);
     let head = log.head().await?;
     let mut read_at = r.position().clone();
     let mut done = 0u64;
@@ -174,13 +174,13 @@ pub async fn fold_to<L: EventLog + ?Sized>(
             ahead = next;
             continue;
         };
-        let (events, stop) = batch.await.map_err(|e| Error::Io {
+        let (decoded, stop) = batch.await.map_err(|e| Error::Io {
             op: "decode records (task failed)",
             path: std::path::PathBuf::new(),
             source: std::io::Error::other(e.to_string()),
         })?;
-        done += events.len() as u64;
-        r.apply_decoded(&events);
+        done += decoded.events.len() as u64;
+        r.apply_decoded(decoded);
         if stop.is_some() {
             return Ok(stop);
         }

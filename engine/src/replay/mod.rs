@@ -49,7 +49,7 @@ use deltapilot_proto::Event;
 use crate::Error;
 use crate::checkpoint::{Checkpoint, generator_id};
 use crate::fold::runner::full_snapshot_hash;
-use crate::fold::{Skipped, fold, fold_iter};
+use crate::fold::{Prepared, Skipped, fold_iter, fold_prepared};
 use crate::log::{Position, Record, RecordPos};
 use crate::snapshot::Snapshot;
 use crate::state::{ModelState, Touched};
@@ -256,15 +256,18 @@ impl Replayer {
     /// decode: the records before it are folded, and the returned [`StoppedAt`]
     /// names it.
     pub fn apply_records(&mut self, records: &[Record]) -> Result<(), StoppedAt> {
-        let (events, stop) = decode_records(records, &self.position);
-        self.apply_decoded(&events);
+        let (decoded, stop) = decode_records(records, &self.position);
+        self.apply_decoded(decoded);
         stop.map_or(Ok(()), Err)
     }
 
     /// Folds a batch of decoded events (see [`decode_records`]); positions already
-    /// folded are the caller's to leave out.
-    pub fn apply_decoded(&mut self, events: &[(RecordPos, Event)]) {
-        let out = fold(&self.model, events);
+    /// folded are the caller's to leave out. The batch is freed on the dropper
+    /// thread, like superseded states: freeing 64k decoded events was a sixteenth
+    /// of a replay's folding thread.
+    pub fn apply_decoded(&mut self, decoded: Decoded) {
+        let events = &decoded.events;
+        let out = fold_prepared(&self.model, events, &decoded.prepared);
         for (pos, _) in events {
             self.position.advance(*pos);
         }
@@ -275,7 +278,8 @@ impl Replayer {
         self.pending.endpoints.extend(t.endpoints);
         self.pending.configs |= t.configs;
         let old = std::mem::replace(&mut self.model, out.state);
-        self.dropper.drop(old);
+        self.dropper.drop(Box::new(old));
+        self.dropper.drop(Box::new(decoded));
     }
 
     /// Folds one event at `pos` and reports every resource it changed.
@@ -336,27 +340,38 @@ impl Replayer {
     }
 }
 
-/// States the dropper thread may hold before a fold drops one itself: one being
-/// dropped and one waiting is enough to keep that thread busy, and bounds the
-/// memory of superseded states.
-const DROP_QUEUE: usize = 1;
+/// Values the dropper thread may hold before a fold drops one itself: one being
+/// dropped and two waiting (a batch's superseded state and its decoded events) is
+/// enough to keep that thread busy, and bounds the memory of what awaits freeing.
+const DROP_QUEUE: usize = 2;
 
-/// Drops superseded states on a thread of its own. Replacing the state after a
-/// batch frees every node the batch copied (a persistent map shares the rest),
-/// which is a good part of a fast replay's time; on a second core it overlaps
-/// the next batch's fold. When the thread is busy, or cannot be started, the
-/// state is dropped in place.
-#[derive(Debug, Default)]
+/// A value the dropper frees on its own thread.
+type Garbage = Box<dyn Send>;
+
+/// Drops superseded states (and folded batches) on a thread of its own.
+/// Replacing the state after a batch frees every node the batch copied (a
+/// persistent map shares the rest), which is a good part of a fast replay's time;
+/// on a second core it overlaps the next batch's fold. When the thread is busy,
+/// or cannot be started, the value is dropped in place.
+#[derive(Default)]
 struct Dropper {
-    tx: Option<std::sync::mpsc::SyncSender<ModelState>>,
+    tx: Option<std::sync::mpsc::SyncSender<Garbage>>,
     started: bool,
 }
 
+impl std::fmt::Debug for Dropper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dropper")
+            .field("started", &self.started)
+            .finish()
+    }
+}
+
 impl Dropper {
-    fn drop(&mut self, state: ModelState) {
+    fn drop(&mut self, garbage: Garbage) {
         if !self.started {
             self.started = true;
-            let (tx, rx) = std::sync::mpsc::sync_channel::<ModelState>(DROP_QUEUE);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Garbage>(DROP_QUEUE);
             let spawned = std::thread::Builder::new()
                 .name("replay-drop".into())
                 .spawn(move || while rx.recv().is_ok() {});
@@ -366,32 +381,44 @@ impl Dropper {
         }
         match &self.tx {
             Some(tx) => {
-                // Full or gone: the state comes back and is dropped here.
-                let _ = tx.try_send(state);
+                // Full or gone: the value comes back and is dropped here.
+                let _ = tx.try_send(garbage);
             }
-            None => drop(state),
+            None => drop(garbage),
         }
     }
 }
 
+/// A batch of decoded events, each with what the fold derives from it alone.
+#[derive(Debug, Default)]
+pub struct Decoded {
+    /// The events, in log order.
+    pub events: Vec<(RecordPos, Event)>,
+    /// `prepared[i]` is [`Prepared::of`] `events[i]`.
+    pub prepared: Vec<Prepared>,
+}
+
 /// Decodes records not yet covered by `folded`, up to the first that does not
-/// decode (returned as the [`StoppedAt`]). Pure, so a caller may run it on
-/// another thread while the previous batch folds.
-pub fn decode_records(
-    records: &[Record],
-    folded: &Position,
-) -> (Vec<(RecordPos, Event)>, Option<StoppedAt>) {
-    let mut events = Vec::with_capacity(records.len());
+/// decode (returned as the [`StoppedAt`]), and prepares each for the fold. Pure,
+/// so a caller may run it on another thread while the previous batch folds.
+pub fn decode_records(records: &[Record], folded: &Position) -> (Decoded, Option<StoppedAt>) {
+    let mut out = Decoded {
+        events: Vec::with_capacity(records.len()),
+        prepared: Vec::with_capacity(records.len()),
+    };
     for r in records {
         if folded.contains(r.pos) {
             continue;
         }
         match r.decode() {
-            Ok(ev) => events.push((r.pos, ev)),
-            Err(e) => return (events, Some(stopped(r.pos, &e))),
+            Ok(ev) => {
+                out.prepared.push(Prepared::of(&ev));
+                out.events.push((r.pos, ev));
+            }
+            Err(e) => return (out, Some(stopped(r.pos, &e))),
         }
     }
-    (events, None)
+    (out, None)
 }
 
 fn stopped(pos: RecordPos, e: &Error) -> StoppedAt {

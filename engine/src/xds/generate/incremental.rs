@@ -69,6 +69,42 @@ struct Dirty {
     ports: BTreeSet<u16>,
 }
 
+/// Hosts below this many in one regeneration are rebuilt on the calling thread:
+/// a live batch touches a few, and a thread costs more than they do.
+const PARALLEL_MIN: usize = 512;
+
+/// Most threads one regeneration builds resources on.
+const MAX_THREADS: usize = 4;
+
+/// One host to rebuild: its name, the ports, and whether only assignments are.
+type HostJob<'a> = (&'a Hostname, &'a BTreeSet<u16>, bool);
+
+/// What a rebuild decided for one resource, applied to [`Out`] in order.
+struct Decision {
+    kind: ResourceType,
+    /// A gRPC `api_listener` (rather than a sidecar listener).
+    grpc: bool,
+    name: Arc<str>,
+    /// The new bytes, a build error, or `None`: the resource is gone.
+    desired: Option<Result<Bytes, String>>,
+}
+
+impl Decision {
+    fn new(
+        kind: ResourceType,
+        grpc: bool,
+        name: Arc<str>,
+        desired: Option<Result<Bytes, String>>,
+    ) -> Self {
+        Decision {
+            kind,
+            grpc,
+            name,
+            desired,
+        }
+    }
+}
+
 /// The next resource set being written, with its change set and errors.
 struct Out {
     set: ResourceSet,
@@ -181,11 +217,11 @@ impl Generator {
             changes: ChangeSet::default(),
             errors: Vec::new(),
         };
-        for (h, ports) in &dirty.host_ports {
-            self.rebuild_host(model, h, ports, false, &mut out);
-        }
-        for (h, ports) in &dirty.assignments {
-            self.rebuild_host(model, h, ports, true, &mut out);
+        let jobs: Vec<HostJob<'_>> = (dirty.host_ports.iter().map(|(h, p)| (h, p, false)))
+            .chain(dirty.assignments.iter().map(|(h, p)| (h, p, true)))
+            .collect();
+        for d in self.decide_all(model, &jobs) {
+            out.apply(d.kind, d.grpc, d.name, d.desired);
         }
         let empty = BTreeSet::new();
         for p in &dirty.ports {
@@ -261,17 +297,59 @@ impl Generator {
         }
     }
 
+    /// Decides every job's resources (see [`Generator::decide_host`]), in job
+    /// order. Many hosts (a startup, a restore, a replay's one regeneration at the
+    /// end) are split over up to [`MAX_THREADS`] threads: building and encoding
+    /// is nearly all of a full regeneration and each host's is independent, while
+    /// applying the results to the persistent maps stays on this thread, in
+    /// order, so the output is exactly the sequential one.
+    fn decide_all<M: ModelRead + Sync + ?Sized>(
+        &self,
+        model: &M,
+        jobs: &[HostJob<'_>],
+    ) -> Vec<Decision> {
+        let one = |chunk: &[HostJob<'_>]| {
+            let mut out = Vec::with_capacity(chunk.len() * 4);
+            for &(h, ports, assignments_only) in chunk {
+                self.decide_host(model, h, ports, assignments_only, &mut out);
+            }
+            out
+        };
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(MAX_THREADS);
+        if jobs.len() < PARALLEL_MIN || threads < 2 {
+            return one(jobs);
+        }
+        let size = jobs.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let mut chunks = jobs.chunks(size);
+            let first = chunks.next().unwrap_or_default();
+            let rest: Vec<_> = chunks.map(|c| scope.spawn(move || one(c))).collect();
+            let mut out = one(first);
+            for h in rest {
+                match h.join() {
+                    Ok(part) => out.extend(part),
+                    // A panic while building is a bug; it surfaces here as it
+                    // would have without threads.
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+            out
+        })
+    }
+
     /// Recomputes the per-(service, port) resources of `h` for `ports`: cluster,
     /// assignment, gRPC listener and route, or only the assignment. The service is
     /// the indexed one (absent: it serves nothing now); its endpoints are read
     /// from the model once for all its ports.
-    fn rebuild_host<M: ModelRead + ?Sized>(
+    fn decide_host<M: ModelRead + ?Sized>(
         &self,
         model: &M,
         h: &Hostname,
         ports: &BTreeSet<u16>,
         assignments_only: bool,
-        out: &mut Out,
+        out: &mut Vec<Decision>,
     ) {
         let svc = self.hosts.get(h).map(|e| &e.svc);
         let eps = svc
@@ -287,22 +365,37 @@ impl Generator {
             let assignment = found
                 .zip(eps.as_ref())
                 .map(|((s, port), eps)| eds::load_assignment(eps, s, port));
-            out.apply(
+            out.push(Decision::new(
                 ResourceType::Endpoint,
                 false,
                 cluster_name(p, h),
                 assignment,
-            );
+            ));
             if assignments_only {
                 continue;
             }
             let cluster = found.map(|(s, port)| cds::cluster(s, port, &self.opts));
-            out.apply(ResourceType::Cluster, false, cluster_name(p, h), cluster);
+            out.push(Decision::new(
+                ResourceType::Cluster,
+                false,
+                cluster_name(p, h),
+                cluster,
+            ));
             let http = found.is_some_and(|(_, port)| port.protocol.is_http());
             let listener = http.then(|| Ok(lds::grpc_listener(h, p)));
-            out.apply(ResourceType::Listener, true, grpc_name(h, p), listener);
+            out.push(Decision::new(
+                ResourceType::Listener,
+                true,
+                grpc_name(h, p),
+                listener,
+            ));
             let route = http.then(|| Ok(rds::grpc_route_config(h, p)));
-            out.apply(ResourceType::Route, false, grpc_name(h, p), route);
+            out.push(Decision::new(
+                ResourceType::Route,
+                false,
+                grpc_name(h, p),
+                route,
+            ));
         }
     }
 }

@@ -17,7 +17,8 @@ use crate::model::{Endpoint, Hostname, Service};
 ///
 /// Implementations must be deterministic: the same model state answers the same
 /// way. Order of iteration does not matter; the generator sorts what it emits.
-pub trait ModelRead {
+/// `Sync`, because a large regeneration reads the model from several threads.
+pub trait ModelRead: Sync {
     /// The merged service for `host`, if any source defines it.
     fn service(&self, host: &Hostname) -> Option<Arc<Service>>;
 

@@ -64,7 +64,13 @@ pub(super) async fn run(target: &LogTarget, args: AppendArgs) -> anyhow::Result<
         eprintln!("{name}: no events (only blank or comment lines); nothing appended");
         return Ok(());
     }
-    let merged = copies::merge(parsed.events.into_iter().map(|e| (e.line, e.event)).collect());
+    let merged = copies::merge(
+        parsed
+            .events
+            .into_iter()
+            .map(|e| (e.line, e.event))
+            .collect(),
+    );
     if merged.incomplete > 0 {
         eprintln!(
             "{name}: {} COMPLETED resync marker(s) lack some of their per-partition copies in \
