@@ -266,6 +266,8 @@ pub(super) struct Restorer {
     model: ModelState,
     sink: Touched,
     sources: BTreeMap<String, Arc<str>>,
+    /// The source of the last call to `source`.
+    last_source: Option<Arc<str>>,
     /// Endpoints wait until every service is in, so that the order of the file
     /// never matters (the primitives do not check admission, but keeping the
     /// rebuild order keeps this equal to `ModelState::rebuild`).
@@ -278,11 +280,25 @@ impl Restorer {
             model: ModelState::default(),
             sink: Touched::default(),
             sources: BTreeMap::new(),
+            last_source: None,
             endpoints: Vec::new(),
         }
     }
 
     fn source(&mut self, name: &str) -> Arc<str> {
+        // Entities come grouped by source: the last one answers almost every call
+        // without a map lookup.
+        if let Some(s) = &self.last_source
+            && **s == *name
+        {
+            return s.clone();
+        }
+        let s = self.source_uncached(name);
+        self.last_source = Some(s.clone());
+        s
+    }
+
+    fn source_uncached(&mut self, name: &str) -> Arc<str> {
         if let Some(s) = self.sources.get(name) {
             return s.clone();
         }
@@ -317,10 +333,8 @@ impl Restorer {
     }
 
     pub(super) fn finish(mut self) -> ModelState {
-        for (source, generation, ep) in std::mem::take(&mut self.endpoints) {
-            self.model
-                .put_endpoint(source, generation, ep, &mut self.sink);
-        }
+        self.model
+            .load_endpoints(std::mem::take(&mut self.endpoints));
         self.model
     }
 }

@@ -381,10 +381,45 @@ pub(super) fn decode(file: &Bytes) -> Result<Checkpoint, String> {
             payload: r.bytes("entity payload")?,
         });
     }
-    for (f, converted) in framed.iter().zip(convert_all(&framed)) {
-        restorer.insert(f.source, f.generation, converted?);
+    let converted = convert_all(&framed);
+    // The stored resources are independent of the entities: they are read on a
+    // second thread while this one inserts the entities (both are single-threaded
+    // and about as long).
+    let (resources, restored) = std::thread::scope(|scope| {
+        let reading = scope.spawn(|| {
+            let resources = read_resources(&mut r, file)?;
+            if r.at != body.len() {
+                return Err(format!("{} bytes after the last entity", body.len() - r.at));
+            }
+            Ok(resources)
+        });
+        let restored = (|| {
+            for (f, converted) in framed.iter().zip(converted) {
+                restorer.insert(f.source, f.generation, converted?);
+            }
+            Ok::<_, String>(restorer.finish())
+        })();
+        let resources = reading
+            .join()
+            .unwrap_or_else(|_| Err("reading the stored resources panicked".to_string()));
+        (resources, restored)
+    });
+    let (mut model, resources) = (restored?, resources?);
+    for (source, p) in pending {
+        model.set_pending_resync(source, Some(p));
     }
-    let resources = match r.u8("resources")? {
+    Ok(Checkpoint {
+        position,
+        fingerprints,
+        model,
+        resources,
+    })
+}
+
+/// Reads the resources section (see the layout) from `r`; stored resources are
+/// slices of `file`.
+fn read_resources(r: &mut Reader<'_>, file: &Bytes) -> Result<Option<StoredResources>, String> {
+    Ok(match r.u8("resources")? {
         0 => None,
         1 => {
             let generator = r.str("generator id")?.to_owned();
@@ -402,18 +437,5 @@ pub(super) fn decode(file: &Bytes) -> Result<Checkpoint, String> {
             Some(StoredResources { generator, set })
         }
         other => return Err(format!("resources flag {other}")),
-    };
-    if r.at != body.len() {
-        return Err(format!("{} bytes after the last entity", body.len() - r.at));
-    }
-    let mut model = restorer.finish();
-    for (source, p) in pending {
-        model.set_pending_resync(source, Some(p));
-    }
-    Ok(Checkpoint {
-        position,
-        fingerprints,
-        model,
-        resources,
     })
 }

@@ -61,10 +61,12 @@ fn protocol(p: i32) -> Protocol {
     }
 }
 
-fn port_number(n: u32, what: &str) -> Result<u16, ConvertError> {
+/// `n` as a port; `what` names it in the error, and is only called then (building
+/// that text for every valid port was a few percent of a checkpoint restore).
+fn port_number(n: u32, what: impl FnOnce() -> String) -> Result<u16, ConvertError> {
     match u16::try_from(n) {
         Ok(p) if p > 0 => Ok(p),
-        _ => err(format!("{what} {n} is not a valid port (1-65535)")),
+        _ => err(format!("{} {n} is not a valid port (1-65535)", what())),
     }
 }
 
@@ -78,7 +80,7 @@ pub fn service_from_proto(s: &pb::Service) -> Result<Service, ConvertError> {
     let mut names = BTreeSet::new();
     let mut numbers = BTreeSet::new();
     for p in &s.ports {
-        let number = port_number(p.number, &format!("service {host}: port {:?}", p.name))?;
+        let number = port_number(p.number, || format!("service {host}: port {:?}", p.name))?;
         if !numbers.insert(number) {
             return err(format!(
                 "service {host}: port number {number} appears twice"
@@ -213,7 +215,7 @@ fn shape_from_proto(
             for (name, n) in &e.ports {
                 ports.insert(
                     Arc::from(name.as_str()),
-                    port_number(*n, &format!("endpoint {key}: port {name:?}"))?,
+                    port_number(*n, || format!("endpoint {key}: port {name:?}"))?,
                 );
             }
             ports

@@ -18,7 +18,7 @@ use super::{Claim, HKey, ModelState, PendingResync, ServiceSlot, SourceGen, Touc
 use crate::model::{Config, Endpoint, Hostname, Service};
 
 impl ModelState {
-    fn hash_add(&mut self, h: u64) {
+    pub(super) fn hash_add(&mut self, h: u64) {
         self.hash = self.hash.wrapping_add(h);
     }
 

@@ -59,6 +59,7 @@
 //! or build xDS resources (see `xds`).
 
 mod apply;
+mod bulk;
 pub(crate) mod canon;
 #[cfg(test)]
 pub(crate) mod mk;

@@ -1,8 +1,11 @@
 //! Opening the log for a replay, read-only, and what to do when the embedded log
 //! is corrupt in the middle.
 //!
-//! The embedded log refuses to open when a record in the middle fails its checks
-//! (it never guesses past damage). A replay still wants everything *before* the
+//! A read-only open of the embedded log checks the newest segment in full and each
+//! older one cheaply (its last record); damage deeper inside an older segment is
+//! reported by the read that reaches it, and the replay stops there (see
+//! `replay::drive`). Damage the open itself finds makes it refuse (it never
+//! guesses past damage). A replay still wants everything *before* the
 //! damage, and to say where it stops. So on [`Error::Corrupt`] at open, the valid
 //! prefix is exposed as a log of its own: a temporary directory next to the log
 //! with hard links to the segments before the damaged one (copies where links are
