@@ -217,10 +217,8 @@ impl Reference {
                 if self.eps.get(&key).is_some_and(|e| e.0 != src) {
                     return;
                 }
+                // Stored even when none of its services exists yet (held).
                 let hs: BTreeSet<String> = hosts.iter().map(|h| HOSTS[*h].to_string()).collect();
-                if !hs.iter().any(|h| self.merged(h).is_some()) {
-                    return;
-                }
                 let addr = ADDRS[*addr].to_string();
                 self.eps.insert(
                     key,

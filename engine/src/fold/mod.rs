@@ -22,14 +22,19 @@
 //!   another source is skipped as [`SkipReason::KeyConflict`] (keys are meant to be
 //!   source-scoped, e.g. `ep/k8s-a/ns/pod`; a clash is a misconfiguration that must
 //!   not let two adapters fight over one entity).
-//! - **Endpoint admission.** An endpoint upsert none of whose services has a merged
-//!   service at that point is skipped as [`SkipReason::UnknownService`], as the
-//!   issue asks. Istio instead keeps such endpoints until their service appears; we
-//!   do not, so an adapter must write a service before its endpoints (and re-writes
-//!   them on its next resync if it did not). An endpoint that names several
-//!   services is admitted if one exists, and is indexed under all of them. An
-//!   endpoint already stored is kept when its service is later deleted: it
-//!   contributes nothing to xDS until a service with that hostname exists again.
+//! - **Endpoints of unknown services are held.** An endpoint upsert none of whose
+//!   services has a merged service at that point is reported like a skip, as
+//!   [`SkipReason::UnknownService`] with its position (counted and logged), but it
+//!   is **stored**: it contributes nothing to xDS until a service with one of its
+//!   hostnames exists, and then it is served, as Istio does. Dropping it instead
+//!   lost endpoints for good on a multi-partition Kafka topic, where a reader can
+//!   fold an endpoint before its service (they are keyed differently, so they sit on
+//!   different partitions, and there is no order across partitions): with 3
+//!   partitions, 9 of 20 services came up with missing endpoints. Held endpoints are
+//!   ordinary entities of their source: deletes and resync sweeps remove them, so
+//!   they are bounded by what the registry holds. An endpoint that names several
+//!   services is indexed under all of them. An endpoint already stored is likewise
+//!   kept when its service is later deleted.
 //! - **Deleting** a key that is not stored is a no-op, not an error: compacted logs
 //!   and sweeps make such tombstones normal.
 //!
@@ -118,7 +123,9 @@ pub enum SkipReason {
     EmptyPayload,
     /// The payload fails validation: bad port, address, hostname, empty key, …
     Invalid,
-    /// An endpoint none of whose services exists.
+    /// An endpoint none of whose services exists (yet). Reported, but unlike the
+    /// other reasons the endpoint is stored, and served once a service appears
+    /// (see the module doc).
     UnknownService,
     /// The key is owned by another source.
     KeyConflict,
@@ -177,9 +184,11 @@ pub struct FoldOutput {
     pub state: ModelState,
     /// What changed, for incremental xDS generation.
     pub touched: Touched,
-    /// Events that were skipped, in batch order.
+    /// Events that were skipped, in batch order; with them, endpoints held for a
+    /// service that does not exist yet ([`SkipReason::UnknownService`], stored).
     pub skipped: Vec<Skipped>,
-    /// Number of events applied (not skipped), including no-op rewrites.
+    /// Number of events applied and not reported in `skipped`, including no-op
+    /// rewrites.
     pub applied: usize,
 }
 
@@ -523,18 +532,24 @@ fn apply_event(
                 Some(w) => w.source.clone(),
                 None => cx.source(st, &ev.source),
             };
-            if !ep.services.iter().any(|(_, h)| st.has_service(h)) {
+            // Held, not dropped, when none of its services exists yet (see the
+            // module doc): stored like any endpoint, and reported.
+            let unknown = (!ep.services.iter().any(|(_, h)| st.has_service(h))).then(|| {
                 let names: Vec<&str> = ep.services.iter().map(|(_, h)| h.as_str()).collect();
-                return Err((
+                (
                     SkipReason::UnknownService,
                     format!(
-                        "endpoint {}: none of its services exists: {}",
+                        "endpoint {}: none of its services exists yet: {}; held, and served \
+                         once one does",
                         u.key,
                         names.join(", ")
                     ),
-                ));
-            }
+                )
+            });
             st.put_endpoint_over(hk, current, source, ev.generation, Arc::new(ep), touched);
+            if let Some(held) = unknown {
+                return Err(held);
+            }
         }
         Payload::EndpointDelete(d) => {
             let key = nonempty_key(d)?;

@@ -152,10 +152,48 @@ fn each_kind_of_bad_input_is_skipped_and_later_events_still_apply() {
 #[test]
 fn a_skipped_event_leaves_state_untouched() {
     let st = base();
-    let out = fold(&st, &at(0, vec![ep("a", 1, "ep/1", "10.0.0.7", &["gone"])]));
-    assert_eq!(reasons(&out), [SkipReason::UnknownService]);
+    let out = fold(&st, &at(0, vec![ep("a", 1, "ep/1", "not-an-ip", &["h"])]));
+    assert_eq!(reasons(&out), [SkipReason::Invalid]);
     assert_eq!(out.state, st);
     assert!(out.touched.is_empty());
+}
+
+/// An endpoint folded before its service (on a multi-partition log, a reader can
+/// see them in that order) is reported but held, and is in the service's
+/// assignment once the service arrives, without being written again.
+#[test]
+fn an_endpoint_of_an_unknown_service_is_held_until_the_service_appears() {
+    let held = fold(
+        &ModelState::default(),
+        &at(0, vec![ep("a", 1, "ep/early", "10.0.0.7", &["later"])]),
+    );
+    assert_eq!(reasons(&held), [SkipReason::UnknownService]);
+    assert!(
+        held.skipped[0].detail.contains("held"),
+        "{:?}",
+        held.skipped
+    );
+    assert_eq!(held.applied, 0);
+    assert!(held.state.raw_endpoint("ep/early").is_some(), "stored");
+    assert_eq!(held.state.hash(), held.state.recompute_hash());
+    assert_eq!(held.state, held.state.rebuild());
+
+    let mut engine = Engine::new(GenOptions::default());
+    let early = ep("a", 1, "ep/early", "10.0.0.7", &["later"]);
+    engine.apply_records(&[record(0, encode_event(&early))]);
+    assert!(engine.current().resources.endpoints.is_empty());
+    let service = svc("a", 1, "ns", "later", &[80]);
+    engine.apply_records(&[record(1, encode_event(&service))]);
+    let snap = engine.current();
+    let cla = snap
+        .resources
+        .endpoints
+        .get("outbound|80||later")
+        .expect("assignment once the service exists");
+    assert!(
+        cla.bytes.windows(8).any(|w| w == b"10.0.0.7"),
+        "the held endpoint is served"
+    );
 }
 
 #[test]

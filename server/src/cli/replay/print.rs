@@ -6,7 +6,7 @@
 //! ```text
 //! 0:17  endpoint_upsert  ep/reviews-v1-1  source=file:/etc/mesh gen=1
 //!   eds  outbound|9080||reviews.default.svc.cluster.local  3f2a5c…  ->  9c1b07…  [sidecar router proxyless_grpc]
-//!   skipped (unknown_service): endpoint ep/x: none of its services exists: y
+//!   skipped (unknown_service): endpoint ep/x: none of its services exists yet: y; held, and served once one does
 //! ```
 //!
 //! `--output json`: one object per line, `{"position", "event", "skipped",
