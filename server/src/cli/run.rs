@@ -8,8 +8,12 @@
 //! config file are relative to the file's directory. Everything is validated before
 //! anything starts.
 //!
-//! What it does NOT do: serve a remote log (`deltapilot serve` with Kafka is a
-//! separate mode) or parse registries itself (the adapters do).
+//! The log is the embedded one in `DATA_DIR/log` unless `--log` names another: a
+//! `kafka://` topic lets several replicas serve one registry, fed by adapters in
+//! this process (`--watch`, `--kubeconfig`, `--eureka-url`) or in their own
+//! (`deltapilot adapter`).
+//!
+//! What it does NOT do: parse registries itself (the adapters do).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -21,7 +25,7 @@ use deltapilot_adapters::eureka::{EurekaAdapter, EurekaOptions};
 use deltapilot_adapters::file::{FileAdapter, FileAdapterOptions};
 use deltapilot_adapters::kubernetes::{KubernetesAdapter, KubernetesOptions};
 use deltapilot_engine::fold::runner::Engine;
-use deltapilot_engine::log::{EventLog, Log, LogOptions, LogUri};
+use deltapilot_engine::log::{EventLog, Log, LogOptions, LogUri, parse_uri};
 use deltapilot_engine::xds::generate::GenOptions;
 use deltapilot_server::adapter_health::{self, AdapterWatch, not_ready_reason};
 use deltapilot_server::metrics::Metrics;
@@ -42,9 +46,15 @@ pub(crate) struct RunArgs {
     /// Admin HTTP listen address (/healthz, /readyz, /metrics) [default: 127.0.0.1:15014].
     #[arg(long, env = "DELTAPILOT_ADMIN_ADDR")]
     admin_addr: Option<SocketAddr>,
-    /// Data directory; the embedded log lives in DATA_DIR/log [default: ./data].
+    /// Data directory: checkpoints, adapter state, and the embedded log in
+    /// DATA_DIR/log unless --log names another [default: ./data].
     #[arg(long, env = "DELTAPILOT_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// The event log to follow and serve: `file://DIR` (embedded) or
+    /// `kafka://HOST:PORT[,HOST:PORT…]/TOPIC[?…]` (many replicas, adapters in
+    /// their own processes) [default: file://DATA_DIR/log].
+    #[arg(long, env = "DELTAPILOT_LOG", value_name = "URI")]
+    log: Option<String>,
     /// A directory of Istio ServiceEntry YAML files to watch (repeatable; the env
     /// variable takes a comma-separated list).
     #[arg(
@@ -105,6 +115,7 @@ struct FileConfig {
     xds_addr: Option<SocketAddr>,
     admin_addr: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
+    log: Option<String>,
     #[serde(default)]
     watch: Vec<PathBuf>,
     kubeconfig: Option<PathBuf>,
@@ -130,6 +141,8 @@ pub(crate) struct Settings {
     xds_addr: SocketAddr,
     admin_addr: SocketAddr,
     data_dir: PathBuf,
+    /// The log's URI as given (for messages), parsed, with its options.
+    log: (String, LogUri, LogOptions),
     watch: Vec<PathBuf>,
     kubeconfig: Option<PathBuf>,
     eureka: Option<EurekaOptions>,
@@ -148,9 +161,54 @@ fn read_config(path: &Path) -> anyhow::Result<FileConfig> {
     let base = path.parent().unwrap_or(Path::new("."));
     let rebase = |p: PathBuf| if p.is_relative() { base.join(p) } else { p };
     cfg.data_dir = cfg.data_dir.map(rebase);
+    cfg.log = cfg.log.map(|uri| rebase_file_uri(&uri, base));
     cfg.watch = cfg.watch.into_iter().map(rebase).collect();
     cfg.kubeconfig = cfg.kubeconfig.map(rebase);
     Ok(cfg)
+}
+
+/// A `file://` URI whose directory is relative, made relative to `base` (the
+/// config file's directory, like every other path in it); any other URI as is.
+fn rebase_file_uri(uri: &str, base: &Path) -> String {
+    match uri.strip_prefix("file://") {
+        Some(rest) => {
+            let (dir, query) = rest
+                .split_once('?')
+                .map_or((rest, None), |(d, q)| (d, Some(q)));
+            if Path::new(dir).is_relative() {
+                let joined = base.join(dir);
+                match query {
+                    Some(q) => format!("file://{}?{q}", joined.display()),
+                    None => format!("file://{}", joined.display()),
+                }
+            } else {
+                uri.to_owned()
+            }
+        }
+        None => uri.to_owned(),
+    }
+}
+
+/// The log to serve: `--log` (or the config file's `log`), else the embedded log
+/// in `DATA_DIR/log`. A bad URI is refused with the reason, before anything starts.
+fn log_settings(
+    given: Option<String>,
+    data_dir: &Path,
+) -> anyhow::Result<(String, LogUri, LogOptions)> {
+    match given {
+        Some(text) => {
+            let (uri, opts) = parse_uri(&text).with_context(|| format!("--log {text}"))?;
+            Ok((text, uri, opts))
+        }
+        None => {
+            let dir = data_dir.join("log");
+            Ok((
+                format!("file://{}", dir.display()),
+                LogUri::File { dir },
+                LogOptions::default(),
+            ))
+        }
+    }
 }
 
 impl RunArgs {
@@ -241,6 +299,7 @@ impl RunArgs {
                 data_dir.display()
             );
         }
+        let log = log_settings(self.log.or(file.log), &data_dir)?;
         let kubeconfig = self.kubeconfig.or(file.kubeconfig);
         if let Some(k) = &kubeconfig
             && !k.is_file()
@@ -284,6 +343,7 @@ impl RunArgs {
             xds_addr,
             admin_addr,
             data_dir,
+            log,
             watch,
             kubeconfig,
             eureka,
@@ -356,16 +416,11 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
             )
         })?;
     let admin_listener = bind(s.admin_addr, "admin").await?;
-    let log_dir = s.data_dir.join("log");
+    let (log_text, log_uri, log_opts) = &s.log;
     let log = Arc::new(
-        Log::open(
-            &LogUri::File {
-                dir: log_dir.clone(),
-            },
-            &LogOptions::default(),
-        )
-        .await
-        .with_context(|| format!("opening the log in {}", log_dir.display()))?,
+        Log::open(log_uri, log_opts)
+            .await
+            .with_context(|| format!("opening the log {log_text}"))?,
     );
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);

@@ -1,0 +1,135 @@
+//! `deltapilot run --log kafka://…`: two replicas serve one registry from a real
+//! Kafka-protocol broker (Tansu). One replica runs the file adapter and appends to
+//! the topic; the other runs no adapter at all and serves what it reads. Both
+//! must hold the same services, and a change written through the first reaches
+//! the second. The broker is required: without `DELTAPILOT_KAFKA_BROKERS` the
+//! test fails, it never skips.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use support::{Proc, free_port, http_get, wait_for, write_service_entry};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn kafka_brokers() -> String {
+    match std::env::var("DELTAPILOT_KAFKA_BROKERS") {
+        Ok(b) if !b.trim().is_empty() => b,
+        _ => panic!(
+            "DELTAPILOT_KAFKA_BROKERS is not set: start a broker (scripts/tansu.sh start 19192) \
+             and export DELTAPILOT_KAFKA_BROKERS=127.0.0.1:19192; this test never skips"
+        ),
+    }
+}
+
+/// One `deltapilot run` replica on the topic, with extra flags; waits for /readyz.
+fn replica(dir: &std::path::Path, name: &str, log: &str, extra: &[&str]) -> (Proc, u16) {
+    let admin_port = free_port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltapilot"));
+    cmd.arg("run")
+        .arg("--xds-addr")
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .arg("--admin-addr")
+        .arg(format!("127.0.0.1:{admin_port}"))
+        .arg("--data-dir")
+        .arg(dir.join(name))
+        .arg("--log")
+        .arg(log)
+        .args(extra)
+        .env("RUST_LOG", "info");
+    let proc = Proc::spawn(name, cmd, dir.join(format!("{name}.log")));
+    let admin = std::net::SocketAddr::from(([127, 0, 0, 1], admin_port));
+    wait_for(&format!("{name} /readyz"), WAIT, || {
+        match http_get(admin, "/readyz", "localhost") {
+            Ok((200, _)) => Ok(()),
+            other => Err(format!("{other:?}; output:\n{}", proc.output())),
+        }
+    });
+    (proc, admin_port)
+}
+
+/// The hostnames in a replica's `/debug/registry`.
+fn registry(admin_port: u16) -> Result<String, String> {
+    let admin = std::net::SocketAddr::from(([127, 0, 0, 1], admin_port));
+    match http_get(admin, "/debug/registry", "localhost") {
+        Ok((200, body)) => Ok(body),
+        other => Err(format!("{other:?}")),
+    }
+}
+
+#[test]
+fn two_replicas_serve_one_registry_from_a_kafka_topic() {
+    let brokers = kafka_brokers();
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos();
+    let log = format!(
+        "kafka://{brokers}/run-kafka-{}-{nanos}?partitions=3",
+        std::process::id()
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mesh = dir.path().join("mesh");
+    std::fs::create_dir(&mesh).expect("mesh dir");
+    write_service_entry(
+        &mesh,
+        "alpha.yaml",
+        "alpha.test.local",
+        8080,
+        "HTTP",
+        &[9001],
+    );
+
+    let watch = mesh.to_string_lossy().into_owned();
+    let (_writer, writer_admin) = replica(dir.path(), "writer", &log, &["--watch", &watch]);
+    let (mut reader, reader_admin) = replica(dir.path(), "reader", &log, &[]);
+
+    // The adapter-less replica serves what the other one's adapter wrote.
+    for admin in [writer_admin, reader_admin] {
+        wait_for("alpha in the registry", WAIT, || {
+            let body = registry(admin)?;
+            if body.contains("alpha.test.local") {
+                Ok(())
+            } else {
+                Err(body)
+            }
+        });
+    }
+
+    // A change made through the writer reaches the reader; a removal too.
+    write_service_entry(&mesh, "beta.yaml", "beta.test.local", 9090, "GRPC", &[9002]);
+    std::fs::remove_file(mesh.join("alpha.yaml")).expect("remove alpha");
+    wait_for("beta added and alpha removed on the reader", WAIT, || {
+        let body = registry(reader_admin)?;
+        if body.contains("beta.test.local") && !body.contains("alpha.test.local") {
+            Ok(())
+        } else {
+            Err(format!("{body}\nreader output:\n{}", reader.output()))
+        }
+    });
+    assert!(
+        reader.terminate(Duration::from_secs(20)),
+        "reader drains on SIGTERM"
+    );
+}
+
+#[test]
+fn a_bad_log_uri_is_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_deltapilot"))
+        .arg("run")
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--log", "kafka://127.0.0.1:9/"])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--log kafka://127.0.0.1:9/"), "{err}");
+    assert!(
+        !dir.path().join("data").join("log").exists(),
+        "no embedded log created for a bad --log"
+    );
+}
