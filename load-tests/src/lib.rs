@@ -68,6 +68,7 @@ pub struct LoadgenArgs {
     pub target: Option<SocketAddr>,
     /// The log the --target server reads, to append the mesh and churn to
     /// (`kafka://HOST:PORT/TOPIC`, or `file://DIR` when no other process writes it).
+    /// With --spawn: a `kafka://` topic the spawned server follows (`run --log`).
     #[arg(
         long,
         value_name = "URI",
@@ -151,10 +152,22 @@ impl LoadgenArgs {
         }
         sc.validate().context("invalid scenario")?;
         let target = match (self.spawn, self.target) {
-            (true, None) => Target::Spawn {
-                bin: server::find_binary(self.server_bin.as_deref())?,
-                keep: self.keep_data,
-            },
+            (true, None) => {
+                if let Some(uri) = &self.log
+                    && !uri.starts_with("kafka://")
+                {
+                    bail!(
+                        "--spawn --log {uri}: only a kafka:// log can be shared with a spawned \
+                         server (it holds its embedded log's writer lock); leave --log out to use \
+                         the embedded log"
+                    );
+                }
+                Target::Spawn {
+                    bin: server::find_binary(self.server_bin.as_deref())?,
+                    keep: self.keep_data,
+                    log: self.log.clone(),
+                }
+            }
             (false, Some(xds)) => {
                 if self.log.is_none() && self.watch_dir.is_none() {
                     bail!(

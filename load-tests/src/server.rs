@@ -2,7 +2,9 @@
 //! on a temporary data directory, or one already running (`--target`).
 //!
 //! A spawned server watches a directory of ServiceEntry files (its file adapter
-//! appends them to its embedded log), listens on free loopback ports, and logs to
+//! appends them to its embedded log), or, with `--log kafka://…`, follows that
+//! topic while the load generator appends to it; it listens on free loopback
+//! ports, and logs to
 //! `server.log` in the temporary directory. It is stopped with SIGTERM (then
 //! killed if it does not drain in time) and killed on drop, so a failed run never
 //! leaves it behind.
@@ -111,26 +113,31 @@ pub struct Spawned {
 
 impl Spawned {
     /// Starts `bin run` on `dirs` and waits (up to `within`) until `/readyz` says
-    /// ready.
+    /// ready. With `log`, the server follows that log (`--log`) and runs no
+    /// adapter; without, it watches `dirs.watch` and uses its embedded log.
     pub async fn start(
         bin: &Path,
         dirs: &ServerDirs,
+        log: Option<&str>,
         spec: &ServerSpec,
         within: Duration,
     ) -> anyhow::Result<Self> {
         let (xds, admin) = (free_port()?, free_port()?);
         let log_file = dirs.root.path().join("server.log");
         let out = std::fs::File::create(&log_file)?;
-        let child = Command::new(bin)
-            .arg("run")
+        let mut cmd = Command::new(bin);
+        cmd.arg("run")
             .arg("--xds-addr")
             .arg(xds.to_string())
             .arg("--admin-addr")
             .arg(admin.to_string())
             .arg("--data-dir")
-            .arg(&dirs.data)
-            .arg("--watch")
-            .arg(&dirs.watch)
+            .arg(&dirs.data);
+        match log {
+            Some(uri) => cmd.arg("--log").arg(uri),
+            None => cmd.arg("--watch").arg(&dirs.watch),
+        };
+        let child = cmd
             .arg("--stall-timeout-secs")
             .arg(spec.stall_timeout_secs.to_string())
             .env("RUST_LOG", &spec.rust_log)

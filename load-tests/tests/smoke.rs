@@ -44,6 +44,7 @@ async fn delta_fleet_converges_on_every_change_with_no_nack() {
         target: Target::Spawn {
             bin: deltapilot(),
             keep: false,
+            log: None,
         },
         progress: false,
         baseline_exe: None,
@@ -102,6 +103,7 @@ async fn sotw_fleet_converges_too() {
         target: Target::Spawn {
             bin: deltapilot(),
             keep: false,
+            log: None,
         },
         progress: false,
         baseline_exe: None,
@@ -110,6 +112,45 @@ async fn sotw_fleet_converges_too() {
     .expect("run");
     assert_all_converged(&r);
     assert!(r.baseline.is_none());
+}
+
+/// A spawned server following a 3-partition Kafka topic (real Tansu) that the
+/// load generator appends the mesh and churn to: services and their endpoints
+/// land on different partitions and may be read in either order, and every proxy
+/// must still converge on every change. Fails (never skips) without the broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawned_server_on_a_kafka_topic_converges_too() {
+    let brokers = match std::env::var("DELTAPILOT_KAFKA_BROKERS") {
+        Ok(b) if !b.trim().is_empty() => b,
+        _ => panic!(
+            "DELTAPILOT_KAFKA_BROKERS is not set: start a broker (scripts/tansu.sh start 19192) \
+             and export DELTAPILOT_KAFKA_BROKERS=127.0.0.1:19192; this test never skips"
+        ),
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos();
+    let topic = format!("loadgen-smoke-{}-{nanos}", std::process::id());
+    let mut sc = smoke();
+    sc.name = "smoke-kafka".into();
+    sc.proxies = 20;
+    sc.duration_secs = 3;
+    sc.baseline = false;
+    let r = execute(Plan {
+        scenario: sc,
+        target: Target::Spawn {
+            bin: deltapilot(),
+            keep: false,
+            log: Some(format!("kafka://{brokers}/{topic}?partitions=3")),
+        },
+        progress: false,
+        baseline_exe: None,
+    })
+    .await
+    .expect("run");
+    assert_all_converged(&r);
+    assert_eq!(r.churn_path, "log");
 }
 
 struct Server(Child);

@@ -56,6 +56,10 @@ pub enum Target {
         bin: PathBuf,
         /// Keep the temporary directory (server log, data) after the run.
         keep: bool,
+        /// A `kafka://` log for the server to follow (`deltapilot run --log`);
+        /// the load generator appends the mesh and churn to it. `None`: the
+        /// embedded log, fed through the file adapter.
+        log: Option<String>,
     },
     /// A server already running.
     Remote {
@@ -169,21 +173,26 @@ struct Server {
 async fn prepare(plan: &Plan, mesh: &Mesh) -> anyhow::Result<Server> {
     let sc = &plan.scenario;
     match &plan.target {
-        Target::Spawn { bin, .. } => {
+        Target::Spawn { bin, log, .. } => {
             let dirs = ServerDirs::create()?;
-            let sink = Sink::Files {
-                dir: dirs.watch.clone(),
+            let sink = match log {
+                Some(uri) => Sink::log(open_log(uri).await?),
+                None => Sink::Files {
+                    dir: dirs.watch.clone(),
+                },
             };
             sink.write_initial(mesh).await?;
             let within = Duration::from_secs(sc.timeouts.server_secs);
-            let spawned = Spawned::start(bin, &dirs, &sc.server, within).await?;
+            let spawned = Spawned::start(bin, &dirs, log.as_deref(), &sc.server, within).await?;
             Ok(Server {
                 xds: spawned.xds,
                 stats: ServerStats {
                     pid: Some(spawned.pid()),
                     admin: Some(spawned.admin),
                 },
-                observe_log: Some(dirs.log_dir()),
+                // Churn through a log is timed from the load generator's own
+                // append; only the file adapter's appends need reading back.
+                observe_log: log.is_none().then(|| dirs.log_dir()),
                 sink,
                 spawned: Some(spawned),
                 dirs: Some(dirs),
@@ -198,13 +207,7 @@ async fn prepare(plan: &Plan, mesh: &Mesh) -> anyhow::Result<Server> {
             observe_log,
         } => {
             let sink = match (log, watch_dir) {
-                (Some(uri), _) => {
-                    let (u, o) = parse_uri(uri).with_context(|| format!("--log {uri}"))?;
-                    let log = Log::open(&u, &o).await.with_context(|| {
-                        format!("opening --log {uri} (a deltapilot run holding this embedded log refuses a second writer; use --watch-dir with its watched directory instead)")
-                    })?;
-                    Sink::log(log)
-                }
+                (Some(uri), _) => Sink::log(open_log(uri).await?),
                 (None, Some(dir)) => Sink::Files { dir: dir.clone() },
                 (None, None) => anyhow::bail!(
                     "--target needs --log URI or --watch-dir DIR to write the mesh and churn"
@@ -224,6 +227,14 @@ async fn prepare(plan: &Plan, mesh: &Mesh) -> anyhow::Result<Server> {
             })
         }
     }
+}
+
+/// Opens `--log URI` to append the mesh and churn to.
+async fn open_log(uri: &str) -> anyhow::Result<Log> {
+    let (u, o) = parse_uri(uri).with_context(|| format!("--log {uri}"))?;
+    Log::open(&u, &o).await.with_context(|| {
+        format!("opening --log {uri} (a deltapilot run holding this embedded log refuses a second writer; use --watch-dir with its watched directory instead)")
+    })
 }
 
 /// Runs the plan and returns the report.
