@@ -506,6 +506,18 @@ fn prepared_events_fold_exactly_like_plain_ones() {
         assert_eq!(with.skipped, plain.skipped);
         assert_eq!(with.applied, plain.applied);
     }
+    // Folded in place (the caller gives the state up): the same state, hash,
+    // skips and endpoint touches; touched services may only be a superset.
+    for prep in [&prepared[..], &prepared[1..]] {
+        let owned = fold_prepared_owned(base.clone(), &batch, prep);
+        assert_eq!(owned.state, plain.state);
+        assert_eq!(owned.state.hash(), plain.state.hash());
+        assert_eq!(owned.state.hash(), owned.state.recompute_hash());
+        assert_eq!(owned.skipped, plain.skipped);
+        assert_eq!(owned.applied, plain.applied);
+        assert_eq!(owned.touched.endpoints, plain.touched.endpoints);
+        assert!(owned.touched.services.is_superset(&plain.touched.services));
+    }
     assert!(
         plain
             .skipped

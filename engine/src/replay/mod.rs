@@ -49,7 +49,7 @@ use deltapilot_proto::Event;
 use crate::Error;
 use crate::checkpoint::{Checkpoint, generator_id};
 use crate::fold::runner::full_snapshot_hash;
-use crate::fold::{Prepared, Skipped, fold_iter, fold_prepared};
+use crate::fold::{Prepared, Skipped, fold_iter, fold_prepared_owned};
 use crate::log::{Position, Record, RecordPos};
 use crate::snapshot::Snapshot;
 use crate::state::{ModelState, Touched};
@@ -115,7 +115,7 @@ pub struct ReplayStats {
 #[derive(Debug)]
 pub struct Replayer {
     model: ModelState,
-    /// Drops superseded states off the fold's thread (see [`Dropper`]).
+    /// Frees folded batches off the fold's thread (see [`Dropper`]).
     dropper: Dropper,
     /// `None` while `resources` came from a checkpoint and nothing needed a
     /// generator yet (see `reuse`).
@@ -262,12 +262,13 @@ impl Replayer {
     }
 
     /// Folds a batch of decoded events (see [`decode_records`]); positions already
-    /// folded are the caller's to leave out. The batch is freed on the dropper
-    /// thread, like superseded states: freeing 64k decoded events was a sixteenth
-    /// of a replay's folding thread.
+    /// folded are the caller's to leave out. The state is folded in place
+    /// ([`fold_prepared_owned`]: nothing else holds it, so no tree node is copied
+    /// and none freed), and the batch is freed on the dropper thread: freeing 64k
+    /// decoded events was a sixteenth of a replay's folding thread.
     pub fn apply_decoded(&mut self, decoded: Decoded) {
         let events = &decoded.events;
-        let out = fold_prepared(&self.model, events, &decoded.prepared);
+        let out = fold_prepared_owned(std::mem::take(&mut self.model), events, &decoded.prepared);
         for (pos, _) in events {
             self.position.advance(*pos);
         }
@@ -277,8 +278,7 @@ impl Replayer {
         self.pending.services.extend(t.services);
         self.pending.endpoints.extend(t.endpoints);
         self.pending.configs |= t.configs;
-        let old = std::mem::replace(&mut self.model, out.state);
-        self.dropper.drop(Box::new(old));
+        self.model = out.state;
         self.dropper.drop(Box::new(decoded));
     }
 
@@ -341,18 +341,17 @@ impl Replayer {
 }
 
 /// Values the dropper thread may hold before a fold drops one itself: one being
-/// dropped and two waiting (a batch's superseded state and its decoded events) is
-/// enough to keep that thread busy, and bounds the memory of what awaits freeing.
+/// dropped and two waiting is enough to keep that thread busy, and bounds the
+/// memory of what awaits freeing (a decoded batch each).
 const DROP_QUEUE: usize = 2;
 
 /// A value the dropper frees on its own thread.
 type Garbage = Box<dyn Send>;
 
-/// Drops superseded states (and folded batches) on a thread of its own.
-/// Replacing the state after a batch frees every node the batch copied (a
-/// persistent map shares the rest), which is a good part of a fast replay's time;
-/// on a second core it overlaps the next batch's fold. When the thread is busy,
-/// or cannot be started, the value is dropped in place.
+/// Drops folded batches of decoded events on a thread of its own: freeing a
+/// batch's strings and maps is a good part of a fast replay's time, and on a
+/// second core it overlaps the next batch's fold. When the thread is busy, or
+/// cannot be started, the value is dropped in place.
 #[derive(Default)]
 struct Dropper {
     tx: Option<std::sync::mpsc::SyncSender<Garbage>>,
