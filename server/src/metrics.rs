@@ -20,6 +20,10 @@
 //!   `bad_message`: oversized or undecodable).
 //! - `xds_stale_nonces_total` — ACK/NACKs whose nonce matched nothing (ignored).
 //! - `snapshot_seq` — newest snapshot sequence the server has seen.
+//! - `resyncs_pending` — sources whose `COMPLETED` resync marker was written to
+//!   several partitions and still waits for some copies (its sweep is deferred
+//!   until they arrive). Above 0 for long: a writer died while writing the
+//!   copies; the source's next resync completes it.
 //! - `ready` — 1 once the engine has caught up with the log head.
 //! - `adapter_events_emitted_total{adapter}` — events an in-process adapter appended
 //!   (`rate()` of it is events per second).
@@ -79,6 +83,8 @@ pub struct Metrics {
     /// See the module docs.
     pub snapshot_seq: Gauge,
     /// See the module docs.
+    pub resyncs_pending: Gauge,
+    /// See the module docs.
     pub ready: Gauge,
     /// See the module docs.
     pub adapter_events_emitted: Family<Labels<1>, Counter>,
@@ -117,6 +123,7 @@ impl Metrics {
             rejected: Family::default(),
             stale_nonces: Counter::default(),
             snapshot_seq: Gauge::default(),
+            resyncs_pending: Gauge::default(),
             ready: Gauge::default(),
             adapter_events_emitted: Family::default(),
             adapter_view_entities: Family::default(),
@@ -176,6 +183,11 @@ impl Metrics {
             "snapshot_seq",
             "Newest snapshot sequence seen by the server",
             m.snapshot_seq.clone(),
+        );
+        registry.register(
+            "resyncs_pending",
+            "Sources whose multi-partition COMPLETED resync marker still waits for copies",
+            m.resyncs_pending.clone(),
         );
         registry.register(
             "ready",

@@ -109,6 +109,21 @@ fn two_replicas_serve_one_registry_from_a_kafka_topic() {
             Err(format!("{body}\nreader output:\n{}", reader.output()))
         }
     });
+    // The writer's start-up resync wrote a COMPLETED copy to each of the three
+    // partitions; the reader has folded them all, so nothing waits.
+    let metrics = http_get(
+        std::net::SocketAddr::from(([127, 0, 0, 1], reader_admin)),
+        "/metrics",
+        "localhost",
+    )
+    .expect("metrics")
+    .1;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.trim() == "deltapilot_resyncs_pending 0"),
+        "{metrics}"
+    );
     assert!(
         reader.terminate(Duration::from_secs(20)),
         "reader drains on SIGTERM"

@@ -480,6 +480,9 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
                                 });
                             clock.record(snap.seq, at);
                             metrics.snapshot_seq.set(snap.seq as i64);
+                            metrics
+                                .resyncs_pending
+                                .set(snap.model.pending_resyncs().count() as i64);
                         }
                         None => return Ok(()),
                     },
