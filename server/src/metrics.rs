@@ -52,10 +52,15 @@ fn convergence_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
 }
 
+/// Sets gauges from current state when `/metrics` is scraped (see
+/// [`Metrics::on_scrape`]).
+type ScrapeHook = Box<dyn Fn(&Metrics) + Send + Sync>;
+
 /// Every metric the server updates.
-#[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// Run before each encode, in registration order.
+    scrape_hooks: std::sync::Mutex<Vec<ScrapeHook>>,
     /// See the module docs.
     pub connected: Family<Labels<2>, Gauge>,
     /// See the module docs.
@@ -98,6 +103,12 @@ pub struct Metrics {
     pub adapter_malformed: Family<Labels<1>, Counter>,
 }
 
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -110,6 +121,7 @@ impl Metrics {
         let mut registry = Registry::with_prefix("deltapilot");
         let m = Metrics {
             registry: Registry::default(),
+            scrape_hooks: std::sync::Mutex::new(Vec::new()),
             connected: Family::default(),
             streams: Family::default(),
             pushes: Family::default(),
@@ -222,8 +234,22 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
-    /// The registry in Prometheus/OpenMetrics text format.
+    /// Runs `hook` before every encode: for gauges read from state that changes
+    /// without an event the server would otherwise notice (a snapshot published
+    /// with no xDS change, for one).
+    pub fn on_scrape(&self, hook: impl Fn(&Metrics) + Send + Sync + 'static) {
+        if let Ok(mut hooks) = self.scrape_hooks.lock() {
+            hooks.push(Box::new(hook));
+        }
+    }
+
+    /// The registry in Prometheus/OpenMetrics text format, after the scrape hooks.
     pub fn encode(&self) -> String {
+        if let Ok(hooks) = self.scrape_hooks.lock() {
+            for hook in hooks.iter() {
+                hook(self);
+            }
+        }
         let mut out = String::new();
         if let Err(e) = encode(&mut out, &self.registry) {
             tracing::warn!(error = %e, "encoding metrics failed");

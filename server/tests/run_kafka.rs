@@ -1,9 +1,11 @@
-//! `deltapilot run --log kafka://…`: two replicas serve one registry from a real
+//! `deltapilot run --log URI`: two replicas serve one registry from a real
 //! Kafka-protocol broker (Tansu). One replica runs the file adapter and appends to
 //! the topic; the other runs no adapter at all and serves what it reads. Both
 //! must hold the same services, and a change written through the first reaches
 //! the second. The broker is required: without `DELTAPILOT_KAFKA_BROKERS` the
-//! test fails, it never skips.
+//! test fails, it never skips. Also: a bad URI is refused up front, and the
+//! `resyncs_pending` gauge reports a resync whose marker copies never all
+//! arrived (on a `file://` log given by URI).
 
 mod support;
 
@@ -128,6 +130,55 @@ fn two_replicas_serve_one_registry_from_a_kafka_topic() {
         reader.terminate(Duration::from_secs(20)),
         "reader drains on SIGTERM"
     );
+}
+
+/// The gauge follows the state: a log whose last `COMPLETED` marker announces
+/// three copies but holds one (its writer died between copies, as a one-partition
+/// file log can only show) leaves that source's sweep pending, and the server
+/// says so.
+#[test]
+fn a_resync_waiting_for_marker_copies_shows_in_the_pending_gauge() {
+    use deltapilot_engine::log::EventLog;
+    use deltapilot_engine::log::file::{FileLog, FileLogOptions};
+    use deltapilot_proto::event::Payload;
+    use deltapilot_proto::resync_marker::Phase;
+    use deltapilot_proto::{Event, ResyncMarker, SCHEMA_VERSION};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log_dir = dir.path().join("log");
+    let marker = |phase: Phase, copies: u32| Event {
+        schema_version: SCHEMA_VERSION,
+        source: "k8s:dead-writer".into(),
+        generation: 2,
+        observed_at_unix_micros: 1,
+        payload: Some(Payload::Resync(ResyncMarker {
+            phase: phase as i32,
+            copies,
+        })),
+    };
+    {
+        let log = FileLog::open(&log_dir, FileLogOptions::default()).expect("open log");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(log.append(&[marker(Phase::Started, 0), marker(Phase::Completed, 3)]))
+            .expect("append");
+    }
+    let uri = format!("file://{}", log_dir.display());
+    let (_server, admin_port) = replica(dir.path(), "server", &uri, &[]);
+    let admin = std::net::SocketAddr::from(([127, 0, 0, 1], admin_port));
+    wait_for("deltapilot_resyncs_pending 1", WAIT, || {
+        let metrics = http_get(admin, "/metrics", "localhost")?.1;
+        if metrics
+            .lines()
+            .any(|l| l.trim() == "deltapilot_resyncs_pending 1")
+        {
+            Ok(())
+        } else {
+            Err(metrics)
+        }
+    });
 }
 
 #[test]

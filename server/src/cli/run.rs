@@ -444,6 +444,15 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
     let snapshots = engine.reader();
     let ready = engine.ready();
     let metrics = Arc::new(Metrics::new());
+    {
+        // Read at scrape time: a pending resync changes no resource, so no
+        // snapshot tick announces it.
+        let snapshots = snapshots.clone();
+        metrics.on_scrape(move |m| {
+            m.resyncs_pending
+                .set(snapshots.load().model.pending_resyncs().count() as i64);
+        });
+    }
     let clock = Arc::new(PublishClock::default());
 
     let mut tasks = tokio::task::JoinSet::new();
@@ -480,9 +489,6 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
                                 });
                             clock.record(snap.seq, at);
                             metrics.snapshot_seq.set(snap.seq as i64);
-                            metrics
-                                .resyncs_pending
-                                .set(snap.model.pending_resyncs().count() as i64);
                         }
                         None => return Ok(()),
                     },
