@@ -12,6 +12,7 @@ pub mod error;
 pub mod fold;
 pub mod log;
 pub mod model;
+mod par;
 pub mod replay;
 pub mod snapshot;
 pub mod state;

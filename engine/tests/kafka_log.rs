@@ -10,12 +10,14 @@
 //! `~/.cache/deltapilot-tools/bin/tansu` or `PATH`). Every test uses its own topic.
 
 mod suite;
+mod support_kafka;
+
+use support_kafka::unique_topic;
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use deltapilot_engine::Error;
 use deltapilot_engine::log::kafka::{KafkaLog, KafkaOptions};
@@ -36,32 +38,7 @@ const WAIT: Duration = Duration::from_secs(30);
 const PROPTEST_CASES: u32 = 10;
 
 fn brokers() -> String {
-    match std::env::var("DELTAPILOT_KAFKA_BROKERS") {
-        Ok(b) if !b.trim().is_empty() => b,
-        _ => panic!(
-            "DELTAPILOT_KAFKA_BROKERS is not set. The Kafka log tests need a real \
-             Kafka-protocol broker; start one and point the tests at it:\n  \
-             scripts/install-test-deps.sh\n  \
-             scripts/tansu.sh start 19092\n  \
-             DELTAPILOT_KAFKA_BROKERS=127.0.0.1:19092 cargo test -p deltapilot-engine --test kafka_log\n\
-             (scripts/test.sh does all of this.)"
-        ),
-    }
-}
-
-/// A topic name no other test (or earlier run against the same broker) uses.
-fn unique_topic(name: &str) -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "dp-test-{name}-{}-{}-{:x}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed),
-        nanos
-    )
+    support_kafka::brokers("kafka_log")
 }
 
 fn opts(partitions: i32) -> KafkaOptions {

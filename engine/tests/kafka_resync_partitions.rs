@@ -12,10 +12,12 @@
 
 mod fold_support;
 mod support_events;
+mod support_kafka;
+
+use support_kafka::unique_topic;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use deltapilot_engine::fold::fold;
 use deltapilot_engine::log::kafka::{KafkaLog, KafkaOptions};
@@ -45,32 +47,7 @@ const MAX_READS: usize = 100;
 const READ_LIMIT: usize = 16;
 
 fn brokers() -> String {
-    match std::env::var("DELTAPILOT_KAFKA_BROKERS") {
-        Ok(b) if !b.trim().is_empty() => b,
-        _ => panic!(
-            "DELTAPILOT_KAFKA_BROKERS is not set. This test needs a real Kafka-protocol \
-             broker; start one and point the test at it:\n  \
-             scripts/install-test-deps.sh\n  \
-             scripts/tansu.sh start 19092\n  \
-             DELTAPILOT_KAFKA_BROKERS=127.0.0.1:19092 cargo test -p deltapilot-engine --test kafka_resync_partitions\n\
-             (scripts/test.sh does all of this.)"
-        ),
-    }
-}
-
-/// A topic name no other test (or earlier run against the same broker) uses.
-fn unique_topic(name: &str) -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "dp-test-{name}-{}-{}-{:x}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed),
-        nanos
-    )
+    support_kafka::brokers("kafka_resync_partitions")
 }
 
 async fn open(name: &str, partitions: i32) -> KafkaLog {

@@ -6,12 +6,16 @@
 //! The Kafka test needs `DELTAPILOT_KAFKA_BROKERS` (e.g. `127.0.0.1:19192` after
 //! `scripts/tansu.sh start 19192`); without it the test fails, never skips.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use support::kafka_brokers;
 
 use deltapilot_proto::{ConfigKind, Event, event::Payload, resync_marker::Phase};
 use serde_json::Value;
@@ -675,17 +679,7 @@ fn append_to_an_unreachable_broker_fails_within_its_timeouts() {
     );
 }
 
-/// `DELTAPILOT_KAFKA_BROKERS`, or a failure that says how to provide it.
-fn kafka_brokers() -> String {
-    match std::env::var("DELTAPILOT_KAFKA_BROKERS") {
-        Ok(b) if !b.trim().is_empty() => b,
-        _ => panic!(
-            "DELTAPILOT_KAFKA_BROKERS is not set: start a broker (scripts/tansu.sh start 19192) \
-             and export DELTAPILOT_KAFKA_BROKERS=127.0.0.1:19192; this test never skips"
-        ),
-    }
-}
-
+/// A topic name no other test (or earlier run) uses.
 fn unique_topic(tag: &str) -> String {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)

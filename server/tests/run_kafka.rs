@@ -12,19 +12,9 @@ mod support;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use support::{Proc, free_port, http_get, wait_for, write_service_entry};
+use support::{Proc, free_port, http_get, kafka_brokers, wait_for, write_service_entry};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn kafka_brokers() -> String {
-    match std::env::var("DELTAPILOT_KAFKA_BROKERS") {
-        Ok(b) if !b.trim().is_empty() => b,
-        _ => panic!(
-            "DELTAPILOT_KAFKA_BROKERS is not set: start a broker (scripts/tansu.sh start 19192) \
-             and export DELTAPILOT_KAFKA_BROKERS=127.0.0.1:19192; this test never skips"
-        ),
-    }
-}
 
 /// One `deltapilot run` replica on the topic, with extra flags; waits for /readyz.
 fn replica(dir: &std::path::Path, name: &str, log: &str, extra: &[&str]) -> (Proc, u16) {

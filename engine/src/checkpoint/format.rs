@@ -235,37 +235,24 @@ const MAX_THREADS: usize = 4;
 
 /// Decodes and converts every entity, in order, on up to [`MAX_THREADS`] threads.
 fn convert_all(framed: &[Framed<'_>]) -> Vec<Result<Converted, String>> {
-    let one = |chunk: &[Framed<'_>]| -> Vec<Result<Converted, String>> {
-        chunk
-            .iter()
-            .map(|f| convert(f.kind, f.key, f.payload))
-            .collect()
-    };
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(MAX_THREADS);
-    if framed.len() < PARALLEL_MIN || threads < 2 {
-        return one(framed);
-    }
-    let size = framed.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let parts: Vec<_> = framed
-            .chunks(size)
-            .map(|c| (c.len(), scope.spawn(move || one(c))))
-            .collect();
-        let mut out = Vec::with_capacity(framed.len());
-        for (len, h) in parts {
-            match h.join() {
-                Ok(part) => out.extend(part),
-                // A panic while converting is a bug, not corruption; every entity
-                // of that part is reported as not restored.
-                Err(_) => {
-                    out.extend((0..len).map(|_| Err("entity conversion panicked".to_string())))
-                }
-            }
-        }
-        out
-    })
+    crate::par::map_chunks(
+        framed,
+        PARALLEL_MIN,
+        MAX_THREADS,
+        |chunk: &[Framed<'_>]| {
+            chunk
+                .iter()
+                .map(|f| convert(f.kind, f.key, f.payload))
+                .collect()
+        },
+        // A panic while converting is a bug, not corruption; every entity of that
+        // part is reported as not restored.
+        |len, _| {
+            (0..len)
+                .map(|_| Err("entity conversion panicked".to_string()))
+                .collect()
+        },
+    )
 }
 
 /// Checks the header and returns the body length it announces.

@@ -24,6 +24,18 @@ pub fn tool(var: &str) -> PathBuf {
     }
 }
 
+/// `DELTAPILOT_KAFKA_BROKERS`, or a panic saying how to start a broker: the
+/// Kafka tests need a real one and fail, never skip, without it.
+pub fn kafka_brokers() -> String {
+    match std::env::var("DELTAPILOT_KAFKA_BROKERS") {
+        Ok(b) if !b.trim().is_empty() => b,
+        _ => panic!(
+            "DELTAPILOT_KAFKA_BROKERS is not set: start a broker (scripts/tansu.sh start 19192) \
+             and export DELTAPILOT_KAFKA_BROKERS=127.0.0.1:19192; this test never skips"
+        ),
+    }
+}
+
 /// A free loopback port (bound then released).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

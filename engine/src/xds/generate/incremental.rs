@@ -315,27 +315,10 @@ impl Generator {
             }
             out
         };
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(MAX_THREADS);
-        if jobs.len() < PARALLEL_MIN || threads < 2 {
-            return one(jobs);
-        }
-        let size = jobs.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let mut chunks = jobs.chunks(size);
-            let first = chunks.next().unwrap_or_default();
-            let rest: Vec<_> = chunks.map(|c| scope.spawn(move || one(c))).collect();
-            let mut out = one(first);
-            for h in rest {
-                match h.join() {
-                    Ok(part) => out.extend(part),
-                    // A panic while building is a bug; it surfaces here as it
-                    // would have without threads.
-                    Err(panic) => std::panic::resume_unwind(panic),
-                }
-            }
-            out
+        // A panic while building is a bug; it surfaces here as it would have
+        // without threads.
+        crate::par::map_chunks(jobs, PARALLEL_MIN, MAX_THREADS, one, |_, panic| {
+            std::panic::resume_unwind(panic)
         })
     }
 
