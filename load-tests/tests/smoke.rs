@@ -26,6 +26,23 @@ fn smoke() -> Scenario {
     Scenario::load(&path).expect("smoke scenario")
 }
 
+/// Runs `sc` against a `deltapilot run` the load generator spawns, following
+/// `log` (a Kafka topic) or its embedded log when `None`.
+async fn spawned(sc: Scenario, log: Option<String>) -> Report {
+    execute(Plan {
+        scenario: sc,
+        target: Target::Spawn {
+            bin: deltapilot(),
+            keep: false,
+            log,
+        },
+        progress: false,
+        baseline_exe: None,
+    })
+    .await
+    .expect("run")
+}
+
 fn assert_all_converged(r: &Report) {
     assert_eq!(r.errors, 0, "errors: {:?}\n{}", r.first_error, r.table());
     assert_eq!(r.nacks, 0, "{}", r.table());
@@ -39,18 +56,7 @@ fn assert_all_converged(r: &Report) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delta_fleet_converges_on_every_change_with_no_nack() {
     let sc = smoke();
-    let r = execute(Plan {
-        scenario: sc.clone(),
-        target: Target::Spawn {
-            bin: deltapilot(),
-            keep: false,
-            log: None,
-        },
-        progress: false,
-        baseline_exe: None,
-    })
-    .await
-    .expect("run");
+    let r = spawned(sc.clone(), None).await;
     assert_eq!(r.proxies, 50);
     assert_all_converged(&r);
     assert_eq!(r.churn_path, "file-adapter");
@@ -98,18 +104,7 @@ async fn sotw_fleet_converges_too() {
     sc.proxies = 20;
     sc.duration_secs = 3;
     sc.baseline = false;
-    let r = execute(Plan {
-        scenario: sc,
-        target: Target::Spawn {
-            bin: deltapilot(),
-            keep: false,
-            log: None,
-        },
-        progress: false,
-        baseline_exe: None,
-    })
-    .await
-    .expect("run");
+    let r = spawned(sc, None).await;
     assert_all_converged(&r);
     assert!(r.baseline.is_none());
 }
@@ -137,18 +132,7 @@ async fn a_spawned_server_on_a_kafka_topic_converges_too() {
     sc.proxies = 20;
     sc.duration_secs = 3;
     sc.baseline = false;
-    let r = execute(Plan {
-        scenario: sc,
-        target: Target::Spawn {
-            bin: deltapilot(),
-            keep: false,
-            log: Some(format!("kafka://{brokers}/{topic}?partitions=3")),
-        },
-        progress: false,
-        baseline_exe: None,
-    })
-    .await
-    .expect("run");
+    let r = spawned(sc, Some(format!("kafka://{brokers}/{topic}?partitions=3"))).await;
     assert_all_converged(&r);
     assert_eq!(r.churn_path, "log");
 }

@@ -208,16 +208,24 @@ pub fn fold_prepared(
     batch: &[(RecordPos, Event)],
     prepared: &[Prepared],
 ) -> FoldOutput {
-    if prepared.len() != batch.len() {
-        return fold(state, batch);
-    }
-    fold_with(
-        state,
-        batch
-            .iter()
-            .zip(prepared)
-            .map(|((p, e), prep)| (*p, e, *prep)),
-    )
+    fold_from(state.clone(), Some(state), with_prepared(batch, prepared))
+}
+
+/// `batch` with each event's [`Prepared`]: from `prepared` when it matches the
+/// batch, else the key hash computed here (the rest waits for the fold).
+fn with_prepared<'a>(
+    batch: &'a [(RecordPos, Event)],
+    prepared: &'a [Prepared],
+) -> impl Iterator<Item = (RecordPos, &'a Event, Prepared)> + 'a {
+    let given = prepared.len() == batch.len();
+    batch.iter().enumerate().map(move |(i, (p, e))| {
+        let prep = if given {
+            prepared[i]
+        } else {
+            Prepared::keys_of(e)
+        };
+        (*p, e, prep)
+    })
 }
 
 /// [`fold`] over any sequence of positioned events (avoids collecting them).
@@ -235,12 +243,10 @@ pub fn fold_iter<'a>(
     state: &ModelState,
     events: impl IntoIterator<Item = (RecordPos, &'a Event)>,
 ) -> FoldOutput {
-    fold_with(
-        state,
-        events
-            .into_iter()
-            .map(|(p, e)| (p, e, Prepared::keys_of(e))),
-    )
+    let events = events
+        .into_iter()
+        .map(|(p, e)| (p, e, Prepared::keys_of(e)));
+    fold_from(state.clone(), Some(state), events)
 }
 
 /// [`fold_prepared`] into a state the caller gives up rather than lends.
@@ -258,29 +264,7 @@ pub fn fold_prepared_owned(
     batch: &[(RecordPos, Event)],
     prepared: &[Prepared],
 ) -> FoldOutput {
-    if prepared.len() == batch.len() {
-        fold_from(
-            state,
-            None,
-            batch
-                .iter()
-                .zip(prepared)
-                .map(|((p, e), prep)| (*p, e, *prep)),
-        )
-    } else {
-        fold_from(
-            state,
-            None,
-            batch.iter().map(|(p, e)| (*p, e, Prepared::keys_of(e))),
-        )
-    }
-}
-
-fn fold_with<'a>(
-    state: &ModelState,
-    events: impl IntoIterator<Item = (RecordPos, &'a Event, Prepared)>,
-) -> FoldOutput {
-    fold_from(state.clone(), Some(state), events)
+    fold_from(state, None, with_prepared(batch, prepared))
 }
 
 /// Folds `events` into `start`; `before`, when given, is the state `start` was

@@ -279,7 +279,7 @@ impl Replayer {
         self.pending.endpoints.extend(t.endpoints);
         self.pending.configs |= t.configs;
         self.model = out.state;
-        self.dropper.drop(Box::new(decoded));
+        self.dropper.drop(decoded);
     }
 
     /// Folds one event at `pos` and reports every resource it changed.
@@ -340,37 +340,26 @@ impl Replayer {
     }
 }
 
-/// Values the dropper thread may hold before a fold drops one itself: one being
-/// dropped and two waiting is enough to keep that thread busy, and bounds the
-/// memory of what awaits freeing (a decoded batch each).
-const DROP_QUEUE: usize = 2;
-
-/// A value the dropper frees on its own thread.
-type Garbage = Box<dyn Send>;
+/// Batches the dropper thread may hold before a fold drops one itself: one being
+/// dropped and one waiting is enough to keep that thread busy, and bounds the
+/// memory of what awaits freeing.
+const DROP_QUEUE: usize = 1;
 
 /// Drops folded batches of decoded events on a thread of its own: freeing a
 /// batch's strings and maps is a good part of a fast replay's time, and on a
 /// second core it overlaps the next batch's fold. When the thread is busy, or
 /// cannot be started, the value is dropped in place.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Dropper {
-    tx: Option<std::sync::mpsc::SyncSender<Garbage>>,
+    tx: Option<std::sync::mpsc::SyncSender<Decoded>>,
     started: bool,
 }
 
-impl std::fmt::Debug for Dropper {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Dropper")
-            .field("started", &self.started)
-            .finish()
-    }
-}
-
 impl Dropper {
-    fn drop(&mut self, garbage: Garbage) {
+    fn drop(&mut self, garbage: Decoded) {
         if !self.started {
             self.started = true;
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Garbage>(DROP_QUEUE);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Decoded>(DROP_QUEUE);
             let spawned = std::thread::Builder::new()
                 .name("replay-drop".into())
                 .spawn(move || while rx.recv().is_ok() {});
