@@ -43,7 +43,7 @@ async fn emfile_while_connecting_is_a_clear_error() {
     )
     .expect("fleet");
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !fleet.shared.fd_exhausted.load(Ordering::Relaxed) {
+    while !fleet.shared.fd_exhausted.load(Ordering::Acquire) {
         assert!(
             Instant::now() < deadline,
             "no EMFILE reported; errors: {:?}",

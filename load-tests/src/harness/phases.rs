@@ -57,7 +57,7 @@ pub(super) async fn wait_sync(
     let deadline = Instant::now() + within;
     let mut ticks = 0u32;
     loop {
-        if fleet.shared.fd_exhausted.load(Ordering::Relaxed) {
+        if fleet.shared.fd_exhausted.load(Ordering::Acquire) {
             return Err(fd_error());
         }
         let (synced, errors) = (

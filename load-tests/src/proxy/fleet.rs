@@ -199,6 +199,17 @@ impl FleetShared {
         first.get_or_insert(msg);
     }
 
+    /// Records the exhaustion as the first error (if none yet) *before* raising
+    /// the flag, so whoever sees the flag also sees why; the caller still counts
+    /// the error through `fail` when the proxy gives up.
+    fn note_fd_exhausted(&self, msg: &str) {
+        {
+            let mut first = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
+            first.get_or_insert_with(|| msg.to_owned());
+        }
+        self.fd_exhausted.store(true, Ordering::Release);
+    }
+
     /// The first error any proxy hit.
     pub fn first_error(&self) -> Option<String> {
         self.first_error
@@ -448,7 +459,7 @@ async fn open(
         match r {
             Ok(ok) => return Ok(ok),
             Err(e) if e.fd_exhausted => {
-                shared.fd_exhausted.store(true, Ordering::Relaxed);
+                shared.note_fd_exhausted(&e.message);
                 return Err(e.message);
             }
             Err(e) => last = e.message,
