@@ -46,6 +46,55 @@ pub(crate) fn map_chunks<T: Sync, R: Send>(
     })
 }
 
+/// `f` over `items` moved out in chunks (each with the index of its first
+/// item), on up to `max_threads` threads as [`map_chunks`] splits them; the
+/// results in input order. Moving the items avoids touching shared reference
+/// counts from several threads. A panic in `f` is resumed on the caller: the
+/// callers have no error path, so a panic there is a bug.
+pub(crate) fn map_owned<T: Send, R: Send>(
+    mut items: Vec<T>,
+    min: usize,
+    max_threads: usize,
+    f: impl Fn(usize, Vec<T>) -> Vec<R> + Sync,
+) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(max_threads);
+    if items.len() < min || threads < 2 {
+        return f(0, items);
+    }
+    let size = items.len().div_ceil(threads);
+    let mut chunks = Vec::with_capacity(threads);
+    // From the end, so each split moves one chunk only.
+    while items.len() > size {
+        let at = (items.len() - 1) / size * size;
+        chunks.push(items.split_off(at));
+    }
+    chunks.push(items);
+    chunks.reverse();
+    let f = &f;
+    std::thread::scope(|scope| {
+        let mut chunks = chunks.into_iter();
+        let first = chunks.next().unwrap_or_default();
+        let mut start = first.len();
+        let rest: Vec<_> = chunks
+            .map(|c| {
+                let at = start;
+                start += c.len();
+                scope.spawn(move || f(at, c))
+            })
+            .collect();
+        let mut out = f(0, first);
+        for h in rest {
+            match h.join() {
+                Ok(part) => out.extend(part),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        out
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,6 +107,22 @@ mod tests {
         let never = |_: usize, p: Box<dyn Any + Send>| std::panic::resume_unwind(p);
         assert_eq!(map_chunks(&items, 1, 4, double, never), want);
         assert_eq!(map_chunks(&items, usize::MAX, 4, double, never), want);
+    }
+
+    #[test]
+    fn owned_chunks_keep_input_order_and_know_where_they_start() {
+        for n in [0usize, 1, 2, 3, 7, 10_000, 10_001] {
+            let items: Vec<usize> = (0..n).map(|x| x * 3).collect();
+            let tag = |at: usize, c: Vec<usize>| {
+                c.into_iter()
+                    .enumerate()
+                    .map(|(i, x)| (at + i, x))
+                    .collect::<Vec<_>>()
+            };
+            let want: Vec<(usize, usize)> = (0..n).map(|i| (i, i * 3)).collect();
+            assert_eq!(map_owned(items.clone(), 1, 3, tag), want, "{n} items");
+            assert_eq!(map_owned(items, usize::MAX, 3, tag), want, "{n} items");
+        }
     }
 
     #[test]

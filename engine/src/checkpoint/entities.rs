@@ -1,7 +1,8 @@
-//! The entity set of a checkpoint: every raw entity of a [`ModelState`] written as
-//! its event payload (`deltapilot.events.v1` `Service`, `Endpoint`, `ConfigObject`)
-//! with the key, source and generation it is stored under, plus each source's
-//! resync bookkeeping; and the way back.
+//! The entity set of a checkpoint: every raw service and config object of a
+//! [`ModelState`] written as its event payload (`deltapilot.events.v1` `Service`,
+//! `ConfigObject`) with the key, source and generation it is stored under, plus
+//! each source's resync bookkeeping; and the way back, endpoints included
+//! (their section is `endpoints`).
 //!
 //! Restoring inserts each entity exactly as stored, through the same primitives
 //! [`ModelState::rebuild`] uses, not through the fold: the fold's admission rules
@@ -21,8 +22,7 @@ use deltapilot_proto as pb;
 use prost::Message;
 
 use crate::model::{
-    Config, ConfigKind, Endpoint, Health, Protocol, Resolution, Service, endpoint_from_proto,
-    service_from_proto,
+    Config, ConfigKind, Endpoint, Protocol, Resolution, Service, service_from_proto,
 };
 use crate::state::{ModelState, ServiceSlot, SourceGen, Touched};
 
@@ -31,7 +31,7 @@ use crate::state::{ModelState, ServiceSlot, SourceGen, Touched};
 #[repr(u8)]
 pub(super) enum EntityKind {
     Service = 1,
-    Endpoint = 2,
+    // 2 was a whole endpoint payload before format version 4 (see `endpoints`).
     Config = 3,
 }
 
@@ -39,7 +39,6 @@ impl EntityKind {
     pub(super) fn from_u8(v: u8) -> Option<Self> {
         match v {
             1 => Some(EntityKind::Service),
-            2 => Some(EntityKind::Endpoint),
             3 => Some(EntityKind::Config),
             _ => None,
         }
@@ -55,7 +54,7 @@ pub(super) struct StoredEntity {
     pub(super) key: String,
     pub(super) source: String,
     pub(super) generation: u64,
-    /// The encoded payload message (`Service`, `Endpoint` or `ConfigObject`).
+    /// The encoded payload message (`Service` or `ConfigObject`).
     pub(super) payload: Vec<u8>,
 }
 
@@ -104,40 +103,6 @@ pub(super) fn service_to_proto(s: &Service) -> pb::Service {
     }
 }
 
-/// The payload an endpoint came from (lossless).
-pub(super) fn endpoint_to_proto(e: &Endpoint) -> pb::Endpoint {
-    pb::Endpoint {
-        address: e.address.to_string(),
-        ports: e
-            .ports
-            .iter()
-            .map(|(k, v)| (k.to_string(), u32::from(*v)))
-            .collect(),
-        labels: labels(&e.labels),
-        locality: Some(pb::Locality {
-            region: e.locality.region.to_string(),
-            zone: e.locality.zone.to_string(),
-            subzone: e.locality.subzone.to_string(),
-        }),
-        weight: e.weight,
-        health: match e.health {
-            Health::Healthy => pb::Health::Healthy,
-            Health::Unhealthy => pb::Health::Unhealthy,
-            Health::Draining => pb::Health::Draining,
-            Health::NotReady => pb::Health::NotReady,
-        } as i32,
-        service_account: e.service_account.to_string(),
-        services: e
-            .services
-            .iter()
-            .map(|(ns, h)| pb::ServiceRef {
-                namespace: ns.to_string(),
-                hostname: h.to_string(),
-            })
-            .collect(),
-    }
-}
-
 /// The payload a config object came from (lossless).
 pub(super) fn config_to_proto(c: &Config) -> pb::ConfigObject {
     pb::ConfigObject {
@@ -182,7 +147,7 @@ fn config_from_stored(key: &str, c: &pb::ConfigObject) -> Result<Config, String>
     })
 }
 
-/// Every raw entity of `model`, in a deterministic order (services, endpoints,
+/// Every raw entity of `model`, in a deterministic order (services, then
 /// configs; each sorted by key), calling `f` for each so a caller can stream them
 /// into a buffer.
 pub(super) fn for_each_entity(model: &ModelState, f: &mut dyn FnMut(&StoredEntity)) {
@@ -214,11 +179,6 @@ pub(super) fn for_each_entity(model: &ModelState, f: &mut dyn FnMut(&StoredEntit
             &|out| service_to_proto(&w.value).encode_raw(out),
         );
     }
-    for (key, w) in model.raw_endpoints() {
-        emit(EntityKind::Endpoint, key, &w.source, w.generation, &|out| {
-            endpoint_to_proto(&w.value).encode_raw(out)
-        });
-    }
     for (key, w) in model.raw_configs() {
         emit(EntityKind::Config, key, &w.source, w.generation, &|out| {
             config_to_proto(&w.value).encode_raw(out)
@@ -232,8 +192,6 @@ pub(super) fn for_each_entity(model: &ModelState, f: &mut dyn FnMut(&StoredEntit
 pub(super) enum Converted {
     /// A service definition and the slot key it is stored under.
     Service(String, Service),
-    /// An endpoint.
-    Endpoint(Endpoint),
     /// A config object.
     Config(Config),
 }
@@ -245,12 +203,6 @@ pub(super) fn convert(kind: EntityKind, key: &str, payload: &[u8]) -> Result<Con
             let p = pb::Service::decode(payload).map_err(|e| format!("service {key}: {e}"))?;
             let svc = service_from_proto(&p).map_err(|e| format!("service {key}: {e}"))?;
             Converted::Service(key.to_owned(), svc)
-        }
-        EntityKind::Endpoint => {
-            let p = pb::Endpoint::decode(payload).map_err(|e| format!("endpoint {key}: {e}"))?;
-            Converted::Endpoint(
-                endpoint_from_proto(key, &p).map_err(|e| format!("endpoint {key}: {e}"))?,
-            )
         }
         EntityKind::Config => {
             let p = pb::ConfigObject::decode(payload).map_err(|e| format!("config {key}: {e}"))?;
@@ -324,12 +276,17 @@ impl Restorer {
                 self.model
                     .put_service(slot, generation, Arc::new(svc), &mut self.sink);
             }
-            Converted::Endpoint(ep) => self.endpoints.push((source, generation, Arc::new(ep))),
             Converted::Config(cfg) => {
                 self.model
                     .put_config(source, generation, Arc::new(cfg), &mut self.sink);
             }
         }
+    }
+
+    /// Adds one endpoint (see `endpoints`).
+    pub(super) fn endpoint(&mut self, source: &str, generation: u64, ep: Arc<Endpoint>) {
+        let source = self.source(source);
+        self.endpoints.push((source, generation, ep));
     }
 
     pub(super) fn finish(mut self) -> ModelState {

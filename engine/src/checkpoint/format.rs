@@ -17,7 +17,8 @@
 //!                    then u32 m, then m × pending resync (str source,
 //!                    u64 generation, u32 copies, u32 k, then k × u32 partition)
 //!   entities         u64 n, then n × (u8 kind, str key, str source, u64 generation,
-//!                                      bytes payload)
+//!                                      bytes payload); services and configs
+//!   endpoints        distinct shapes, then endpoints by shape (see `endpoints`)
 //!   resources        u8 0 (none), or 1 then str generator id, u32 n, then
 //!                    n × (u8 map, str name, bytes encoded resource)
 //! str, bytes: u32 length then the bytes
@@ -32,6 +33,7 @@
 
 use xxhash_rust::xxh3::xxh3_64;
 
+use super::endpoints;
 use super::entities::{Converted, EntityKind, Restorer, StoredEntity, convert, for_each_entity};
 use super::{Checkpoint, Fingerprint, StoredResources};
 use crate::log::Position;
@@ -49,8 +51,9 @@ pub(super) const MAGIC: [u8; 8] = *b"DPCKPT\r\n";
 /// version is skipped (never misread): an older build ignores newer checkpoints and
 /// falls back to replaying the log.
 ///
-/// Version 3 added the pending multi-copy resyncs to the sources section.
-pub const FORMAT_VERSION: u32 = 3;
+/// Version 3 added the pending multi-copy resyncs to the sources section;
+/// version 4 moved endpoints to their own section, each shape stored once.
+pub const FORMAT_VERSION: u32 = 4;
 
 /// Header size in bytes.
 pub(super) const HEADER_LEN: usize = 40;
@@ -58,15 +61,15 @@ pub(super) const HEADER_LEN: usize = 40;
 /// Most partitions a position may list (as `Position::from_str` allows).
 const MAX_PARTITIONS: u32 = 65_536;
 
-fn put_u32(out: &mut Vec<u8>, v: u32) {
+pub(super) fn put_u32(out: &mut Vec<u8>, v: u32) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
-fn put_u64(out: &mut Vec<u8>, v: u64) {
+pub(super) fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+pub(super) fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     // Entities come from events, which the log bounds far below 4 GiB.
     put_u32(out, u32::try_from(b.len()).unwrap_or(u32::MAX));
     out.extend_from_slice(b);
@@ -133,6 +136,7 @@ pub(super) fn encode(
         n += 1;
     });
     body[n_at..n_at + 8].copy_from_slice(&n.to_le_bytes());
+    endpoints::encode(model, &mut body);
     match resources {
         None => body.push(0),
         Some((generator, set)) => {
@@ -163,13 +167,22 @@ pub(super) fn encode(
 }
 
 /// A cursor over a body that turns every overrun into a reason, never a panic.
-struct Reader<'a> {
+pub(super) struct Reader<'a> {
     buf: &'a [u8],
     at: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
+    pub(super) fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, at: 0 }
+    }
+
+    /// Bytes left after the cursor (what bounds a preallocation).
+    pub(super) fn remaining(&self) -> usize {
+        self.buf.len() - self.at
+    }
+
+    pub(super) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
         let end = self
             .at
             .checked_add(n)
@@ -180,28 +193,28 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
-    fn u8(&mut self, what: &str) -> Result<u8, String> {
+    pub(super) fn u8(&mut self, what: &str) -> Result<u8, String> {
         Ok(self.take(1, what)?[0])
     }
 
-    fn u32(&mut self, what: &str) -> Result<u32, String> {
+    pub(super) fn u32(&mut self, what: &str) -> Result<u32, String> {
         let b = self.take(4, what)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    fn u64(&mut self, what: &str) -> Result<u64, String> {
+    pub(super) fn u64(&mut self, what: &str) -> Result<u64, String> {
         let b = self.take(8, what)?;
         let mut a = [0u8; 8];
         a.copy_from_slice(b);
         Ok(u64::from_le_bytes(a))
     }
 
-    fn bytes(&mut self, what: &str) -> Result<&'a [u8], String> {
+    pub(super) fn bytes(&mut self, what: &str) -> Result<&'a [u8], String> {
         let n = self.u32(what)? as usize;
         self.take(n, what)
     }
 
-    fn str(&mut self, what: &str) -> Result<&'a str, String> {
+    pub(super) fn str(&mut self, what: &str) -> Result<&'a str, String> {
         std::str::from_utf8(self.bytes(what)?).map_err(|_| format!("{what} is not UTF-8"))
     }
 
@@ -287,11 +300,7 @@ fn check_header(file: &[u8]) -> Result<u64, String> {
 /// bytes of its body, without verifying the body checksum.
 pub(super) fn peek_position(prefix: &[u8]) -> Result<Position, String> {
     check_header(prefix)?;
-    Reader {
-        buf: &prefix[HEADER_LEN..],
-        at: 0,
-    }
-    .position()
+    Reader::new(&prefix[HEADER_LEN..]).position()
 }
 
 /// Decodes a whole checkpoint file, verifying both checksums and every entity.
@@ -312,7 +321,7 @@ pub(super) fn decode(file: &Bytes) -> Result<Checkpoint, String> {
     if xxh3_64(body) != u64::from_le_bytes(a) {
         return Err("body checksum mismatch".into());
     }
-    let mut r = Reader { buf: body, at: 0 };
+    let mut r = Reader::new(body);
     let position = r.position()?;
     let n = r.u32("fingerprints")?;
     if n > MAX_PARTITIONS {
@@ -368,7 +377,9 @@ pub(super) fn decode(file: &Bytes) -> Result<Checkpoint, String> {
             payload: r.bytes("entity payload")?,
         });
     }
+    let endpoints = endpoints::frame(&mut r)?;
     let converted = convert_all(&framed);
+    let endpoint_values = endpoints::convert(&endpoints)?;
     // The stored resources are independent of the entities: they are read on a
     // second thread while this one inserts the entities (both are single-threaded
     // and about as long).
@@ -383,6 +394,9 @@ pub(super) fn decode(file: &Bytes) -> Result<Checkpoint, String> {
         let restored = (|| {
             for (f, converted) in framed.iter().zip(converted) {
                 restorer.insert(f.source, f.generation, converted?);
+            }
+            for (rec, ep) in endpoints.records.iter().zip(endpoint_values) {
+                restorer.endpoint(rec.source, rec.generation, ep);
             }
             Ok::<_, String>(restorer.finish())
         })();

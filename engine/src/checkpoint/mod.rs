@@ -48,6 +48,7 @@
 //! What it does NOT do: fold events or generate resources (a restored
 //! [`Checkpoint::model`] goes to the fold runner or the replayer, which do).
 
+mod endpoints;
 mod entities;
 mod format;
 mod store;

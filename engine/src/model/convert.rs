@@ -200,6 +200,17 @@ pub fn endpoint_from_digested(
     })
 }
 
+/// The shape of `e` alone (its ports, labels, locality, identity and services;
+/// address, weight and health are ignored), validated as [`endpoint_from_proto`]
+/// validates them. `what` names it in errors.
+///
+/// Why: a checkpoint stores each distinct shape once and its endpoints by
+/// reference, so a restore converts a shape once for all the endpoints that share
+/// it (typically a deployment's pods in one zone).
+pub fn shape_from_payload(what: &str, e: &pb::Endpoint) -> Result<EndpointShape, ConvertError> {
+    shape_from_proto(what, e, None, source_digest(e))
+}
+
 /// Validates and converts an endpoint's shape, sharing each string and map equal
 /// to `prev`'s.
 fn shape_from_proto(

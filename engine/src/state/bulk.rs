@@ -5,7 +5,8 @@
 //! half of a restore, mostly `OrdSet` inserts into the hostname and address
 //! indexes that compare strings at random places (a cache miss or two per
 //! level). Sorted first, each map and set is filled front to back, and every
-//! hostname's key set is built in one go.
+//! hostname's key set is built in one go. The three are independent, so they
+//! are built on two threads (the engine's threads are scoped and joined here).
 //!
 //! The result equals what `put_endpoint` in the same order gives: same raw map
 //! (the last write of a repeated key wins), same indexes, same hash (a test
@@ -23,9 +24,55 @@ use super::canon::{self, Kind};
 use super::{HKey, ModelState, Written};
 use crate::model::Endpoint;
 
+/// Below this many endpoints a bulk load runs on the calling thread only.
+const PARALLEL_MIN: usize = 4096;
+
+/// What one endpoint contributes to the raw map and both indexes, computed
+/// while its record is fresh in the cache (reading them back afterwards was a
+/// cache miss or three per endpoint). `usize` is its place in the input.
+#[derive(Default)]
+struct Part {
+    records: Vec<(HKey, usize, u64, Arc<Written<Endpoint>>)>,
+    by_host: Vec<(HKey, Arc<str>, usize)>,
+    by_addr: Vec<(IpAddr, Arc<str>, usize)>,
+}
+
+impl Part {
+    fn of(start: usize, entries: Vec<(Arc<str>, u64, Arc<Endpoint>)>) -> Part {
+        let mut part = Part {
+            records: Vec::with_capacity(entries.len()),
+            by_host: Vec::with_capacity(entries.len()),
+            by_addr: Vec::with_capacity(entries.len()),
+        };
+        for (i, (source, generation, ep)) in entries.into_iter().enumerate() {
+            let i = start + i;
+            for (_, host) in &ep.services {
+                part.by_host
+                    .push((HKey::of(host.as_str()), ep.key.clone(), i));
+            }
+            part.by_addr.push((ep.address, ep.key.clone(), i));
+            let digest = canon::endpoint_digest(&ep);
+            let hk = HKey::of(&ep.key);
+            let key = ep.key.clone();
+            let w = Written::new(Kind::Endpoint, &key, ep, source, generation, digest);
+            part.records.push((hk, i, w.entity_hash(), Arc::new(w)));
+        }
+        part
+    }
+
+    fn append(&mut self, mut other: Part) {
+        self.records.append(&mut other.records);
+        self.by_host.append(&mut other.by_host);
+        self.by_addr.append(&mut other.by_addr);
+    }
+}
+
 impl ModelState {
     /// Stores `entries` (source, generation, endpoint), in order, as
     /// `put_endpoint` would; in bulk when the state holds no endpoint yet.
+    ///
+    /// In bulk, the per-endpoint work runs on both cores, and then the raw map
+    /// (with the address index) and the hostname index are built on one each.
     pub(crate) fn load_endpoints(&mut self, entries: Vec<(Arc<str>, u64, Arc<Endpoint>)>) {
         if !self.raw_endpoints.is_empty() {
             let mut sink = super::Touched::default();
@@ -34,19 +81,21 @@ impl ModelState {
             }
             return;
         }
-        let mut records: Vec<(HKey, usize, Arc<Written<Endpoint>>)> = entries
-            .into_iter()
-            .enumerate()
-            .map(|(i, (source, generation, ep))| {
-                let digest = canon::endpoint_digest(&ep);
-                let hk = HKey::of(&ep.key);
-                let key = ep.key.clone();
-                let w = Written::new(Kind::Endpoint, &key, ep, source, generation, digest);
-                (hk, i, Arc::new(w))
-            })
-            .collect();
+        let mut all = Part::default();
+        for part in crate::par::map_owned(entries, PARALLEL_MIN, 2, |start, chunk| {
+            vec![Part::of(start, chunk)]
+        }) {
+            all.append(part);
+        }
+        let Part {
+            mut records,
+            mut by_host,
+            mut by_addr,
+        } = all;
         // By key hash, and for a repeated key the last write last; keep that one.
-        records.sort_unstable_by_key(|(hk, i, _)| (*hk, *i));
+        // (A restore's input is in key-hash order already, which the sort detects.)
+        records.sort_unstable_by_key(|(hk, i, _, _)| (*hk, *i));
+        let before = records.len();
         records.dedup_by(|later, earlier| {
             let same = later.0 == earlier.0;
             if same {
@@ -54,30 +103,41 @@ impl ModelState {
             }
             same
         });
-
-        let mut by_host: Vec<(HKey, Arc<str>)> = Vec::with_capacity(records.len());
-        let mut by_addr: Vec<(IpAddr, Arc<str>)> = Vec::with_capacity(records.len());
-        for (_, _, w) in &records {
-            self.hash_add(w.entity_hash());
-            let ep = &w.value;
-            for (_, host) in &ep.services {
-                by_host.push((HKey::of(host.as_str()), ep.key.clone()));
-            }
-            by_addr.push((ep.address, ep.key.clone()));
+        if records.len() < before {
+            // Index entries of the overwritten writes go too.
+            let kept: std::collections::HashSet<usize> =
+                records.iter().map(|(_, i, _, _)| *i).collect();
+            by_host.retain(|(_, _, i)| kept.contains(i));
+            by_addr.retain(|(_, _, i)| kept.contains(i));
         }
-        self.raw_endpoints = records.into_iter().map(|(hk, _, w)| (hk, w)).collect();
-
-        by_host.sort_unstable();
-        by_host.dedup();
-        let mut index: OrdMap<HKey, OrdSet<Arc<str>>> = OrdMap::new();
-        for group in by_host.chunk_by(|a, b| a.0 == b.0) {
-            let keys: OrdSet<Arc<str>> = group.iter().map(|(_, k)| k.clone()).collect();
-            index.insert(group[0].0, keys);
+        for (_, _, hash, _) in &records {
+            self.hash_add(*hash);
         }
-        self.endpoints_by_host = index;
 
-        by_addr.sort_unstable();
-        self.endpoints_by_addr = by_addr.into_iter().collect();
+        let (raw, (by_addr, by_host)) = std::thread::scope(|scope| {
+            let hosts = scope.spawn(move || {
+                by_host.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+                by_host.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+                let mut index: OrdMap<HKey, OrdSet<Arc<str>>> = OrdMap::new();
+                for group in by_host.chunk_by(|a, b| a.0 == b.0) {
+                    let keys: OrdSet<Arc<str>> = group.iter().map(|(_, k, _)| k.clone()).collect();
+                    index.insert(group[0].0, keys);
+                }
+                index
+            });
+            let raw: OrdMap<HKey, Arc<Written<Endpoint>>> =
+                records.into_iter().map(|(hk, _, _, w)| (hk, w)).collect();
+            by_addr.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+            let by_addr: OrdSet<(IpAddr, Arc<str>)> =
+                by_addr.into_iter().map(|(a, k, _)| (a, k)).collect();
+            let by_host = hosts
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (raw, (by_addr, by_host))
+        });
+        self.raw_endpoints = raw;
+        self.endpoints_by_host = by_host;
+        self.endpoints_by_addr = by_addr;
     }
 }
 
@@ -108,38 +168,41 @@ mod tests {
     }
 
     /// Bulk loading equals putting one by one: raw map, indexes, hash; including
-    /// a repeated key (the last write wins), endpoints sharing a hostname and an
-    /// address, and an endpoint of several hostnames.
+    /// repeated keys (the last write wins), endpoints sharing a hostname and an
+    /// address, and an endpoint of several hostnames; below and above the size
+    /// that loads on two threads.
     #[test]
     fn bulk_load_equals_one_by_one() {
-        let a: Arc<str> = "a".into();
-        let mut entries = Vec::new();
-        for i in 0..500u32 {
-            let key = format!("ep/{}", i % 433);
-            let addr = format!("10.0.{}.{}", i % 7, i % 200);
-            let hosts: &[&str] = match i % 3 {
-                0 => &["h1.ns"],
-                1 => &["h1.ns", "h2.ns"],
-                _ => &["h3.ns"],
-            };
-            entries.push((a.clone(), u64::from(i % 4), endpoint(&key, &addr, hosts, i)));
+        for (n, distinct) in [(500u32, 433u32), (12_000, 9_001)] {
+            let a: Arc<str> = "a".into();
+            let mut entries = Vec::new();
+            for i in 0..n {
+                let key = format!("ep/{}", i % distinct);
+                let addr = format!("10.0.{}.{}", i % 7, i % 200);
+                let hosts: &[&str] = match i % 3 {
+                    0 => &["h1.ns"],
+                    1 => &["h1.ns", "h2.ns"],
+                    _ => &["h3.ns"],
+                };
+                entries.push((a.clone(), u64::from(i % 4), endpoint(&key, &addr, hosts, i)));
+            }
+            let mut bulk = ModelState::default();
+            bulk.load_endpoints(entries.clone());
+            let mut one = ModelState::default();
+            let mut sink = super::super::Touched::default();
+            for (s, g, e) in entries {
+                one.put_endpoint(s, g, e, &mut sink);
+            }
+            assert_eq!(bulk, one, "{n}");
+            assert_eq!(bulk.hash(), one.hash(), "{n}");
+            assert_eq!(bulk.hash(), bulk.recompute_hash(), "{n}");
+            assert_eq!(bulk.endpoints_by_host, one.endpoints_by_host, "{n}");
+            assert_eq!(bulk.endpoints_by_addr, one.endpoints_by_addr, "{n}");
+            assert_eq!(
+                bulk.raw_endpoints().count(),
+                distinct as usize,
+                "repeated keys are stored once"
+            );
         }
-        let mut bulk = ModelState::default();
-        bulk.load_endpoints(entries.clone());
-        let mut one = ModelState::default();
-        let mut sink = super::super::Touched::default();
-        for (s, g, e) in entries {
-            one.put_endpoint(s, g, e, &mut sink);
-        }
-        assert_eq!(bulk, one);
-        assert_eq!(bulk.hash(), one.hash());
-        assert_eq!(bulk.hash(), bulk.recompute_hash());
-        assert_eq!(bulk.endpoints_by_host, one.endpoints_by_host);
-        assert_eq!(bulk.endpoints_by_addr, one.endpoints_by_addr);
-        assert_eq!(
-            bulk.raw_endpoints().count(),
-            433,
-            "repeated keys are stored once"
-        );
     }
 }

@@ -1,0 +1,364 @@
+//! The endpoints section of a checkpoint: every distinct [`EndpointShape`] once,
+//! then each endpoint as its key, source, generation, address, weight, health and
+//! the number of its shape.
+//!
+//! Why: endpoints are nine in ten entities of a mesh, and the pods of one
+//! deployment in one zone have equal ports, labels, locality, identity and
+//! services. Storing each endpoint as a whole event payload made a restore decode
+//! and validate those fields 100k times (two thirds of a restore); stored once
+//! per shape, they are converted once, and the endpoints that share a shape share
+//! it in memory too. The fixed fields need no protobuf decoding at all.
+//!
+//! A shape is stored as the `deltapilot.events.v1.Endpoint` payload it converts
+//! from, with only the shape's fields set, so it goes through the same validation
+//! as an event ([`shape_from_payload`]). Shapes are numbered in order of first
+//! use over the endpoints sorted by key, so equal states encode to equal bytes.
+//!
+//! What it does NOT do: framing of the other sections, checksums, or inserting
+//! into a state (see `format` and `entities`).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use deltapilot_proto as pb;
+use prost::Message;
+
+use super::format::{Reader, put_bytes, put_u32, put_u64};
+use crate::model::{Endpoint, EndpointShape, Health, shape_from_payload};
+use crate::state::ModelState;
+
+/// The payload a shape converts from: an `Endpoint` message with the shape's
+/// fields only (lossless: converting it back yields an equal shape).
+fn shape_to_proto(s: &EndpointShape) -> pb::Endpoint {
+    let strings = |m: &crate::model::Labels| {
+        m.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    pb::Endpoint {
+        ports: s
+            .ports
+            .iter()
+            .map(|(k, v)| (k.to_string(), u32::from(*v)))
+            .collect(),
+        labels: strings(&s.labels),
+        locality: Some(pb::Locality {
+            region: s.locality.region.to_string(),
+            zone: s.locality.zone.to_string(),
+            subzone: s.locality.subzone.to_string(),
+        }),
+        service_account: s.service_account.to_string(),
+        services: s
+            .services
+            .iter()
+            .map(|(ns, h)| pb::ServiceRef {
+                namespace: ns.to_string(),
+                hostname: h.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn health_code(h: Health) -> u8 {
+    match h {
+        Health::Healthy => 1,
+        Health::Unhealthy => 2,
+        Health::Draining => 3,
+        Health::NotReady => 4,
+    }
+}
+
+fn health_from_code(c: u8) -> Option<Health> {
+    Some(match c {
+        1 => Health::Healthy,
+        2 => Health::Unhealthy,
+        3 => Health::Draining,
+        4 => Health::NotReady,
+        _ => return None,
+    })
+}
+
+/// Appends the section for every raw endpoint of `model`:
+///
+/// ```text
+/// u32 n, then n × bytes (shape payload)
+/// u64 m, then m × (str key, str source, u64 generation, u32 shape number,
+///                  u8 family (4 or 6), 4 or 16 address bytes, u32 weight, u8 health)
+/// ```
+pub(super) fn encode(model: &ModelState, body: &mut Vec<u8>) {
+    // Shapes the fold shares are found by pointer without encoding them again;
+    // equal shapes it did not share, by their bytes.
+    let mut by_ptr: HashMap<*const EndpointShape, u32> = HashMap::new();
+    let mut by_bytes: HashMap<Vec<u8>, u32> = HashMap::new();
+    let mut numbers: Vec<u32> = Vec::new();
+    let count_at = body.len();
+    put_u32(body, 0);
+    let mut scratch = Vec::new();
+    for (_, w) in model.raw_endpoints() {
+        let shape = &w.value.shape;
+        let n = match by_ptr.get(&Arc::as_ptr(shape)) {
+            Some(n) => *n,
+            None => {
+                scratch.clear();
+                shape_to_proto(shape).encode_raw(&mut scratch);
+                let next = u32::try_from(by_bytes.len()).unwrap_or(u32::MAX);
+                let n = *by_bytes.entry(scratch.clone()).or_insert_with(|| {
+                    put_bytes(body, &scratch);
+                    next
+                });
+                by_ptr.insert(Arc::as_ptr(shape), n);
+                n
+            }
+        };
+        numbers.push(n);
+    }
+    let shapes = u32::try_from(by_bytes.len()).unwrap_or(u32::MAX);
+    body[count_at..count_at + 4].copy_from_slice(&shapes.to_le_bytes());
+
+    put_u64(body, numbers.len() as u64);
+    for ((key, w), n) in model.raw_endpoints().zip(numbers) {
+        let ep = &w.value;
+        put_bytes(body, key.as_bytes());
+        put_bytes(body, w.source.as_bytes());
+        put_u64(body, w.generation);
+        put_u32(body, n);
+        match ep.address {
+            IpAddr::V4(a) => {
+                body.push(4);
+                body.extend_from_slice(&a.octets());
+            }
+            IpAddr::V6(a) => {
+                body.push(6);
+                body.extend_from_slice(&a.octets());
+            }
+        }
+        put_u32(body, ep.weight);
+        body.push(health_code(ep.health));
+    }
+}
+
+/// One endpoint as it sits in the section, its fixed fields already checked.
+pub(super) struct Record<'a> {
+    pub(super) key: &'a str,
+    pub(super) source: &'a str,
+    pub(super) generation: u64,
+    shape: u32,
+    address: IpAddr,
+    weight: u32,
+    health: Health,
+}
+
+/// The section, framed: shape payloads not yet converted, and the records.
+pub(super) struct Framed<'a> {
+    shapes: Vec<&'a [u8]>,
+    pub(super) records: Vec<Record<'a>>,
+}
+
+/// Reads the section from `r`; an out-of-range shape number, an unknown address
+/// family or health, an empty key or a zero weight is an error naming the
+/// endpoint.
+pub(super) fn frame<'a>(r: &mut Reader<'a>) -> Result<Framed<'a>, String> {
+    let n = r.u32("shape count")?;
+    let mut shapes = Vec::with_capacity((n as usize).min(r.remaining() / 4));
+    for _ in 0..n {
+        shapes.push(r.bytes("endpoint shape")?);
+    }
+    let m = r.u64("endpoint count")?;
+    let mut records = Vec::with_capacity(usize::try_from(m).unwrap_or(0).min(r.remaining() / 32));
+    for i in 0..m {
+        let key = r.str("endpoint key")?;
+        let source = r.str("endpoint source")?;
+        let generation = r.u64("endpoint generation")?;
+        let shape = r.u32("endpoint shape number")?;
+        let address = match r.u8("endpoint address")? {
+            4 => {
+                let b = r.take(4, "endpoint address")?;
+                IpAddr::from([b[0], b[1], b[2], b[3]])
+            }
+            6 => {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(r.take(16, "endpoint address")?);
+                IpAddr::from(a)
+            }
+            f => return Err(format!("endpoint {i} ({key}): address family {f}")),
+        };
+        let weight = r.u32("endpoint weight")?;
+        let health = r.u8("endpoint health")?;
+        let health = health_from_code(health)
+            .ok_or_else(|| format!("endpoint {i} ({key}): health {health}"))?;
+        if key.is_empty() || weight == 0 || shape >= n {
+            return Err(format!(
+                "endpoint {i} ({key:?}): empty key, zero weight or shape {shape} of {n}"
+            ));
+        }
+        records.push(Record {
+            key,
+            source,
+            generation,
+            shape,
+            address,
+            weight,
+            health,
+        });
+    }
+    Ok(Framed { shapes, records })
+}
+
+/// Below this many shapes a restore converts them on the calling thread only.
+const PARALLEL_MIN: usize = 2048;
+
+/// Most threads shapes are converted on.
+const MAX_THREADS: usize = 4;
+
+/// Converts every shape and builds every endpoint (both on several threads), in
+/// record order.
+pub(super) fn convert(framed: &Framed<'_>) -> Result<Vec<Arc<Endpoint>>, String> {
+    let shapes = crate::par::map_chunks(
+        &framed.shapes,
+        PARALLEL_MIN,
+        MAX_THREADS,
+        |chunk: &[&[u8]]| chunk.iter().map(|b| convert_shape(b)).collect(),
+        |len, _| {
+            (0..len)
+                .map(|_| Err("endpoint shape conversion panicked".to_string()))
+                .collect()
+        },
+    );
+    let shapes = shapes
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| s.map_err(|e| format!("endpoint shape {i}: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let shapes = &shapes;
+    Ok(crate::par::map_chunks(
+        &framed.records,
+        PARALLEL_MIN,
+        MAX_THREADS,
+        |chunk: &[Record<'_>]| {
+            chunk
+                .iter()
+                .map(|r| {
+                    Arc::new(Endpoint {
+                        key: Arc::from(r.key),
+                        address: r.address,
+                        weight: r.weight,
+                        health: r.health,
+                        // `frame` checked the number.
+                        shape: shapes[r.shape as usize].clone(),
+                    })
+                })
+                .collect()
+        },
+        |_, panic| std::panic::resume_unwind(panic),
+    ))
+}
+
+fn convert_shape(payload: &[u8]) -> Result<Arc<EndpointShape>, String> {
+    let p = pb::Endpoint::decode(payload).map_err(|e| e.to_string())?;
+    Ok(Arc::new(
+        shape_from_payload("stored shape", &p).map_err(|e| e.to_string())?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::mk::*;
+
+    /// Two endpoints of one shape and one of another, one on IPv6.
+    fn state() -> ModelState {
+        ModelState::from_events(&[
+            svc("a", 0, "ns", "h1", &[80]),
+            ep("a", 0, "ep/1", "10.0.0.1", &["h1"]),
+            ep("a", 0, "ep/2", "fd00::2", &["h1"]),
+            ep_labeled("a", 0, "ep/3", "10.0.0.3", &["h1"], &[("app", "x")]),
+        ])
+    }
+
+    fn section(st: &ModelState) -> Vec<u8> {
+        let mut body = Vec::new();
+        encode(st, &mut body);
+        body
+    }
+
+    fn restored(body: &[u8]) -> Result<Vec<Arc<Endpoint>>, String> {
+        let mut r = Reader::new(body);
+        let framed = frame(&mut r)?;
+        assert_eq!(r.remaining(), 0, "the section is read to its end");
+        convert(&framed)
+    }
+
+    #[test]
+    fn equal_shapes_are_stored_once_and_shared_when_restored() {
+        let st = state();
+        let body = section(&st);
+        assert_eq!(u32::from_le_bytes([body[0], body[1], body[2], body[3]]), 2);
+        let eps = restored(&body).expect("restores");
+        let original: Vec<_> = st.raw_endpoints().map(|(_, w)| w.value.clone()).collect();
+        assert_eq!(eps, original, "equal endpoints, in stored order");
+        let by_key = |k: &str| eps.iter().find(|e| &*e.key == k).expect(k);
+        assert!(Arc::ptr_eq(&by_key("ep/1").shape, &by_key("ep/2").shape));
+        assert!(!Arc::ptr_eq(&by_key("ep/1").shape, &by_key("ep/3").shape));
+        assert_eq!(
+            by_key("ep/3").shape.source_digest(),
+            crate::model::source_digest(&shape_to_proto(&by_key("ep/3").shape)),
+            "a restored shape is recognised by the fold's reuse check"
+        );
+    }
+
+    /// Each fixed field of the last record, damaged past what a checksum would
+    /// catch, is refused with the endpoint named.
+    #[test]
+    fn a_bad_record_is_named() {
+        let st = ModelState::from_events(&[
+            svc("a", 0, "ns", "h1", &[80]),
+            ep("a", 0, "ep/1", "10.0.0.1", &["h1"]),
+            ep_labeled("a", 0, "ep/3", "10.0.0.3", &["h1"], &[("app", "x")]),
+        ]);
+        let (last, _) = st.raw_endpoints().last().expect("two endpoints");
+        let body = section(&st);
+        let end = body.len();
+        let cases: Vec<(&str, usize, Vec<u8>, &str)> = vec![
+            (
+                "shape number",
+                end - 14,
+                7u32.to_le_bytes().into(),
+                "shape 7 of 2",
+            ),
+            ("family", end - 10, vec![5], "address family 5"),
+            ("weight", end - 5, 0u32.to_le_bytes().into(), "zero weight"),
+            ("health", end - 1, vec![9], "health 9"),
+        ];
+        for (what, at, bytes, needle) in cases {
+            let mut b = body.clone();
+            b[at..at + bytes.len()].copy_from_slice(&bytes);
+            let e = restored(&b).expect_err(what);
+            assert!(e.contains(&**last) && e.contains(needle), "{what}: {e}");
+        }
+        let e = restored(&body[..end - 3]).expect_err("truncated");
+        assert!(e.contains("ends inside endpoint weight"), "{e}");
+    }
+
+    #[test]
+    fn an_invalid_shape_is_refused_with_its_number() {
+        let mut body = Vec::new();
+        put_u32(&mut body, 1);
+        let bad = pb::Endpoint {
+            ports: [("http".to_string(), 70_000)].into(),
+            services: vec![pb::ServiceRef {
+                namespace: "ns".into(),
+                hostname: "h1".into(),
+            }],
+            ..Default::default()
+        };
+        put_bytes(&mut body, &bad.encode_to_vec());
+        put_u64(&mut body, 0);
+        let e = restored(&body).expect_err("port out of range");
+        assert!(
+            e.starts_with("endpoint shape 0:") && e.contains("70000"),
+            "{e}"
+        );
+    }
+}
