@@ -24,6 +24,10 @@
 //!   several partitions and still waits for some copies (its sweep is deferred
 //!   until they arrive). Above 0 for long: a writer died while writing the
 //!   copies; the source's next resync completes it.
+//! - `endpoints_held` — stored endpoints none of whose services exists yet: they
+//!   are kept and served once one does. Brief on a multi-partition log (a service
+//!   and its endpoints arrive from different partitions); steadily above 0, a
+//!   registry writes endpoints for services it never defines.
 //! - `ready` — 1 once the engine has caught up with the log head.
 //! - `adapter_events_emitted_total{adapter}` — events an in-process adapter appended
 //!   (`rate()` of it is events per second).
@@ -89,6 +93,8 @@ pub struct Metrics {
     pub snapshot_seq: Gauge,
     /// See the module docs.
     pub resyncs_pending: Gauge,
+    /// Endpoints held for a service that does not exist (yet).
+    pub endpoints_held: Gauge,
     /// See the module docs.
     pub ready: Gauge,
     /// See the module docs.
@@ -136,6 +142,7 @@ impl Metrics {
             stale_nonces: Counter::default(),
             snapshot_seq: Gauge::default(),
             resyncs_pending: Gauge::default(),
+            endpoints_held: Gauge::default(),
             ready: Gauge::default(),
             adapter_events_emitted: Family::default(),
             adapter_view_entities: Family::default(),
@@ -200,6 +207,11 @@ impl Metrics {
             "resyncs_pending",
             "Sources whose multi-partition COMPLETED resync marker still waits for copies",
             m.resyncs_pending.clone(),
+        );
+        registry.register(
+            "endpoints_held",
+            "Stored endpoints none of whose services exists yet (served once one does)",
+            m.endpoints_held.clone(),
         );
         registry.register(
             "ready",

@@ -113,7 +113,10 @@ fn two_replicas_serve_one_registry_from_a_kafka_topic() {
     assert!(
         metrics
             .lines()
-            .any(|l| l.trim() == "deltapilot_resyncs_pending 0"),
+            .any(|l| l.trim() == "deltapilot_resyncs_pending 0")
+            && metrics
+                .lines()
+                .any(|l| l.trim() == "deltapilot_endpoints_held 0"),
         "{metrics}"
     );
     assert!(
@@ -122,12 +125,12 @@ fn two_replicas_serve_one_registry_from_a_kafka_topic() {
     );
 }
 
-/// The gauge follows the state: a log whose last `COMPLETED` marker announces
+/// The gauges follow the state: a log whose last `COMPLETED` marker announces
 /// three copies but holds one (its writer died between copies, as a one-partition
-/// file log can only show) leaves that source's sweep pending, and the server
-/// says so.
+/// file log can only show) leaves that source's sweep pending, and an endpoint
+/// of a service nobody defines is held; the server says both.
 #[test]
-fn a_resync_waiting_for_marker_copies_shows_in_the_pending_gauge() {
+fn a_resync_waiting_for_marker_copies_and_a_held_endpoint_show_in_gauges() {
     use deltapilot_engine::log::EventLog;
     use deltapilot_engine::log::file::{FileLog, FileLogOptions};
     use deltapilot_proto::event::Payload;
@@ -152,18 +155,35 @@ fn a_resync_waiting_for_marker_copies_shows_in_the_pending_gauge() {
             .enable_all()
             .build()
             .expect("runtime");
-        rt.block_on(log.append(&[marker(Phase::Started, 0), marker(Phase::Completed, 3)]))
-            .expect("append");
+        let orphan = Event {
+            source: "k8s:other".into(),
+            payload: Some(Payload::EndpointUpsert(deltapilot_proto::EndpointUpsert {
+                key: "ep/k8s/ns/orphan".into(),
+                endpoint: Some(deltapilot_proto::Endpoint {
+                    address: "10.9.9.9".into(),
+                    services: vec![deltapilot_proto::ServiceRef {
+                        namespace: "ns".into(),
+                        hostname: "nowhere.ns.svc.cluster.local".into(),
+                    }],
+                    ..Default::default()
+                }),
+            })),
+            ..marker(Phase::Started, 0)
+        };
+        rt.block_on(log.append(&[
+            marker(Phase::Started, 0),
+            marker(Phase::Completed, 3),
+            orphan,
+        ]))
+        .expect("append");
     }
     let uri = format!("file://{}", log_dir.display());
     let (_server, admin_port) = replica(dir.path(), "server", &uri, &[]);
     let admin = std::net::SocketAddr::from(([127, 0, 0, 1], admin_port));
-    wait_for("deltapilot_resyncs_pending 1", WAIT, || {
+    wait_for("both gauges at 1", WAIT, || {
         let metrics = http_get(admin, "/metrics", "localhost")?.1;
-        if metrics
-            .lines()
-            .any(|l| l.trim() == "deltapilot_resyncs_pending 1")
-        {
+        let has = |line: &str| metrics.lines().any(|l| l.trim() == line);
+        if has("deltapilot_resyncs_pending 1") && has("deltapilot_endpoints_held 1") {
             Ok(())
         } else {
             Err(metrics)

@@ -175,6 +175,13 @@ fn an_endpoint_of_an_unknown_service_is_held_until_the_service_appears() {
     );
     assert_eq!(held.applied, 0);
     assert!(held.state.raw_endpoint("ep/early").is_some(), "stored");
+    assert_eq!(held.state.held_endpoints(), 1);
+    let half = ModelState::from_events(&[
+        svc("a", 1, "ns", "known", &[80]),
+        ep("a", 1, "ep/half", "10.0.0.8", &["known", "later"]),
+    ]);
+    assert!(half.raw_endpoint("ep/half").is_some());
+    assert_eq!(half.held_endpoints(), 0, "one of its services exists");
     assert_eq!(held.state.hash(), held.state.recompute_hash());
     assert_eq!(held.state, held.state.rebuild());
 
@@ -194,6 +201,7 @@ fn an_endpoint_of_an_unknown_service_is_held_until_the_service_appears() {
         cla.bytes.windows(8).any(|w| w == b"10.0.0.7"),
         "the held endpoint is served"
     );
+    assert_eq!(snap.model.held_endpoints(), 0, "no longer held");
 }
 
 #[test]

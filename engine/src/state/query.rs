@@ -50,6 +50,33 @@ impl ModelState {
             .map(|(_, s)| s.clone())
     }
 
+    /// How many stored endpoints are held: none of the hostnames they name has a
+    /// service yet, so they serve nothing until one does (see the fold's
+    /// `unknown_service` rule). Normal for a moment on a multi-partition log; a
+    /// steady count above 0 means a registry writes endpoints for services it
+    /// never defines. Cost: the hostnames without a service, not the whole state.
+    pub fn held_endpoints(&self) -> usize {
+        let mut held = std::collections::BTreeSet::new();
+        for (hk, keys) in &self.endpoints_by_host {
+            if self.claims.get(hk).is_some_and(|c| !c.is_empty()) {
+                continue;
+            }
+            for key in keys {
+                let Some(w) = self.raw_endpoint(&**key) else {
+                    continue;
+                };
+                if w.value
+                    .services
+                    .iter()
+                    .all(|(_, h)| self.get_service(h).is_none())
+                {
+                    held.insert(key.clone());
+                }
+            }
+        }
+        held.len()
+    }
+
     /// Every definition of a hostname, winner first (the merge order), with the
     /// source that wrote it: for debug views that explain a merge.
     pub fn service_definitions<Q: KeyText + ?Sized>(

@@ -445,12 +445,14 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
     let ready = engine.ready();
     let metrics = Arc::new(Metrics::new());
     {
-        // Read at scrape time: a pending resync changes no resource, so no
-        // snapshot tick announces it.
+        // Read at scrape time: a pending resync or a held endpoint changes no
+        // resource, so no snapshot tick announces it.
         let snapshots = snapshots.clone();
         metrics.on_scrape(move |m| {
+            let snap = snapshots.load();
             m.resyncs_pending
-                .set(snapshots.load().model.pending_resyncs().count() as i64);
+                .set(snap.model.pending_resyncs().count() as i64);
+            m.endpoints_held.set(snap.model.held_endpoints() as i64);
         });
     }
     let clock = Arc::new(PublishClock::default());
