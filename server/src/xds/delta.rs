@@ -24,7 +24,7 @@ use deltapilot_engine::xds::view::resources_for;
 use deltapilot_engine::xds::{Resource, ResourceMap, ResourceType};
 
 use super::encode::DeltaOut;
-use super::order::{TypeWork, pick};
+use super::order::{TypeWork, pick, removal_bound};
 use super::registry::TypeStatus;
 use super::request::{DeltaRequest, text};
 use super::{Acked, Limits, NonceGen, RequestOutcome, type_of};
@@ -50,6 +50,8 @@ struct InFlight {
     push: bool,
     /// It carries assignments of clusters just (re)sent (EDS only).
     fresh: bool,
+    /// The oldest snapshot seq its content may come from (see `order`).
+    since: u64,
 }
 
 #[derive(Debug, Default)]
@@ -68,7 +70,13 @@ struct TypeState {
     fresh: BTreeSet<Arc<str>>,
     dirty: Dirty,
     up: BTreeMap<Arc<str>, Arc<Resource>>,
-    rm: BTreeSet<Arc<str>>,
+    /// Pending removals, with the stream seq at which each was decided.
+    rm: BTreeMap<Arc<str>, u64>,
+    /// The oldest snapshot seq that pending work (dirty, forced, `up`, `rm`)
+    /// may come from; `None` when there is none. Set when work arrives, cleared
+    /// when all of it has been sent: removals of the types this one can
+    /// reference wait only for work this old (see `order`).
+    pending_since: Option<u64>,
     last_nonce: Option<String>,
     in_flight: Option<InFlight>,
     last_nack: Option<String>,
@@ -90,8 +98,21 @@ impl TypeState {
         }
     }
 
-    /// Turns dirty and forced names into pending upserts and removals.
-    fn resolve(&mut self, view: &ResourceMap) {
+    /// Notes that work from snapshot `seq` (or later) has arrived.
+    fn pending_from(&mut self, seq: u64) {
+        self.pending_since.get_or_insert(seq);
+    }
+
+    fn has_pending(&self) -> bool {
+        !self.up.is_empty()
+            || !self.rm.is_empty()
+            || !self.forced.is_empty()
+            || !matches!(&self.dirty, Dirty::Names(n) if n.is_empty())
+    }
+
+    /// Turns dirty and forced names into pending upserts and removals; `seq` is
+    /// the stream's snapshot seq, recorded with each new removal.
+    fn resolve(&mut self, view: &ResourceMap, seq: u64) {
         let candidates: BTreeSet<Arc<str>> = match mem::take(&mut self.dirty) {
             // Holding exactly the view leaves nothing to compare: every name in it
             // is held at its version, and nothing outside it is held. Only forced
@@ -135,7 +156,7 @@ impl TypeState {
                 }
                 None => {
                     if is_forced || self.known.contains_key(name) {
-                        self.rm.insert(name.clone());
+                        self.rm.insert(name.clone(), seq);
                     }
                 }
             }
@@ -153,6 +174,9 @@ impl TypeState {
         if !self.fresh.is_empty() {
             let up = &self.up;
             self.fresh.retain(|n| up.contains_key(n));
+        }
+        if !self.has_pending() {
+            self.pending_since = None;
         }
         self.reshare(view);
     }
@@ -178,10 +202,16 @@ impl TypeState {
     }
 
     fn work(&self, t: ResourceType) -> TypeWork {
+        let in_flight_since = self.in_flight.as_ref().map(|f| f.since);
         TypeWork {
             upserts: !self.up.is_empty(),
             removals: !self.rm.is_empty(),
             in_flight: self.in_flight.is_some(),
+            unfinished_since: match (self.pending_since, in_flight_since) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+            oldest_removal: self.rm.values().copied().min().unwrap_or(u64::MAX),
             // Endpoint churn of clusters the proxy already holds cannot make a
             // listener or route point at something missing.
             ungated: t == ResourceType::Endpoint
@@ -356,6 +386,7 @@ impl DeltaStream {
             s.started = true;
             s.started_seq = seq;
             s.dirty = Dirty::All;
+            s.pending_from(seq);
             // What the client holds: the snapshot's own resource when the versions
             // match (nothing allocated), else a bodiless stand-in carrying the
             // reported version.
@@ -406,6 +437,7 @@ impl DeltaStream {
                 if !s.wildcard {
                     s.wildcard = true;
                     s.dirty = Dirty::All;
+                    s.pending_from(seq);
                 }
                 continue;
             }
@@ -420,6 +452,7 @@ impl DeltaStream {
             // reconnect that it already holds it (then only a version change is sent).
             if !(first && s.initial.contains_key(&name)) {
                 s.forced.insert(name);
+                s.pending_from(seq);
             }
         }
         for n in unsubscribe {
@@ -436,7 +469,7 @@ impl DeltaStream {
                     s.known.remove(&k);
                 }
                 s.up.retain(|k, _| names.contains(k));
-                s.rm.retain(|k| names.contains(k));
+                s.rm.retain(|k, _| names.contains(k));
                 continue;
             }
             if s.names.remove(n) {
@@ -459,6 +492,8 @@ impl DeltaStream {
             return;
         }
         let changes = snap.changes_since(self.seq);
+        // The changes come from the snapshots after the one this stream last saw.
+        let from = self.seq + 1;
         self.seq = snap.seq;
         for t in ResourceType::ALL {
             let s = &mut self.types[t.index()];
@@ -466,11 +501,15 @@ impl DeltaStream {
                 continue;
             }
             match &changes {
-                None => s.dirty = Dirty::All,
+                None => {
+                    s.dirty = Dirty::All;
+                    s.pending_from(from);
+                }
                 Some(cs) => {
                     let tc = cs.of(t);
                     for n in tc.upserted.iter().chain(tc.removed.iter()) {
                         s.mark(n);
+                        s.pending_from(from);
                     }
                 }
             }
@@ -488,11 +527,12 @@ impl DeltaStream {
         for t in ResourceType::ALL {
             let s = &mut self.types[t.index()];
             if s.started {
-                s.resolve(resources_for(&snap.resources, pt, t));
+                s.resolve(resources_for(&snap.resources, pt, t), self.seq);
             }
             work[t.index()] = s.work(t);
         }
         let p = pick(&work)?;
+        let bound = removal_bound(&work, p.t.index());
         let max = self.limits.max_resources_per_response.max(1);
         let s = &mut self.types[p.t.index()];
         let mut out = DeltaOut {
@@ -517,11 +557,22 @@ impl DeltaStream {
             }
         }
         if p.removals {
-            for name in mem::take(&mut s.rm) {
+            // Only the removals every referencing type has caught up with.
+            let ready: Vec<Arc<str>> =
+                s.rm.iter()
+                    .filter(|(_, decided)| **decided < bound)
+                    .map(|(name, _)| name.clone())
+                    .collect();
+            for name in ready {
+                s.rm.remove(&name);
                 s.known.remove(&name);
                 s.initial.remove(&name);
                 out.removed.push(name);
             }
+        }
+        let since = s.pending_since.unwrap_or(self.seq);
+        if !s.has_pending() {
+            s.pending_since = None;
         }
         s.reshare(resources_for(&snap.resources, pt, p.t));
         s.last_nonce = Some(out.nonce.clone());
@@ -531,6 +582,7 @@ impl DeltaStream {
             seq: self.seq,
             push: self.seq > s.started_seq,
             fresh: carries_fresh,
+            since,
         });
         // Envoy re-creates a cluster on update and waits for its endpoints again, so
         // a (re)sent cluster's ClusterLoadAssignment always follows it.
@@ -540,6 +592,7 @@ impl DeltaStream {
                 if eds.wants(&r.name) {
                     eds.forced.insert(r.name.clone());
                     eds.fresh.insert(r.name.clone());
+                    eds.pending_from(self.seq);
                 }
             }
         }

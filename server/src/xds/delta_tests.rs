@@ -212,6 +212,64 @@ fn cluster_update_resends_its_cla_and_removal_waits_for_routes() {
     assert_eq!((c.t, removed(&c)), (Cluster, vec!["c2".to_string()]));
 }
 
+/// A slow proxy under route churn: the cluster's removal waits for the route
+/// change that stopped referencing it, but not for route changes made after it,
+/// which cannot reference it. (Waiting until routes were idle starved removals
+/// for seconds in `slow-proxies.yaml`.)
+#[test]
+fn cluster_removal_waits_only_for_the_route_work_current_with_it() {
+    let s = base();
+    let mut st = stream(&s);
+    on(&mut st, &s, &req(Cluster, &[], &[], "")).expect("cds");
+    on(&mut st, &s, &req(Route, &["r1"], &[], "")).expect("rds");
+    for _ in 0..2 {
+        let p = st.next_response(&s).expect("initial");
+        ack(&mut st, &p);
+    }
+    assert!(st.next_response(&s).is_none());
+    let s2 = next(
+        &s,
+        &[(Cluster, "c2", None), (Route, "r1", Some("route-1b"))],
+    );
+    let r = st.next_response(&s2).expect("the route first");
+    assert_eq!((r.t, names(&r)), (Route, vec!["r1".to_string()]));
+    assert!(
+        st.next_response(&s2).is_none(),
+        "c2 waits for the route that dropped it"
+    );
+    // The route changes again before the proxy ACKs.
+    let mut cur = next(&s2, &[(Route, "r1", Some("route-1c"))]);
+    assert!(
+        st.next_response(&cur).is_none(),
+        "the route change of s2 is not ACKed yet"
+    );
+    ack(&mut st, &r);
+    let mut removed_c2 = false;
+    let mut in_flight = Vec::new();
+    for i in 0..5 {
+        while let Some(p) = st.next_response(&cur) {
+            match p.t {
+                Cluster => {
+                    assert_eq!((names(&p), removed(&p)), (vec![], vec!["c2".to_string()]));
+                    removed_c2 = true;
+                    ack(&mut st, &p);
+                }
+                Route => in_flight.push(p),
+                t => panic!("unexpected {t:?}"),
+            }
+        }
+        // Routes keep changing, and each push is ACKed only after the next change.
+        cur = next(&cur, &[(Route, "r1", Some(&format!("route-1-v{i}")))]);
+        for p in in_flight.drain(..) {
+            ack(&mut st, &p);
+        }
+    }
+    assert!(
+        removed_c2,
+        "c2 goes while routes keep changing after its removal"
+    );
+}
+
 #[test]
 fn laggard_gets_latest_state_coalesced() {
     let s = base();

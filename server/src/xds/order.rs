@@ -6,13 +6,21 @@
 //! A type whose work cannot matter to later types says so (`ungated`): EDS churn on
 //! clusters the proxy already holds does not hold back listeners and routes, only the
 //! assignments of clusters just (re)sent do (the caller tracks which).
-//! Removals flow backward (RDS → LDS → CDS/EDS): a type's removals wait while a
-//! type that can reference it has work pending or in flight, so routes stop
-//! referencing a cluster before the cluster goes. Only listeners and routes
-//! reference other resources (a listener its route configuration and clusters, a
-//! route configuration its clusters); CDS and EDS do not wait on each other, so
-//! continuous endpoint churn (EDS always busy) cannot starve a cluster's removal.
-//! Upserts never wait on removals, so the two flows cannot deadlock.
+//! Removals flow backward (RDS → LDS → CDS/EDS): a removal waits while a type
+//! that can reference it has work pending or in flight *from a snapshot at or
+//! before the one the removal was decided at*, so routes stop referencing a
+//! cluster before the cluster goes. Later listener and route work cannot
+//! reference it (it is gone from every later snapshot, and a re-added name is an
+//! upsert again), so it does not hold the removal back: under continuous route
+//! churn to a slow proxy a removal goes as soon as the changes that were current
+//! with it are ACKed, not when the proxy happens to be idle. Each type reports
+//! the oldest snapshot its unfinished work may come from (`unfinished_since`,
+//! conservative: never later than the truth) and the oldest of its pending
+//! removals. Only listeners and routes reference other resources (a listener its
+//! route configuration and clusters, a route configuration its clusters); CDS
+//! and EDS do not wait on each other, so continuous endpoint churn (EDS always
+//! busy) cannot starve a cluster's removal. Upserts never wait on removals, so
+//! the two flows cannot deadlock.
 //!
 //! What it does NOT do: look at names or versions; callers summarise each type's
 //! pending work as three flags.
@@ -31,6 +39,12 @@ pub(crate) struct TypeWork {
     /// Its pending and in-flight work never holds back later types' upserts
     /// (default `false`: it does).
     pub(crate) ungated: bool,
+    /// The oldest snapshot seq any of its pending or in-flight work may come
+    /// from; `None` when it has none.
+    pub(crate) unfinished_since: Option<u64>,
+    /// The seq at which its oldest pending removal was decided (meaningful only
+    /// with `removals`).
+    pub(crate) oldest_removal: u64,
 }
 
 /// What to send next.
@@ -50,11 +64,20 @@ fn references(j: usize, i: usize) -> bool {
     j > i && j >= ResourceType::Listener.index()
 }
 
-fn removals_unblocked(w: &[TypeWork; 4], i: usize) -> bool {
+/// Type `i`'s removals decided at a seq below this may go now: the oldest seq
+/// of unfinished work among the types that can reference it (`u64::MAX` when
+/// they have none).
+pub(crate) fn removal_bound(w: &[TypeWork; 4], i: usize) -> u64 {
     w.iter()
         .enumerate()
         .filter(|(j, _)| references(*j, i))
-        .all(|(_, v)| !v.in_flight && !v.upserts && !v.removals)
+        .filter_map(|(_, v)| v.unfinished_since)
+        .min()
+        .unwrap_or(u64::MAX)
+}
+
+fn removals_unblocked(w: &[TypeWork; 4], i: usize) -> bool {
+    w[i].oldest_removal < removal_bound(w, i)
 }
 
 /// The next response to send, if any type may send now.
@@ -87,12 +110,15 @@ pub(crate) fn pick(w: &[TypeWork; 4]) -> Option<Pick> {
 mod tests {
     use super::*;
 
+    /// Work from one snapshot, seq 1 (removals decided then too).
     fn w(upserts: bool, removals: bool, in_flight: bool) -> TypeWork {
         TypeWork {
             upserts,
             removals,
             in_flight,
             ungated: false,
+            unfinished_since: (upserts || removals || in_flight).then_some(1),
+            oldest_removal: 1,
         }
     }
 
@@ -187,6 +213,47 @@ mod tests {
                 w(false, false, true)
             ]),
             None
+        );
+    }
+
+    #[test]
+    fn later_route_work_does_not_hold_back_an_earlier_removal() {
+        let idle = TypeWork::default();
+        let removal_at_5 = TypeWork {
+            oldest_removal: 5,
+            ..w(false, true, false)
+        };
+        let rds_since = |seq: u64, upserts: bool, in_flight: bool| TypeWork {
+            unfinished_since: Some(seq),
+            ..w(upserts, false, in_flight)
+        };
+        // Route work from seq 5 or earlier may be what drops the reference.
+        for since in [3, 5] {
+            assert_eq!(
+                pick(&[removal_at_5, idle, idle, rds_since(since, false, true)]),
+                None,
+                "RDS unfinished since {since}"
+            );
+        }
+        // Route work that only started after seq 5 cannot reference the cluster.
+        let p = pick(&[removal_at_5, idle, idle, rds_since(6, false, true)]).expect("goes");
+        assert_eq!((p.t, p.removals), (ResourceType::Cluster, true));
+        assert_eq!(
+            removal_bound(
+                &[
+                    removal_at_5,
+                    idle,
+                    rds_since(9, true, false),
+                    rds_since(6, false, true)
+                ],
+                0
+            ),
+            6,
+            "the oldest unfinished work of LDS and RDS"
+        );
+        assert_eq!(
+            removal_bound(&[removal_at_5, idle, idle, idle], 0),
+            u64::MAX
         );
     }
 

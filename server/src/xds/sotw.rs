@@ -90,12 +90,17 @@ impl TypeState {
                 (upserts, removals)
             }
         };
+        let in_flight = self.in_flight.is_some();
         TypeWork {
             upserts,
             removals,
-            in_flight: self.in_flight.is_some(),
-            // State of the world sends whole types; keep the strict order.
+            in_flight,
+            // State of the world sends whole types; keep the strict order: any
+            // work of a referencing type holds removals back (all of it counts as
+            // from the oldest snapshot).
             ungated: false,
+            unfinished_since: (upserts || removals || in_flight).then_some(0),
+            oldest_removal: 0,
         }
     }
 }
