@@ -52,6 +52,8 @@ struct InFlight {
     fresh: bool,
     /// The oldest snapshot seq its content may come from (see `order`).
     since: u64,
+    /// It carries removals only.
+    removals_only: bool,
 }
 
 #[derive(Debug, Default)]
@@ -213,10 +215,14 @@ impl TypeState {
             },
             oldest_removal: self.rm.values().copied().min().unwrap_or(u64::MAX),
             // Endpoint churn of clusters the proxy already holds cannot make a
-            // listener or route point at something missing.
-            ungated: t == ResourceType::Endpoint
+            // listener or route point at something missing. Nor can removals
+            // (a later type's upserts come from snapshots without the removed
+            // names): a removal in flight to a slow proxy must not hold back
+            // every later type's changes for its round trip.
+            ungated: (t == ResourceType::Endpoint
                 && self.fresh.is_empty()
-                && !self.in_flight.as_ref().is_some_and(|f| f.fresh),
+                && !self.in_flight.as_ref().is_some_and(|f| f.fresh))
+                || (self.up.is_empty() && self.in_flight.as_ref().is_none_or(|f| f.removals_only)),
         }
     }
 }
@@ -583,6 +589,7 @@ impl DeltaStream {
             push: self.seq > s.started_seq,
             fresh: carries_fresh,
             since,
+            removals_only: out.resources.is_empty(),
         });
         // Envoy re-creates a cluster on update and waits for its endpoints again, so
         // a (re)sent cluster's ClusterLoadAssignment always follows it.

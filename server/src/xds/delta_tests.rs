@@ -270,6 +270,44 @@ fn cluster_removal_waits_only_for_the_route_work_current_with_it() {
     );
 }
 
+/// A removal waiting for its ACK from a slow proxy does not hold back later
+/// types' changes: they cannot reference what it removes.
+#[test]
+fn a_removal_in_flight_does_not_hold_back_later_upserts() {
+    let s = base();
+    let mut st = stream(&s);
+    on(&mut st, &s, &req(Cluster, &[], &[], "")).expect("cds");
+    on(&mut st, &s, &req(Route, &["r1"], &[], "")).expect("rds");
+    for _ in 0..2 {
+        let p = st.next_response(&s).expect("initial");
+        ack(&mut st, &p);
+    }
+    let s2 = next(&s, &[(Cluster, "c2", None)]);
+    let c = st.next_response(&s2).expect("the removal");
+    assert_eq!((c.t, removed(&c)), (Cluster, vec!["c2".to_string()]));
+    let s3 = next(&s2, &[(Route, "r1", Some("route-1b"))]);
+    let r = st
+        .next_response(&s3)
+        .expect("the route goes while the removal is unACKed");
+    assert_eq!((r.t, names(&r)), (Route, vec!["r1".to_string()]));
+    // A cluster upsert in flight still holds routes back.
+    ack(&mut st, &c);
+    ack(&mut st, &r);
+    let s4 = next(
+        &s3,
+        &[
+            (Cluster, "c3", Some("cluster-3")),
+            (Route, "r1", Some("route-1c")),
+        ],
+    );
+    let c = st.next_response(&s4).expect("the new cluster");
+    assert_eq!((c.t, names(&c)), (Cluster, vec!["c3".to_string()]));
+    assert!(
+        st.next_response(&s4).is_none(),
+        "the route waits for the new cluster's ACK"
+    );
+}
+
 #[test]
 fn laggard_gets_latest_state_coalesced() {
     let s = base();

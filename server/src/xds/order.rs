@@ -5,7 +5,8 @@
 //! never receives a listener or route that points at a cluster it does not have yet.
 //! A type whose work cannot matter to later types says so (`ungated`): EDS churn on
 //! clusters the proxy already holds does not hold back listeners and routes, only the
-//! assignments of clusters just (re)sent do (the caller tracks which).
+//! assignments of clusters just (re)sent do (the caller tracks which); nor do
+//! removals (a later type's upserts come from snapshots without the removed names).
 //! Removals flow backward (RDS → LDS → CDS/EDS): a removal waits while a type
 //! that can reference it has work pending or in flight *from a snapshot at or
 //! before the one the removal was decided at*, so routes stop referencing a
