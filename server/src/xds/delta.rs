@@ -213,7 +213,16 @@ impl TypeState {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             },
-            oldest_removal: self.rm.values().copied().min().unwrap_or(u64::MAX),
+            oldest_removal: if t == ResourceType::Endpoint {
+                // Assignment removals keep the strict rule: they wait until
+                // listeners and routes have no work at all. Envoy drops a removed
+                // cluster's assignment itself, so they need not be prompt, and
+                // each one sent alone would hold EDS's one in-flight slot for a
+                // round trip ahead of the next endpoint change.
+                u64::MAX - 1
+            } else {
+                self.rm.values().copied().min().unwrap_or(u64::MAX)
+            },
             // Endpoint churn of clusters the proxy already holds cannot make a
             // listener or route point at something missing. Nor can removals
             // (a later type's upserts come from snapshots without the removed
