@@ -27,6 +27,7 @@ use prost::Message;
 use super::format::{Reader, put_bytes, put_u32, put_u64};
 use crate::model::{Endpoint, EndpointShape, Health, shape_from_payload};
 use crate::state::ModelState;
+use crate::state::canon::health_code;
 
 /// The payload a shape converts from: an `Endpoint` message with the shape's
 /// fields only (lossless: converting it back yields an equal shape).
@@ -61,15 +62,7 @@ fn shape_to_proto(s: &EndpointShape) -> pb::Endpoint {
     }
 }
 
-fn health_code(h: Health) -> u8 {
-    match h {
-        Health::Healthy => 1,
-        Health::Unhealthy => 2,
-        Health::Draining => 3,
-        Health::NotReady => 4,
-    }
-}
-
+/// The inverse of [`health_code`].
 fn health_from_code(c: u8) -> Option<Health> {
     Some(match c {
         1 => Health::Healthy,

@@ -135,7 +135,8 @@ fn resolution_code(r: Resolution) -> u8 {
     }
 }
 
-fn health_code(h: Health) -> u8 {
+/// The stable number of a health state (in digests and checkpoints).
+pub(crate) fn health_code(h: Health) -> u8 {
     match h {
         Health::Healthy => 1,
         Health::Unhealthy => 2,

@@ -58,6 +58,18 @@ fn ack(st: &mut DeltaStream, p: &DeltaPush) -> RequestOutcome {
     on(st, &Snapshot::default(), &req(p.t, &[], &[], &p.out.nonce)).expect("ack")
 }
 
+/// A stream that subscribed (`[]` is a wildcard) and ACKed everything `s` holds.
+fn synced(s: &Snapshot, subs: &[(ResourceType, &[&str])]) -> DeltaStream {
+    let mut st = stream(s);
+    for (t, names) in subs {
+        on(&mut st, s, &req(*t, names, &[], "")).expect("subscribe");
+    }
+    while let Some(p) = st.next_response(s) {
+        ack(&mut st, &p);
+    }
+    st
+}
+
 #[test]
 fn legacy_wildcard_then_explicit_eds_in_order() {
     let s = base();
@@ -219,14 +231,7 @@ fn cluster_update_resends_its_cla_and_removal_waits_for_routes() {
 #[test]
 fn cluster_removal_waits_only_for_the_route_work_current_with_it() {
     let s = base();
-    let mut st = stream(&s);
-    on(&mut st, &s, &req(Cluster, &[], &[], "")).expect("cds");
-    on(&mut st, &s, &req(Route, &["r1"], &[], "")).expect("rds");
-    for _ in 0..2 {
-        let p = st.next_response(&s).expect("initial");
-        ack(&mut st, &p);
-    }
-    assert!(st.next_response(&s).is_none());
+    let mut st = synced(&s, &[(Cluster, &[]), (Route, &["r1"])]);
     let s2 = next(
         &s,
         &[(Cluster, "c2", None), (Route, "r1", Some("route-1b"))],
@@ -275,13 +280,7 @@ fn cluster_removal_waits_only_for_the_route_work_current_with_it() {
 #[test]
 fn a_removal_in_flight_does_not_hold_back_later_upserts() {
     let s = base();
-    let mut st = stream(&s);
-    on(&mut st, &s, &req(Cluster, &[], &[], "")).expect("cds");
-    on(&mut st, &s, &req(Route, &["r1"], &[], "")).expect("rds");
-    for _ in 0..2 {
-        let p = st.next_response(&s).expect("initial");
-        ack(&mut st, &p);
-    }
+    let mut st = synced(&s, &[(Cluster, &[]), (Route, &["r1"])]);
     let s2 = next(&s, &[(Cluster, "c2", None)]);
     let c = st.next_response(&s2).expect("the removal");
     assert_eq!((c.t, removed(&c)), (Cluster, vec!["c2".to_string()]));
@@ -406,13 +405,7 @@ fn route_update_and_new_cluster_order_hold_under_endpoint_churn() {
 #[test]
 fn cluster_removal_is_not_starved_by_endpoint_churn() {
     let s = base();
-    let mut st = stream(&s);
-    on(&mut st, &s, &req(Cluster, &[], &[], "")).expect("cds");
-    on(&mut st, &s, &req(Endpoint, &["c1", "c2"], &[], "")).expect("eds");
-    for _ in 0..2 {
-        let p = st.next_response(&s).expect("initial");
-        ack(&mut st, &p);
-    }
+    let mut st = synced(&s, &[(Cluster, &[]), (Endpoint, &["c1", "c2"])]);
     let mut cur = next(&s, &[(Cluster, "c2", None), (Endpoint, "c2", None)]);
     let mut eds_in_flight: Option<DeltaPush> = None;
     let mut cluster_removed = false;
