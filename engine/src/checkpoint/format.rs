@@ -296,6 +296,21 @@ fn check_header(file: &[u8]) -> Result<u64, String> {
     Ok(word(16))
 }
 
+/// The format version of a checkpoint whose header is intact but whose version is
+/// not [`FORMAT_VERSION`] (another build wrote it); `None` otherwise.
+pub(super) fn foreign_version(prefix: &[u8]) -> Option<u32> {
+    if prefix.len() < HEADER_LEN || prefix[..8] != MAGIC {
+        return None;
+    }
+    let mut digest = [0u8; 8];
+    digest.copy_from_slice(&prefix[32..40]);
+    if xxh3_64(&prefix[..32]) != u64::from_le_bytes(digest) {
+        return None;
+    }
+    let version = u32::from_le_bytes([prefix[8], prefix[9], prefix[10], prefix[11]]);
+    (version != FORMAT_VERSION).then_some(version)
+}
+
 /// The position a checkpoint file was taken at, read from its header and the first
 /// bytes of its body, without verifying the body checksum.
 pub(super) fn peek_position(prefix: &[u8]) -> Result<Position, String> {

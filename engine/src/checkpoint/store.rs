@@ -172,7 +172,16 @@ pub(super) fn read_checked(
         .take(PEEK_LEN as u64)
         .read_to_end(&mut prefix)
         .map_err(|e| format!("cannot read: {e}"))?;
-    let at = format::peek_position(&prefix).map_err(|e| format!("corrupt: {e}"))?;
+    let at =
+        format::peek_position(&prefix).map_err(|e| match format::foreign_version(&prefix) {
+            // Not damage: an upgrade (or a downgrade) changed the format.
+            Some(v) => format!(
+                "written by another deltapilot build in format version {v}; this build reads \
+             version {}",
+                format::FORMAT_VERSION
+            ),
+            None => format!("corrupt: {e}"),
+        })?;
     usable(&at)?;
     let mut bytes = prefix;
     f.read_to_end(&mut bytes)

@@ -110,6 +110,29 @@ fn another_format_version_is_refused_not_misread() {
     );
 }
 
+/// A store passes over a checkpoint of another format version saying so, not
+/// calling it corrupt, and over a damaged one calling it corrupt.
+#[test]
+fn another_builds_checkpoint_is_named_as_such_not_corrupt() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut bytes = encode(&Position::single(1), &[], &rich_state(), None);
+    bytes[8..12].copy_from_slice(&(FORMAT_VERSION - 1).to_le_bytes());
+    let digest = xxh3_64(&bytes[..32]);
+    bytes[32..40].copy_from_slice(&digest.to_le_bytes());
+    let path = dir.path().join("old.dpc");
+    std::fs::write(&path, &bytes).expect("write");
+    let e = store::read_checked(&path, &|_| Ok(())).expect_err("another version");
+    assert!(
+        e.contains(&format!("format version {}", FORMAT_VERSION - 1))
+            && e.contains("another deltapilot build")
+            && !e.contains("corrupt"),
+        "{e}"
+    );
+    std::fs::write(&path, flip(&bytes, 0)).expect("write");
+    let e = store::read_checked(&path, &|_| Ok(())).expect_err("bad magic");
+    assert!(e.starts_with("corrupt:"), "{e}");
+}
+
 fn flip(bytes: &[u8], at: usize) -> Vec<u8> {
     let mut b = bytes.to_vec();
     b[at] ^= 0x40;
