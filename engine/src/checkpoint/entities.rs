@@ -224,6 +224,8 @@ pub(super) struct Restorer {
     /// never matters (the primitives do not check admission, but keeping the
     /// rebuild order keeps this equal to `ModelState::rebuild`).
     endpoints: Vec<(Arc<str>, u64, Arc<Endpoint>)>,
+    /// Services, loaded in bulk at the end like the endpoints.
+    services: Vec<crate::state::ServiceEntry>,
 }
 
 impl Restorer {
@@ -234,6 +236,7 @@ impl Restorer {
             sources: BTreeMap::new(),
             last_source: None,
             endpoints: Vec::new(),
+            services: Vec::new(),
         }
     }
 
@@ -273,8 +276,7 @@ impl Restorer {
                     key: Arc::from(key.as_str()),
                     source,
                 };
-                self.model
-                    .put_service(slot, generation, Arc::new(svc), &mut self.sink);
+                self.services.push((slot, generation, Arc::new(svc)));
             }
             Converted::Config(cfg) => {
                 self.model
@@ -290,6 +292,7 @@ impl Restorer {
     }
 
     pub(super) fn finish(mut self) -> ModelState {
+        self.model.load_services(std::mem::take(&mut self.services));
         self.model
             .load_endpoints(std::mem::take(&mut self.endpoints));
         self.model

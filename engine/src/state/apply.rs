@@ -130,7 +130,7 @@ impl ModelState {
         true
     }
 
-    fn claim_of(svc: &Service, slot: &ServiceSlot) -> Claim {
+    pub(super) fn claim_of(svc: &Service, slot: &ServiceSlot) -> Claim {
         Claim {
             source: slot.source.clone(),
             namespace: svc.namespace.clone(),

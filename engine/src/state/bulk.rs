@@ -1,5 +1,6 @@
-//! Loading many endpoints into a state that holds none yet (a checkpoint
-//! restore), building the raw map and both endpoint indexes from sorted runs.
+//! Loading many endpoints (or services) into a state that holds none yet (a
+//! checkpoint restore), building the raw map and both endpoint indexes (or the
+//! claims and the merged view) from sorted runs.
 //!
 //! Why: restoring 110k endpoints one [`ModelState::put_endpoint`] at a time was
 //! half of a restore, mostly `OrdSet` inserts into the hostname and address
@@ -21,8 +22,8 @@ use std::sync::Arc;
 use imbl::{OrdMap, OrdSet};
 
 use super::canon::{self, Kind};
-use super::{HKey, ModelState, Written};
-use crate::model::Endpoint;
+use super::{Claim, Claims, HKey, ModelState, ServiceSlot, Written};
+use crate::model::{Endpoint, Hostname, Service};
 
 /// Below this many endpoints a bulk load runs on the calling thread only.
 const PARALLEL_MIN: usize = 4096;
@@ -141,6 +142,71 @@ impl ModelState {
     }
 }
 
+/// A service definition to load: where it is stored, its generation, its value.
+pub(crate) type ServiceEntry = (ServiceSlot, u64, Arc<Service>);
+
+impl ModelState {
+    /// Stores `entries` (slot, generation, service), in order, as `put_service`
+    /// would; in bulk when the state holds no service yet: the raw map, every
+    /// hostname's claims and the merged view are each built front to back from
+    /// sorted runs instead of one insert (and one winner refresh) at a time.
+    pub(crate) fn load_services(&mut self, entries: Vec<ServiceEntry>) {
+        if !self.raw_services.is_empty() {
+            let mut sink = super::Touched::default();
+            for (slot, generation, svc) in entries {
+                self.put_service(slot, generation, svc, &mut sink);
+            }
+            return;
+        }
+        // By slot, and for a repeated slot the last write last; keep that one.
+        let mut entries: Vec<(usize, ServiceEntry)> = entries.into_iter().enumerate().collect();
+        entries.sort_unstable_by(|(i, a), (j, b)| (&a.0, i).cmp(&(&b.0, j)));
+        entries.dedup_by(|later, earlier| {
+            let same = later.1.0 == earlier.1.0;
+            if same {
+                std::mem::swap(later, earlier);
+            }
+            same
+        });
+        let mut claims: Vec<(HKey, Claim, Arc<Service>)> = Vec::with_capacity(entries.len());
+        let mut raw = Vec::with_capacity(entries.len());
+        for (_, (slot, generation, svc)) in entries {
+            let digest = canon::service_digest(&svc);
+            let w = Written::new(
+                Kind::Service,
+                &slot.key,
+                svc.clone(),
+                slot.source.clone(),
+                generation,
+                digest,
+            );
+            self.hash_add(w.entity_hash());
+            claims.push((
+                HKey::of(svc.hostname.as_str()),
+                Self::claim_of(&svc, &slot),
+                svc,
+            ));
+            raw.push((slot, w));
+        }
+        self.raw_services = raw.into_iter().collect();
+
+        claims.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        let mut winners: Vec<(Hostname, Arc<Service>)> = Vec::new();
+        let mut by_host: OrdMap<HKey, Claims> = OrdMap::new();
+        for group in claims.chunk_by(|a, b| a.0 == b.0) {
+            let list: Vec<(Claim, Arc<Service>)> = group
+                .iter()
+                .map(|(_, c, s)| (c.clone(), s.clone()))
+                .collect();
+            winners.push((list[0].1.hostname.clone(), list[0].1.clone()));
+            by_host.insert(group[0].0, Arc::new(list));
+        }
+        self.claims = by_host;
+        winners.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        self.services = winners.into_iter().collect();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,5 +270,49 @@ mod tests {
                 "repeated keys are stored once"
             );
         }
+    }
+
+    /// Bulk loading services equals putting them one by one: raw map, claims
+    /// (two sources defining one hostname, the lowest claim winning), merged
+    /// view and hash; including a repeated slot whose last write moves it to
+    /// another hostname.
+    #[test]
+    fn bulk_service_load_equals_one_by_one() {
+        use crate::state::mk::*;
+        let folded = ModelState::from_events(&[
+            svc("a", 3, "ns", "h1", &[80, 9090]),
+            svc("b", 0, "ns", "h1", &[81]),
+            svc("a", 5, "ns", "Upper.Case", &[8080]),
+            svc("b", 1, "other", "h2", &[80]),
+            svc("c", 0, "ns", "h3", &[80]),
+        ]);
+        let mut entries: Vec<ServiceEntry> = folded
+            .raw_services()
+            .map(|(slot, w)| (slot.clone(), w.generation, w.value.clone()))
+            .collect();
+        entries.reverse();
+        let moved = ModelState::from_events(&[svc("a", 7, "ns", "h9", &[80])]);
+        let (_, w) = moved.raw_services().next().expect("one");
+        let first = entries.last().expect("some").0.clone();
+        entries.insert(0, (first.clone(), 1, w.value.clone()));
+        entries.push((first, 7, w.value.clone()));
+
+        let mut bulk = ModelState::default();
+        bulk.load_services(entries.clone());
+        let mut one = ModelState::default();
+        let mut sink = super::super::Touched::default();
+        for (slot, g, svc) in entries {
+            one.put_service(slot, g, svc, &mut sink);
+        }
+        assert_eq!(bulk, one);
+        assert_eq!(bulk.hash(), one.hash());
+        assert_eq!(bulk.hash(), bulk.recompute_hash());
+        assert_eq!(bulk.claims, one.claims);
+        assert_eq!(bulk.services, one.services);
+        assert!(
+            bulk.get_service("h9").is_some(),
+            "the last write of a slot wins"
+        );
+        assert_eq!(bulk.raw_services().count(), 5);
     }
 }

@@ -75,6 +75,7 @@ use imbl::{OrdMap, OrdSet};
 
 use crate::model::{Config, Endpoint, Hostname, Service};
 
+pub(crate) use bulk::ServiceEntry;
 pub use query::{MANAGEMENT_PORTS_LABEL, StateCounts};
 
 /// An entity as its source last wrote it.
