@@ -79,14 +79,7 @@ impl ModelState {
             }
             return;
         }
-        let written = Written::new(
-            Kind::Service,
-            &slot.key,
-            svc.clone(),
-            slot.source.clone(),
-            generation,
-            digest,
-        );
+        let written = Written::service(&slot, generation, svc.clone(), digest);
         self.hash_add(written.entity_hash());
         let old = self.raw_services.insert(slot.clone(), written);
         if let Some(old) = &old {
@@ -105,14 +98,7 @@ impl ModelState {
         value: Arc<Service>,
         digest: u64,
     ) {
-        let written = Written::new(
-            Kind::Service,
-            &slot.key,
-            value,
-            slot.source.clone(),
-            generation,
-            digest,
-        );
+        let written = Written::service(&slot, generation, value, digest);
         self.hash_add(written.entity_hash());
         if let Some(old) = self.raw_services.insert(slot.clone(), written) {
             self.hash_sub(old.entity_hash());

@@ -172,14 +172,7 @@ impl ModelState {
         let mut raw = Vec::with_capacity(entries.len());
         for (_, (slot, generation, svc)) in entries {
             let digest = canon::service_digest(&svc);
-            let w = Written::new(
-                Kind::Service,
-                &slot.key,
-                svc.clone(),
-                slot.source.clone(),
-                generation,
-                digest,
-            );
+            let w = Written::service(&slot, generation, svc.clone(), digest);
             self.hash_add(w.entity_hash());
             claims.push((
                 HKey::of(svc.hostname.as_str()),

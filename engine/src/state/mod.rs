@@ -435,6 +435,20 @@ impl ModelState {
     }
 }
 
+impl Written<Service> {
+    /// A service definition as stored under `slot`.
+    fn service(slot: &ServiceSlot, generation: u64, value: Arc<Service>, digest: u64) -> Self {
+        Written::new(
+            canon::Kind::Service,
+            &slot.key,
+            value,
+            slot.source.clone(),
+            generation,
+            digest,
+        )
+    }
+}
+
 impl<T> Written<T> {
     /// A record of `value` under `key`, with its hash term.
     fn new(
