@@ -24,6 +24,7 @@ use std::sync::Arc;
 use deltapilot_proto as pb;
 use prost::Message;
 
+use super::entities::labels;
 use super::format::{Reader, put_bytes, put_u32, put_u64};
 use crate::model::{Endpoint, EndpointShape, Health, shape_from_payload};
 use crate::state::ModelState;
@@ -32,18 +33,13 @@ use crate::state::canon::health_code;
 /// The payload a shape converts from: an `Endpoint` message with the shape's
 /// fields only (lossless: converting it back yields an equal shape).
 fn shape_to_proto(s: &EndpointShape) -> pb::Endpoint {
-    let strings = |m: &crate::model::Labels| {
-        m.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    };
     pb::Endpoint {
         ports: s
             .ports
             .iter()
             .map(|(k, v)| (k.to_string(), u32::from(*v)))
             .collect(),
-        labels: strings(&s.labels),
+        labels: labels(&s.labels),
         locality: Some(pb::Locality {
             region: s.locality.region.to_string(),
             zone: s.locality.zone.to_string(),

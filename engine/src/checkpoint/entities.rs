@@ -58,7 +58,8 @@ pub(super) struct StoredEntity {
     pub(super) payload: Vec<u8>,
 }
 
-fn labels(l: &BTreeMap<Arc<str>, Arc<str>>) -> BTreeMap<String, String> {
+/// Model labels (or annotations) as a payload's map.
+pub(super) fn labels(l: &BTreeMap<Arc<str>, Arc<str>>) -> BTreeMap<String, String> {
     l.iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()

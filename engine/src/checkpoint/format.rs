@@ -268,8 +268,9 @@ fn convert_all(framed: &[Framed<'_>]) -> Vec<Result<Converted, String>> {
     )
 }
 
-/// Checks the header and returns the body length it announces.
-fn check_header(file: &[u8]) -> Result<u64, String> {
+/// Checks magic, length and header checksum; returns the format version and the
+/// body length the header announces, whatever the version.
+fn intact_header(file: &[u8]) -> Result<(u32, u64), String> {
     if file.len() < HEADER_LEN {
         return Err(format!(
             "{} bytes, shorter than the {HEADER_LEN}-byte header",
@@ -288,27 +289,26 @@ fn check_header(file: &[u8]) -> Result<u64, String> {
         return Err("header checksum mismatch".into());
     }
     let version = u32::from_le_bytes([file[8], file[9], file[10], file[11]]);
-    if version != FORMAT_VERSION {
-        return Err(format!(
+    Ok((version, word(16)))
+}
+
+/// Checks the header and returns the body length it announces.
+fn check_header(file: &[u8]) -> Result<u64, String> {
+    match intact_header(file)? {
+        (FORMAT_VERSION, body_len) => Ok(body_len),
+        (version, _) => Err(format!(
             "format version {version}; this build reads version {FORMAT_VERSION}"
-        ));
+        )),
     }
-    Ok(word(16))
 }
 
 /// The format version of a checkpoint whose header is intact but whose version is
 /// not [`FORMAT_VERSION`] (another build wrote it); `None` otherwise.
 pub(super) fn foreign_version(prefix: &[u8]) -> Option<u32> {
-    if prefix.len() < HEADER_LEN || prefix[..8] != MAGIC {
-        return None;
-    }
-    let mut digest = [0u8; 8];
-    digest.copy_from_slice(&prefix[32..40]);
-    if xxh3_64(&prefix[..32]) != u64::from_le_bytes(digest) {
-        return None;
-    }
-    let version = u32::from_le_bytes([prefix[8], prefix[9], prefix[10], prefix[11]]);
-    (version != FORMAT_VERSION).then_some(version)
+    intact_header(prefix)
+        .ok()
+        .map(|(version, _)| version)
+        .filter(|v| *v != FORMAT_VERSION)
 }
 
 /// The position a checkpoint file was taken at, read from its header and the first

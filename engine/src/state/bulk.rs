@@ -25,6 +25,19 @@ use super::canon::{self, Kind};
 use super::{Claim, Claims, HKey, ModelState, ServiceSlot, Written};
 use crate::model::{Endpoint, Hostname, Service};
 
+/// Of each run of items that `same` says share a key, keeps the last one: with
+/// the items sorted by key and then by place in the input, the last write wins,
+/// as it does when they are stored one by one.
+fn keep_last<T>(items: &mut Vec<T>, same: impl Fn(&T, &T) -> bool) {
+    items.dedup_by(|later, earlier| {
+        let repeated = same(later, earlier);
+        if repeated {
+            std::mem::swap(later, earlier);
+        }
+        repeated
+    });
+}
+
 /// Below this many endpoints a bulk load runs on the calling thread only.
 const PARALLEL_MIN: usize = 4096;
 
@@ -97,13 +110,7 @@ impl ModelState {
         // (A restore's input is in key-hash order already, which the sort detects.)
         records.sort_unstable_by_key(|(hk, i, _, _)| (*hk, *i));
         let before = records.len();
-        records.dedup_by(|later, earlier| {
-            let same = later.0 == earlier.0;
-            if same {
-                std::mem::swap(later, earlier);
-            }
-            same
-        });
+        keep_last(&mut records, |a, b| a.0 == b.0);
         if records.len() < before {
             // Index entries of the overwritten writes go too.
             let kept: std::collections::HashSet<usize> =
@@ -161,13 +168,7 @@ impl ModelState {
         // By slot, and for a repeated slot the last write last; keep that one.
         let mut entries: Vec<(usize, ServiceEntry)> = entries.into_iter().enumerate().collect();
         entries.sort_unstable_by(|(i, a), (j, b)| (&a.0, i).cmp(&(&b.0, j)));
-        entries.dedup_by(|later, earlier| {
-            let same = later.1.0 == earlier.1.0;
-            if same {
-                std::mem::swap(later, earlier);
-            }
-            same
-        });
+        keep_last(&mut entries, |a, b| a.1.0 == b.1.0);
         let mut claims: Vec<(HKey, Claim, Arc<Service>)> = Vec::with_capacity(entries.len());
         let mut raw = Vec::with_capacity(entries.len());
         for (_, (slot, generation, svc)) in entries {

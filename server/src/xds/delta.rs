@@ -194,11 +194,7 @@ impl TypeState {
     /// nothing per name. The next change path-copies a few nodes, and the send
     /// after it shares again.
     fn reshare(&mut self, view: &ResourceMap) {
-        let idle = self.up.is_empty()
-            && self.rm.is_empty()
-            && self.forced.is_empty()
-            && matches!(&self.dirty, Dirty::Names(n) if n.is_empty());
-        if idle && self.known.len() == view.len() && !self.known.ptr_eq(view) {
+        if !self.has_pending() && self.known.len() == view.len() && !self.known.ptr_eq(view) {
             self.known = view.clone();
         }
     }
@@ -213,16 +209,7 @@ impl TypeState {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             },
-            oldest_removal: if t == ResourceType::Endpoint {
-                // Assignment removals keep the strict rule: they wait until
-                // listeners and routes have no work at all. Envoy drops a removed
-                // cluster's assignment itself, so they need not be prompt, and
-                // each one sent alone would hold EDS's one in-flight slot for a
-                // round trip ahead of the next endpoint change.
-                u64::MAX - 1
-            } else {
-                self.rm.values().copied().min().unwrap_or(u64::MAX)
-            },
+            oldest_removal: self.rm.values().copied().min().unwrap_or(u64::MAX),
             // Endpoint churn of clusters the proxy already holds cannot make a
             // listener or route point at something missing. Nor can removals
             // (a later type's upserts come from snapshots without the removed
@@ -313,10 +300,6 @@ impl DeltaStream {
             .iter()
             .map(|t| {
                 let s = &self.types[t.index()];
-                let dirty = match &s.dirty {
-                    Dirty::All => true,
-                    Dirty::Names(n) => !n.is_empty(),
-                };
                 TypeStatus {
                     resource_type: *t,
                     requested: s.started,
@@ -330,7 +313,7 @@ impl DeltaStream {
                     acked_seq: s.acked.as_ref().map(|a| a.1),
                     acked_version: None,
                     in_flight: s.in_flight.as_ref().map(|f| f.nonce.clone()),
-                    pending: dirty || !s.up.is_empty() || !s.rm.is_empty() || !s.forced.is_empty(),
+                    pending: s.has_pending(),
                     nacks: s.nacks,
                     last_nack: s.last_nack.clone(),
                 }

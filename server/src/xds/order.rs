@@ -68,13 +68,24 @@ fn references(j: usize, i: usize) -> bool {
 /// Type `i`'s removals decided at a seq below this may go now: the oldest seq
 /// of unfinished work among the types that can reference it (`u64::MAX` when
 /// they have none).
+///
+/// Assignment (EDS) removals keep the strict rule: none goes while a
+/// referencing type has any work (bound 0). Envoy drops a removed cluster's
+/// assignment itself, so they need not be prompt, and each one sent alone would
+/// hold EDS's one in-flight slot for a round trip ahead of the next endpoint
+/// change (measured with slow proxies: endpoint p90 2.6-3.0 s -> 4.2-4.6 s).
 pub(crate) fn removal_bound(w: &[TypeWork; 4], i: usize) -> u64 {
-    w.iter()
+    let oldest = w
+        .iter()
         .enumerate()
         .filter(|(j, _)| references(*j, i))
         .filter_map(|(_, v)| v.unfinished_since)
-        .min()
-        .unwrap_or(u64::MAX)
+        .min();
+    match oldest {
+        None => u64::MAX,
+        Some(_) if i == ResourceType::Endpoint.index() => 0,
+        Some(seq) => seq,
+    }
 }
 
 fn removals_unblocked(w: &[TypeWork; 4], i: usize) -> bool {
@@ -254,6 +265,15 @@ mod tests {
         );
         assert_eq!(
             removal_bound(&[removal_at_5, idle, idle, idle], 0),
+            u64::MAX
+        );
+        assert_eq!(
+            removal_bound(&[idle, removal_at_5, idle, rds_since(6, false, true)], 1),
+            0,
+            "assignment removals wait for routes to be idle"
+        );
+        assert_eq!(
+            removal_bound(&[idle, removal_at_5, idle, idle], 1),
             u64::MAX
         );
     }
