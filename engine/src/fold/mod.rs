@@ -101,6 +101,8 @@ pub mod runner;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -109,8 +111,10 @@ use deltapilot_proto::resync_marker::Phase;
 use deltapilot_proto::{self as pb, Event};
 
 use crate::log::RecordPos;
-use crate::model::{endpoint_from_digested, service_from_proto, source_digest};
-use crate::state::{HKey, ModelState, ServiceSlot, SourceGen, TouchLog, Touched};
+use crate::model::{
+    Hostname, endpoint_from_digested, health_from_proto, service_from_proto, source_digest,
+};
+use crate::state::{HKey, ModelState, Rewrite, ServiceSlot, SourceGen, TouchLog, Touched};
 
 /// Why an event (or record) was skipped; one metric label each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -415,6 +419,10 @@ impl Folding {
     /// Applies one event, counting it or recording why it was skipped.
     fn apply(&mut self, p: &Pending<'_>) {
         self.cx.partition = p.pos.partition;
+        if p.prep.hk.is_none() {
+            // Only endpoint events leave the merged services as they are.
+            self.cx.admitted.clear();
+        }
         match apply_event(
             &mut self.out.state,
             p.ev,
@@ -453,15 +461,50 @@ impl ModelState {
 }
 
 /// Per-batch scratch: the last source name seen, so a batch from one adapter
-/// allocates its name once; and the partition of the event being applied (a
-/// multi-copy resync marker counts the partitions its copies came from).
+/// allocates its name once; the partition of the event being applied (a
+/// multi-copy resync marker counts the partitions its copies came from); and the
+/// admission check's answers for the current run of endpoint events.
 #[derive(Default)]
 struct Cx {
     source: Option<Arc<str>>,
     partition: u32,
+    /// Whether an endpoint of a shape (by its [`source_digest`]) names a service
+    /// that exists. Valid while only endpoint events are applied, since they
+    /// leave the merged services as they are; cleared before any other event.
+    /// Why: the check read the shape's services and hashed their hostnames, two
+    /// cache misses per event at 100k endpoints, while the endpoints of a run
+    /// mostly share a few thousand shapes. At most one entry per event of a batch.
+    admitted: HashMap<u128, bool, BuildHasherDefault<DigestHasher>>,
+}
+
+/// A [`Hasher`] for keys that are already uniform digests: their low 64 bits.
+#[derive(Default)]
+struct DigestHasher(u64);
+
+impl Hasher for DigestHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Not used by u128 keys; kept correct for any other.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u128(&mut self, n: u128) {
+        self.0 = n as u64;
+    }
 }
 
 impl Cx {
+    /// Whether an endpoint whose shape has the digest `shape` names an existing
+    /// service; `check` answers when this run has not seen the shape yet.
+    fn admitted(&mut self, shape: u128, check: impl FnOnce() -> bool) -> bool {
+        *self.admitted.entry(shape).or_insert_with(check)
+    }
+
     fn source(&mut self, st: &ModelState, name: &str) -> Arc<str> {
         if let Some(s) = &self.source
             && &**s == name
@@ -498,6 +541,29 @@ fn nonempty_key(d: &pb::EntityDelete) -> Result<&str, Skip> {
     } else {
         Ok(&d.key)
     }
+}
+
+/// The admission check of a stored endpoint: `Err` (reported, but the endpoint
+/// stays stored, see the module doc) when none of its services exists yet.
+fn admit(
+    st: &ModelState,
+    cx: &mut Cx,
+    shape: u128,
+    key: &str,
+    services: &[(Arc<str>, Hostname)],
+) -> Result<(), Skip> {
+    if cx.admitted(shape, || services.iter().any(|(_, h)| st.has_service(h))) {
+        return Ok(());
+    }
+    let names: Vec<&str> = services.iter().map(|(_, h)| h.as_str()).collect();
+    Err((
+        SkipReason::UnknownService,
+        format!(
+            "endpoint {key}: none of its services exists yet: {}; held, and served once one \
+             does",
+            names.join(", ")
+        ),
+    ))
 }
 
 fn apply_event(
@@ -549,9 +615,23 @@ fn apply_event(
                 .as_ref()
                 .ok_or_else(|| invalid("endpoint_upsert without an endpoint"))?;
             let hk = prep.hk.unwrap_or_else(|| HKey::of(&u.key));
+            let digest = prep.shape_digest.unwrap_or_else(|| source_digest(e));
+            // The common rewrite (same owner, same shape) first; anything else,
+            // including every error, takes the general path below.
+            let address = prep.address.or_else(|| e.address.parse().ok());
+            if let Some(address) = address.filter(|_| !u.key.is_empty()) {
+                let new = Rewrite {
+                    address,
+                    weight: e.weight.max(1),
+                    health: health_from_proto(e.health),
+                    generation: ev.generation,
+                };
+                if let Some(shape) = st.rewrite_endpoint(&hk, &ev.source, digest, new, touched) {
+                    return admit(st, cx, digest, &u.key, &shape.services);
+                }
+            }
             let current = st.raw_endpoint_at(&hk).cloned();
             let prev = current.as_ref().map(|w| &*w.value);
-            let digest = prep.shape_digest.unwrap_or_else(|| source_digest(e));
             let ep =
                 endpoint_from_digested(&u.key, e, digest, prep.address, prev).map_err(invalid)?;
             let source = match &current {
@@ -561,24 +641,9 @@ fn apply_event(
                 Some(w) => w.source.clone(),
                 None => cx.source(st, &ev.source),
             };
-            // Held, not dropped, when none of its services exists yet (see the
-            // module doc): stored like any endpoint, and reported.
-            let unknown = (!ep.services.iter().any(|(_, h)| st.has_service(h))).then(|| {
-                let names: Vec<&str> = ep.services.iter().map(|(_, h)| h.as_str()).collect();
-                (
-                    SkipReason::UnknownService,
-                    format!(
-                        "endpoint {}: none of its services exists yet: {}; held, and served \
-                         once one does",
-                        u.key,
-                        names.join(", ")
-                    ),
-                )
-            });
-            st.put_endpoint_over(hk, current, source, ev.generation, Arc::new(ep), touched);
-            if let Some(held) = unknown {
-                return Err(held);
-            }
+            let ep = Arc::new(ep);
+            st.put_endpoint_over(hk, current, source, ev.generation, ep.clone(), touched);
+            return admit(st, cx, digest, &u.key, &ep.services);
         }
         Payload::EndpointDelete(d) => {
             let key = nonempty_key(d)?;

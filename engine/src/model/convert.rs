@@ -180,12 +180,7 @@ pub fn endpoint_from_digested(
         Some(p) if p.shape.source_digest() == raw => p.shape.clone(),
         _ => Arc::new(shape_from_proto(key, e, prev.map(|p| &*p.shape), raw)?),
     };
-    let health = match pb::Health::try_from(e.health).unwrap_or(pb::Health::Unspecified) {
-        pb::Health::Unhealthy => Health::Unhealthy,
-        pb::Health::Draining => Health::Draining,
-        pb::Health::NotReady => Health::NotReady,
-        pb::Health::Healthy | pb::Health::Unspecified => Health::Healthy,
-    };
+    let health = health_from_proto(e.health);
     debug_assert!(
         prev.is_none_or(|p| *p.key == *key),
         "prev is stored under key"
@@ -198,6 +193,17 @@ pub fn endpoint_from_digested(
         health,
         shape,
     })
+}
+
+/// The model health of a payload's health code; unset and unknown codes are
+/// healthy (a registry that does not report health serves its endpoints).
+pub fn health_from_proto(code: i32) -> Health {
+    match pb::Health::try_from(code).unwrap_or(pb::Health::Unspecified) {
+        pb::Health::Unhealthy => Health::Unhealthy,
+        pb::Health::Draining => Health::Draining,
+        pb::Health::NotReady => Health::NotReady,
+        pb::Health::Healthy | pb::Health::Unspecified => Health::Healthy,
+    }
 }
 
 /// The shape of `e` alone (its ports, labels, locality, identity and services;

@@ -9,13 +9,25 @@
 //! What it does NOT do: validate events or enforce ownership and admission rules;
 //! the fold decides whether a primitive may run.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use imbl::OrdSet;
 
 use super::canon::{self, Kind};
 use super::{Claim, HKey, ModelState, PendingResync, ServiceSlot, SourceGen, Touch, Written};
-use crate::model::{Config, Endpoint, Hostname, Service};
+use crate::model::{Config, Endpoint, EndpointShape, Health, Hostname, Service};
+
+/// The fields an endpoint rewrite usually changes, for
+/// [`ModelState::rewrite_endpoint`]: everything but the key and the shape.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rewrite {
+    pub address: IpAddr,
+    /// Already at least 1, as the model requires.
+    pub weight: u32,
+    pub health: Health,
+    pub generation: u64,
+}
 
 impl ModelState {
     pub(super) fn hash_add(&mut self, h: u64) {
@@ -200,6 +212,107 @@ impl ModelState {
         self.put_endpoint_over(hk, current, source, generation, ep, touched);
     }
 
+    /// Rewrites the endpoint stored under `hk` with `new`, when `source` wrote it and
+    /// its shape was converted from a payload of source digest `shape` (so the
+    /// rewrite keeps that shape): the common health, weight or address change.
+    /// Returns the kept shape when it did; `None`, with the state as it was, when
+    /// the general path must decide (nothing stored, another owner, another shape).
+    /// The result is what [`ModelState::put_endpoint_over`] makes of the same
+    /// endpoint: same record, indexes, hash and touches.
+    ///
+    /// Why: the general path builds a new value and a new record, takes a
+    /// reference to the key and the shape and lets go of the old ones, and at 100k
+    /// endpoints each of those is a cache miss. When nothing else holds the record
+    /// (a replay folds into a state it owns) the fields are written in place, and
+    /// otherwise the record is replaced through one lookup.
+    pub(crate) fn rewrite_endpoint(
+        &mut self,
+        hk: &HKey,
+        source: &str,
+        shape: u128,
+        new: Rewrite,
+        touched: &mut impl Touch,
+    ) -> Option<Arc<EndpointShape>> {
+        let cur = self.raw_endpoints.get(hk)?;
+        if *cur.source != *source || cur.value.shape.source_digest() != shape {
+            return None;
+        }
+        let old = &*cur.value;
+        let digest = canon::endpoint_fields_digest(
+            &old.key,
+            &new.address,
+            new.weight,
+            new.health,
+            old.shape.digest(),
+        );
+        let same = digest == cur.digest
+            && old.address == new.address
+            && old.weight == new.weight
+            && old.health == new.health;
+        if same && cur.generation == new.generation {
+            return Some(old.shape.clone());
+        }
+        let old_address = old.address;
+        let old_hash = cur.entity_hash();
+        let slot = self.raw_endpoints.get_mut(hk)?;
+        let (key, shape, new_hash) = match Arc::get_mut(slot) {
+            Some(w) => {
+                if !same {
+                    match Arc::get_mut(&mut w.value) {
+                        Some(v) => {
+                            v.address = new.address;
+                            v.weight = new.weight;
+                            v.health = new.health;
+                        }
+                        None => w.value = Arc::new(rewritten(&w.value, &new)),
+                    }
+                    w.digest = digest;
+                }
+                w.generation = new.generation;
+                w.hash = canon::entity_hash(
+                    Kind::Endpoint,
+                    &w.value.key,
+                    &w.source,
+                    new.generation,
+                    digest,
+                );
+                let key = (old_address != new.address).then(|| w.value.key.clone());
+                (key, w.value.shape.clone(), w.hash)
+            }
+            None => {
+                let value = if same {
+                    slot.value.clone()
+                } else {
+                    Arc::new(rewritten(&slot.value, &new))
+                };
+                let w = Written::new(
+                    Kind::Endpoint,
+                    &value.key,
+                    value.clone(),
+                    slot.source.clone(),
+                    new.generation,
+                    digest,
+                );
+                let hash = w.entity_hash();
+                *slot = Arc::new(w);
+                let key = (old_address != new.address).then(|| value.key.clone());
+                (key, value.shape.clone(), hash)
+            }
+        };
+        self.hash_sub(old_hash);
+        self.hash_add(new_hash);
+        if same {
+            // Only the generation stamp moved: nothing to index or push.
+            return Some(shape);
+        }
+        if let Some(key) = key {
+            self.endpoints_by_addr.remove(&(old_address, key.clone()));
+            self.endpoints_by_addr.insert((new.address, key));
+        }
+        touched.endpoints_of(&shape);
+        Some(shape)
+    }
+
     /// [`ModelState::put_endpoint`] when the caller has already looked up the key's
     /// hash and what is stored under it (`current`): saves a lookup.
     pub(crate) fn put_endpoint_over(
@@ -276,9 +389,40 @@ impl ModelState {
         new: Option<&Arc<Endpoint>>,
         touched: &mut impl Touch,
     ) {
-        let Some(key) = new.map(|n| &n.key).or(old.map(|o| &o.key)).cloned() else {
+        // Borrowed: taking a reference to the key is a cache miss per event, and
+        // a content update with the same address stores none.
+        let Some(key) = new.map(|n| &n.key).or(old.map(|o| &o.key)) else {
             return;
         };
+        if let (Some(o), Some(n)) = (old, new)
+            && Arc::ptr_eq(&o.shape, &n.shape)
+        {
+            // One shape: the same hostnames, so only their content is touched.
+            touched.endpoints_of(&n.shape);
+        } else {
+            self.move_host_entries(key, old, new, touched);
+        }
+        let old_addr = old.map(|o| o.address);
+        let new_addr = new.map(|n| n.address);
+        if old_addr != new_addr {
+            if let Some(a) = old_addr {
+                self.endpoints_by_addr.remove(&(a, key.clone()));
+            }
+            if let Some(a) = new_addr {
+                self.endpoints_by_addr.insert((a, key.clone()));
+            }
+        }
+    }
+
+    /// The hostname index part of [`ModelState::reindex_endpoint`] for two
+    /// versions with different shapes.
+    fn move_host_entries(
+        &mut self,
+        key: &Arc<str>,
+        old: Option<&Endpoint>,
+        new: Option<&Arc<Endpoint>>,
+        touched: &mut impl Touch,
+    ) {
         let lists = |e: &Endpoint, host: &Hostname| e.services.iter().any(|(_, h)| h == host);
         if let Some(o) = old {
             for (_, host) in &o.services {
@@ -286,7 +430,7 @@ impl ModelState {
                     let hk = HKey::of(host.as_str());
                     let now_empty = match self.endpoints_by_host.get_mut(&hk) {
                         Some(set) => {
-                            set.remove(&key);
+                            set.remove(key);
                             set.is_empty()
                         }
                         None => false,
@@ -312,16 +456,6 @@ impl ModelState {
                     }
                 }
                 touched.endpoints(host);
-            }
-        }
-        let old_addr = old.map(|o| o.address);
-        let new_addr = new.map(|n| n.address);
-        if old_addr != new_addr {
-            if let Some(a) = old_addr {
-                self.endpoints_by_addr.remove(&(a, key.clone()));
-            }
-            if let Some(a) = new_addr {
-                self.endpoints_by_addr.insert((a, key));
             }
         }
     }
@@ -394,5 +528,16 @@ impl ModelState {
             self.remove_config(key, touched);
         }
         n
+    }
+}
+
+/// `old` with the fields of `new`: the same key and shape.
+fn rewritten(old: &Endpoint, new: &Rewrite) -> Endpoint {
+    Endpoint {
+        key: old.key.clone(),
+        address: new.address,
+        weight: new.weight,
+        health: new.health,
+        shape: old.shape.clone(),
     }
 }

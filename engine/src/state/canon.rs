@@ -163,14 +163,26 @@ pub(crate) fn service_digest(s: &Service) -> u64 {
 
 /// Digest of an endpoint's content (its key included).
 pub(crate) fn endpoint_digest(e: &Endpoint) -> u64 {
+    endpoint_fields_digest(&e.key, &e.address, e.weight, e.health, e.shape.digest())
+}
+
+/// [`endpoint_digest`] of an endpoint with these fields and a shape of content
+/// digest `shape`, without building it.
+pub(crate) fn endpoint_fields_digest(
+    key: &str,
+    address: &IpAddr,
+    weight: u32,
+    health: Health,
+    shape: u64,
+) -> u64 {
     let mut c = Canon::new();
-    c.str(&e.key);
-    c.addr(&e.address);
-    c.u32(e.weight);
-    c.u8(health_code(e.health));
+    c.str(key);
+    c.addr(address);
+    c.u32(weight);
+    c.u8(health_code(health));
     // The shape's content digest, computed once when it was built: hashing its
     // fields again here would read every one of its strings on each event.
-    c.u64(e.shape.digest());
+    c.u64(shape);
     c.digest()
 }
 

@@ -73,8 +73,9 @@ use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
 
-use crate::model::{Config, Endpoint, Hostname, Service};
+use crate::model::{Config, Endpoint, EndpointShape, Hostname, Service};
 
+pub(crate) use apply::Rewrite;
 pub(crate) use bulk::ServiceEntry;
 pub use query::{MANAGEMENT_PORTS_LABEL, StateCounts};
 
@@ -259,6 +260,12 @@ impl Touched {
 pub(crate) trait Touch {
     fn service(&mut self, host: &Hostname);
     fn endpoints(&mut self, host: &Hostname);
+    /// [`Touch::endpoints`] for each hostname `shape` lists.
+    fn endpoints_of(&mut self, shape: &Arc<EndpointShape>) {
+        for (_, host) in &shape.services {
+            self.endpoints(host);
+        }
+    }
     fn configs(&mut self);
 }
 
@@ -282,6 +289,11 @@ impl Touch for Touched {
 pub(crate) struct TouchLog {
     services: Vec<Hostname>,
     endpoints: Vec<Hostname>,
+    /// Shapes whose hostnames are touched, expanded once per distinct shape by
+    /// [`TouchLog::finish`]. Why: reading a shape's hostnames on every event was
+    /// two cache misses per rewrite at 100k endpoints, and a batch's rewrites
+    /// share a few thousand shapes.
+    shapes: Vec<Arc<EndpointShape>>,
     configs: bool,
 }
 
@@ -296,6 +308,12 @@ impl Touch for TouchLog {
         }
     }
 
+    fn endpoints_of(&mut self, shape: &Arc<EndpointShape>) {
+        if !self.shapes.last().is_some_and(|s| Arc::ptr_eq(s, shape)) {
+            self.shapes.push(shape.clone());
+        }
+    }
+
     fn configs(&mut self) {
         self.configs = true;
     }
@@ -304,6 +322,13 @@ impl Touch for TouchLog {
 impl TouchLog {
     pub(crate) fn finish(mut self) -> Touched {
         self.services.sort_unstable();
+        self.shapes
+            .sort_unstable_by_key(|s| Arc::as_ptr(s) as usize);
+        self.shapes.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        for shape in &self.shapes {
+            self.endpoints
+                .extend(shape.services.iter().map(|(_, host)| host.clone()));
+        }
         // Most entries repeat a few shared hostnames: dropping repeats by pointer
         // first (cheap) leaves far fewer for the string sort.
         self.endpoints
