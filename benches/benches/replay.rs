@@ -14,7 +14,11 @@
 //! `cargo bench -p deltapilot-benches --bench replay -- --warm-up-time 1 --measurement-time 10`.
 //! `REPLAY_BENCH_DIR=DIR` keeps (and reuses) the generated log; `REPLAY_BENCH_PHASES=1`
 //! first prints a breakdown (read, decode, fold, regeneration; checkpoint read,
-//! restore, build).
+//! restore, build). `REPLAY_BENCH_CPU=N` instead runs N replays from the start and
+//! prints each one's wall time and its folding thread's CPU time, then their
+//! minimum and median: the folding thread is the replay's critical path, and its
+//! CPU time varies far less than wall time on a shared machine, so two builds can
+//! be compared with it (interleaved) where criterion's means cannot tell them apart.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -312,6 +316,48 @@ async fn checkpoint_phases(dir: &Path) {
     );
 }
 
+/// Nanoseconds this thread has run on a CPU, from `/proc/thread-self/schedstat`
+/// (Linux; 0 elsewhere).
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// Environment variable that makes this binary time `N` replays from the start on
+/// the folding thread's CPU clock instead of running criterion.
+const CPU_PROBE_ENV: &str = "REPLAY_BENCH_CPU";
+
+/// `runs` replays from the start, each timed by wall clock and by the CPU time of
+/// the thread that folds (the one `block_on` runs on; decoding and freeing run on
+/// other threads). The previous replay's state is dropped before the next starts.
+fn cpu_report(rt: &tokio::runtime::Runtime, dir: &Path, runs: usize) {
+    let (mut walls, mut cpus) = (Vec::new(), Vec::new());
+    for run in 0..runs {
+        let (t, c) = (Instant::now(), thread_cpu_ns());
+        let done = rt.block_on(replay(dir, None));
+        let (wall, cpu) = (
+            t.elapsed().as_secs_f64(),
+            (thread_cpu_ns() - c) as f64 / 1e9,
+        );
+        drop(done);
+        println!("replay cpu: run {run}: wall {wall:.3} s, folding thread {cpu:.3} s");
+        walls.push(wall);
+        cpus.push(cpu);
+    }
+    let summary = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v.first().copied().unwrap_or(0.0), v[v.len() / 2])
+    };
+    let ((wall_min, wall_median), (cpu_min, cpu_median)) =
+        (summary(&mut walls), summary(&mut cpus));
+    println!(
+        "replay cpu: {runs} runs from the start: wall min {wall_min:.3} s, median {wall_median:.3} s; \
+         folding thread min {cpu_min:.3} s, median {cpu_median:.3} s"
+    );
+}
+
 fn bench(c: &mut Criterion) {
     let rt = runtime();
     // `REPLAY_BENCH_DIR=DIR` keeps the generated log in DIR (made on the first run,
@@ -321,6 +367,14 @@ fn bench(c: &mut Criterion) {
     let dir = kept.clone().unwrap_or_else(|| tmp.path().to_owned());
     if kept.is_none() || !dir.join("checkpoints").is_dir() {
         rt.block_on(prepare(&dir));
+    }
+    if let Some(runs) = std::env::var(CPU_PROBE_ENV)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+    {
+        cpu_report(&rt, &dir, runs);
+        return;
     }
     // `REPLAY_BENCH_PHASES=1` prints where the time goes before measuring.
     if std::env::var_os("REPLAY_BENCH_PHASES").is_some() {
