@@ -97,6 +97,8 @@
 //! (the runner does all that with what [`fold`] returns).
 
 mod config;
+#[cfg(test)]
+mod resync_tests;
 pub mod runner;
 #[cfg(test)]
 mod tests;
@@ -619,7 +621,9 @@ fn apply_event(
             // The common rewrite (same owner, same shape) first; anything else,
             // including every error, takes the general path below.
             let address = prep.address.or_else(|| e.address.parse().ok());
-            if let Some(address) = address.filter(|_| !u.key.is_empty()) {
+            if !u.key.is_empty()
+                && let Some(address) = address
+            {
                 let new = Rewrite {
                     address,
                     weight: e.weight.max(1),

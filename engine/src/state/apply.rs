@@ -306,8 +306,7 @@ impl ModelState {
             return Some(shape);
         }
         if let Some(key) = key {
-            self.endpoints_by_addr.remove(&(old_address, key.clone()));
-            self.endpoints_by_addr.insert((new.address, key));
+            self.move_address(&key, Some(old_address), Some(new.address));
         }
         touched.endpoints_of(&shape);
         Some(shape)
@@ -402,15 +401,20 @@ impl ModelState {
         } else {
             self.move_host_entries(key, old, new, touched);
         }
-        let old_addr = old.map(|o| o.address);
-        let new_addr = new.map(|n| n.address);
-        if old_addr != new_addr {
-            if let Some(a) = old_addr {
-                self.endpoints_by_addr.remove(&(a, key.clone()));
-            }
-            if let Some(a) = new_addr {
-                self.endpoints_by_addr.insert((a, key.clone()));
-            }
+        self.move_address(key, old.map(|o| o.address), new.map(|n| n.address));
+    }
+
+    /// Moves `key`'s entry in the address index from `old` to `new` (either may be
+    /// absent); nothing when they are equal.
+    fn move_address(&mut self, key: &Arc<str>, old: Option<IpAddr>, new: Option<IpAddr>) {
+        if old == new {
+            return;
+        }
+        if let Some(a) = old {
+            self.endpoints_by_addr.remove(&(a, key.clone()));
+        }
+        if let Some(a) = new {
+            self.endpoints_by_addr.insert((a, key.clone()));
         }
     }
 
