@@ -196,12 +196,9 @@ impl Replayer {
                 self.resources = set;
                 errors.len()
             }
-            None if touched.services.is_empty() && !touched.configs => reuse::rebuild_assignments(
-                &mut self.resources,
-                &self.model,
-                &touched.endpoints,
-                &self.opts,
-            ),
+            None if touched.services.is_empty() && !touched.configs => {
+                reuse::rebuild_assignments(&mut self.resources, &self.model, &touched.endpoints)
+            }
             None => self.build_generator(),
         };
         self.stats.gen_errors += errors as u64;

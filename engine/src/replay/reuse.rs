@@ -25,7 +25,7 @@ use std::sync::Arc;
 use crate::model::{Endpoint, Hostname, Service};
 use crate::state::ModelState;
 use crate::xds::ResourceSet;
-use crate::xds::generate::{GenOptions, ModelRead, build_all};
+use crate::xds::generate::{GenOptions, ModelRead, build_all, build_assignments};
 
 /// Services sampled by the spot check.
 const SPOT_CHECK: usize = 16;
@@ -90,19 +90,19 @@ pub(super) fn rebuild_assignments(
     set: &mut ResourceSet,
     model: &ModelState,
     hosts: &BTreeSet<Hostname>,
-    opts: &GenOptions,
 ) -> usize {
-    let (built, errors) = build_all(&Only { model, hosts }, opts);
+    let hosts: Vec<&Hostname> = hosts.iter().collect();
+    let (slots, errors) = build_assignments(model, &hosts);
     // Every cluster of these services names an assignment slot: set it to what was
     // built, or remove it (a DNS cluster has none; an assignment that failed to
     // build is left out, as the generator does).
-    for name in built.clusters.keys() {
-        match built.endpoints.get(name) {
+    for (name, built) in slots {
+        match built {
             Some(r) => {
-                set.endpoints.insert(name.clone(), r.clone());
+                set.endpoints.insert(name, r);
             }
             None => {
-                set.endpoints.remove(name);
+                set.endpoints.remove(&name);
             }
         }
     }

@@ -45,7 +45,7 @@ mod wire;
 use std::sync::Arc;
 
 pub use incremental::Generator;
-pub use reference::build_all;
+pub use reference::{AssignmentSlot, build_all, build_assignments};
 pub use source::ModelRead;
 
 use crate::model::{Port, Protocol, Resolution, Service};
