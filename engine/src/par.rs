@@ -21,41 +21,16 @@ pub(crate) fn map_chunks<T: Sync, R: Send>(
     f: impl Fn(&[T]) -> Vec<R> + Sync,
     on_panic: impl Fn(usize, Box<dyn Any + Send>) -> Vec<R>,
 ) -> Vec<R> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(max_threads);
-    if items.len() < min || threads < 2 {
-        return f(items);
-    }
-    let size = items.len().div_ceil(threads);
-    let f = &f;
-    std::thread::scope(|scope| {
-        let mut chunks = items.chunks(size);
-        let first = chunks.next().unwrap_or_default();
-        let rest: Vec<_> = chunks
-            .map(|c| (c.len(), scope.spawn(move || f(c))))
-            .collect();
-        let mut out = f(first);
-        for (len, h) in rest {
-            match h.join() {
-                Ok(part) => out.extend(part),
-                Err(panic) => out.extend(on_panic(len, panic)),
-            }
-        }
-        out
-    })
+    map_chunks_at(items, min, max_threads, |_, chunk| f(chunk), on_panic)
 }
 
-/// `f` over `items` moved out in chunks (each with the index of its first
-/// item), on up to `max_threads` threads as [`map_chunks`] splits them; the
-/// results in input order. Moving the items avoids touching shared reference
-/// counts from several threads. A panic in `f` is resumed on the caller: the
-/// callers have no error path, so a panic there is a bug.
-pub(crate) fn map_owned<T: Send, R: Send>(
-    mut items: Vec<T>,
+/// [`map_chunks`], with each chunk's `f` also given the index of its first item.
+pub(crate) fn map_chunks_at<T: Sync, R: Send>(
+    items: &[T],
     min: usize,
     max_threads: usize,
-    f: impl Fn(usize, Vec<T>) -> Vec<R> + Sync,
+    f: impl Fn(usize, &[T]) -> Vec<R> + Sync,
+    on_panic: impl Fn(usize, Box<dyn Any + Send>) -> Vec<R>,
 ) -> Vec<R> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -64,31 +39,19 @@ pub(crate) fn map_owned<T: Send, R: Send>(
         return f(0, items);
     }
     let size = items.len().div_ceil(threads);
-    let mut chunks = Vec::with_capacity(threads);
-    // From the end, so each split moves one chunk only.
-    while items.len() > size {
-        let at = (items.len() - 1) / size * size;
-        chunks.push(items.split_off(at));
-    }
-    chunks.push(items);
-    chunks.reverse();
     let f = &f;
     std::thread::scope(|scope| {
-        let mut chunks = chunks.into_iter();
+        let mut chunks = items.chunks(size);
         let first = chunks.next().unwrap_or_default();
-        let mut start = first.len();
         let rest: Vec<_> = chunks
-            .map(|c| {
-                let at = start;
-                start += c.len();
-                scope.spawn(move || f(at, c))
-            })
+            .enumerate()
+            .map(|(n, c)| (c.len(), scope.spawn(move || f((n + 1) * size, c))))
             .collect();
         let mut out = f(0, first);
-        for h in rest {
+        for (len, h) in rest {
             match h.join() {
                 Ok(part) => out.extend(part),
-                Err(panic) => std::panic::resume_unwind(panic),
+                Err(panic) => out.extend(on_panic(len, panic)),
             }
         }
         out
@@ -110,18 +73,23 @@ mod tests {
     }
 
     #[test]
-    fn owned_chunks_keep_input_order_and_know_where_they_start() {
+    fn each_chunk_knows_where_it_starts() {
         for n in [0usize, 1, 2, 3, 7, 10_000, 10_001] {
             let items: Vec<usize> = (0..n).map(|x| x * 3).collect();
-            let tag = |at: usize, c: Vec<usize>| {
-                c.into_iter()
+            let tag = |at: usize, c: &[usize]| {
+                c.iter()
                     .enumerate()
-                    .map(|(i, x)| (at + i, x))
+                    .map(|(i, x)| (at + i, *x))
                     .collect::<Vec<_>>()
             };
+            let never = |_: usize, p: Box<dyn Any + Send>| std::panic::resume_unwind(p);
             let want: Vec<(usize, usize)> = (0..n).map(|i| (i, i * 3)).collect();
-            assert_eq!(map_owned(items.clone(), 1, 3, tag), want, "{n} items");
-            assert_eq!(map_owned(items, usize::MAX, 3, tag), want, "{n} items");
+            assert_eq!(map_chunks_at(&items, 1, 3, tag, never), want, "{n} items");
+            assert_eq!(
+                map_chunks_at(&items, usize::MAX, 3, tag, never),
+                want,
+                "{n} items"
+            );
         }
     }
 

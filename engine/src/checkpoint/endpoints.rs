@@ -27,8 +27,8 @@ use prost::Message;
 use super::entities::labels;
 use super::format::{Reader, put_bytes, put_u32, put_u64};
 use crate::model::{Endpoint, EndpointShape, Health, shape_from_payload};
-use crate::state::ModelState;
 use crate::state::canon::health_code;
+use crate::state::{EndpointBatch, HKey, ModelState};
 
 /// The payload a shape converts from: an `Endpoint` message with the shape's
 /// fields only (lossless: converting it back yields an equal shape).
@@ -129,10 +129,11 @@ pub(super) fn encode(model: &ModelState, body: &mut Vec<u8>) {
 }
 
 /// One endpoint as it sits in the section, its fixed fields already checked.
-pub(super) struct Record<'a> {
-    pub(super) key: &'a str,
-    pub(super) source: &'a str,
-    pub(super) generation: u64,
+struct Record<'a> {
+    key: &'a str,
+    /// Its source, as a number in [`Framed::sources`].
+    source: u32,
+    generation: u64,
     shape: u32,
     address: IpAddr,
     weight: u32,
@@ -142,7 +143,10 @@ pub(super) struct Record<'a> {
 /// The section, framed: shape payloads not yet converted, and the records.
 pub(super) struct Framed<'a> {
     shapes: Vec<&'a [u8]>,
-    pub(super) records: Vec<Record<'a>>,
+    /// The distinct sources of the records, in order of first use: a restore
+    /// turns each into its shared name once, not once per endpoint.
+    pub(super) sources: Vec<&'a str>,
+    records: Vec<Record<'a>>,
 }
 
 /// Reads the section from `r`; an out-of-range shape number, an unknown address
@@ -156,9 +160,10 @@ pub(super) fn frame<'a>(r: &mut Reader<'a>) -> Result<Framed<'a>, String> {
     }
     let m = r.u64("endpoint count")?;
     let mut records = Vec::with_capacity(usize::try_from(m).unwrap_or(0).min(r.remaining() / 32));
+    let mut sources = Sources::default();
     for i in 0..m {
         let key = r.str("endpoint key")?;
-        let source = r.str("endpoint source")?;
+        let source = sources.number(r.str("endpoint source")?);
         let generation = r.u64("endpoint generation")?;
         let shape = r.u32("endpoint shape number")?;
         let address = match r.u8("endpoint address")? {
@@ -192,7 +197,37 @@ pub(super) fn frame<'a>(r: &mut Reader<'a>) -> Result<Framed<'a>, String> {
             health,
         });
     }
-    Ok(Framed { shapes, records })
+    Ok(Framed {
+        shapes,
+        sources: sources.names,
+        records,
+    })
+}
+
+/// Numbers distinct source names in order of first use. Endpoints come grouped
+/// by source, so the last one used answers almost every lookup.
+#[derive(Default)]
+struct Sources<'a> {
+    names: Vec<&'a str>,
+    numbers: HashMap<&'a str, u32>,
+    last: Option<(&'a str, u32)>,
+}
+
+impl<'a> Sources<'a> {
+    fn number(&mut self, name: &'a str) -> u32 {
+        if let Some((last, n)) = self.last
+            && last == name
+        {
+            return n;
+        }
+        let next = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
+        let n = *self.numbers.entry(name).or_insert(next);
+        if n == next {
+            self.names.push(name);
+        }
+        self.last = Some((name, n));
+        n
+    }
 }
 
 /// Below this many shapes a restore converts them on the calling thread only.
@@ -201,9 +236,15 @@ const PARALLEL_MIN: usize = 2048;
 /// Most threads shapes are converted on.
 const MAX_THREADS: usize = 4;
 
-/// Converts every shape and builds every endpoint (both on several threads), in
-/// record order.
-pub(super) fn convert(framed: &Framed<'_>) -> Result<Vec<Arc<Endpoint>>, String> {
+/// Converts every shape, builds every endpoint and prepares it for the bulk
+/// load (both steps on several threads), in record order. `sources` are the
+/// shared names of [`Framed::sources`], in their order.
+///
+/// Why in one pass: preparing an endpoint for the load (digests, key hashes,
+/// index entries) read it back from memory that another thread had just
+/// written, a few cache misses per endpoint; here it is still in this core's
+/// cache. Each shape's hostname keys are computed once with it.
+pub(super) fn convert(framed: &Framed<'_>, sources: &[Arc<str>]) -> Result<EndpointBatch, String> {
     let shapes = crate::par::map_chunks(
         &framed.shapes,
         PARALLEL_MIN,
@@ -220,35 +261,55 @@ pub(super) fn convert(framed: &Framed<'_>) -> Result<Vec<Arc<Endpoint>>, String>
         .enumerate()
         .map(|(i, s)| s.map_err(|e| format!("endpoint shape {i}: {e}")))
         .collect::<Result<Vec<_>, _>>()?;
+    if sources.len() != framed.sources.len() {
+        return Err(format!(
+            "{} source names for {} sources",
+            sources.len(),
+            framed.sources.len()
+        ));
+    }
     let shapes = &shapes;
-    Ok(crate::par::map_chunks(
+    let mut batch = EndpointBatch::default();
+    for part in crate::par::map_chunks_at(
         &framed.records,
         PARALLEL_MIN,
-        MAX_THREADS,
-        |chunk: &[Record<'_>]| {
-            chunk
-                .iter()
-                .map(|r| {
-                    Arc::new(Endpoint {
-                        key: Arc::from(r.key),
-                        address: r.address,
-                        weight: r.weight,
-                        health: r.health,
-                        // `frame` checked the number.
-                        shape: shapes[r.shape as usize].clone(),
-                    })
-                })
-                .collect()
+        2,
+        |start, chunk: &[Record<'_>]| {
+            let mut part = EndpointBatch::with_capacity(chunk.len());
+            for (i, r) in chunk.iter().enumerate() {
+                // `frame` checked the shape number and numbered the source.
+                let (shape, hosts) = &shapes[r.shape as usize];
+                let ep = Arc::new(Endpoint {
+                    key: Arc::from(r.key),
+                    address: r.address,
+                    weight: r.weight,
+                    health: r.health,
+                    shape: shape.clone(),
+                });
+                let source = sources[r.source as usize].clone();
+                part.push(start + i, source, r.generation, ep, hosts);
+            }
+            vec![part]
         },
         |_, panic| std::panic::resume_unwind(panic),
-    ))
+    ) {
+        batch.append(part);
+    }
+    Ok(batch)
 }
 
-fn convert_shape(payload: &[u8]) -> Result<Arc<EndpointShape>, String> {
+/// A shape and the keys of the hostnames it lists, in order.
+type ShapeKeys = (Arc<EndpointShape>, Vec<HKey>);
+
+fn convert_shape(payload: &[u8]) -> Result<ShapeKeys, String> {
     let p = pb::Endpoint::decode(payload).map_err(|e| e.to_string())?;
-    Ok(Arc::new(
-        shape_from_payload("stored shape", &p).map_err(|e| e.to_string())?,
-    ))
+    let shape = shape_from_payload("stored shape", &p).map_err(|e| e.to_string())?;
+    let hosts = shape
+        .services
+        .iter()
+        .map(|(_, h)| HKey::of(h.as_str()))
+        .collect();
+    Ok((Arc::new(shape), hosts))
 }
 
 #[cfg(test)]
@@ -276,7 +337,8 @@ mod tests {
         let mut r = Reader::new(body);
         let framed = frame(&mut r)?;
         assert_eq!(r.remaining(), 0, "the section is read to its end");
-        convert(&framed)
+        let sources: Vec<Arc<str>> = framed.sources.iter().map(|s| Arc::from(*s)).collect();
+        Ok(convert(&framed, &sources)?.endpoints())
     }
 
     #[test]

@@ -21,10 +21,8 @@ use std::sync::Arc;
 use deltapilot_proto as pb;
 use prost::Message;
 
-use crate::model::{
-    Config, ConfigKind, Endpoint, Protocol, Resolution, Service, service_from_proto,
-};
-use crate::state::{ModelState, ServiceSlot, SourceGen, Touched};
+use crate::model::{Config, ConfigKind, Protocol, Resolution, Service, service_from_proto};
+use crate::state::{EndpointBatch, ModelState, ServiceSlot, SourceGen, Touched};
 
 /// Kind tag of one stored entity in a checkpoint body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,7 +222,7 @@ pub(super) struct Restorer {
     /// Endpoints wait until every service is in, so that the order of the file
     /// never matters (the primitives do not check admission, but keeping the
     /// rebuild order keeps this equal to `ModelState::rebuild`).
-    endpoints: Vec<(Arc<str>, u64, Arc<Endpoint>)>,
+    endpoints: EndpointBatch,
     /// Services, loaded in bulk at the end like the endpoints.
     services: Vec<crate::state::ServiceEntry>,
 }
@@ -236,12 +234,13 @@ impl Restorer {
             sink: Touched::default(),
             sources: BTreeMap::new(),
             last_source: None,
-            endpoints: Vec::new(),
+            endpoints: EndpointBatch::default(),
             services: Vec::new(),
         }
     }
 
-    fn source(&mut self, name: &str) -> Arc<str> {
+    /// The shared name of source `name`.
+    pub(super) fn source(&mut self, name: &str) -> Arc<str> {
         // Entities come grouped by source: the last one answers almost every call
         // without a map lookup.
         if let Some(s) = &self.last_source
@@ -286,16 +285,15 @@ impl Restorer {
         }
     }
 
-    /// Adds one endpoint (see `endpoints`).
-    pub(super) fn endpoint(&mut self, source: &str, generation: u64, ep: Arc<Endpoint>) {
-        let source = self.source(source);
-        self.endpoints.push((source, generation, ep));
+    /// Adds the endpoints (see `endpoints`), after any added before.
+    pub(super) fn endpoints(&mut self, batch: EndpointBatch) {
+        self.endpoints.append(batch);
     }
 
     pub(super) fn finish(mut self) -> ModelState {
         self.model.load_services(std::mem::take(&mut self.services));
         self.model
-            .load_endpoints(std::mem::take(&mut self.endpoints));
+            .load_endpoint_batch(std::mem::take(&mut self.endpoints));
         self.model
     }
 }

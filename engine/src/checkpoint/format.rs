@@ -394,7 +394,12 @@ pub(super) fn decode(file: &Bytes) -> Result<Checkpoint, String> {
     }
     let endpoints = endpoints::frame(&mut r)?;
     let converted = convert_all(&framed);
-    let endpoint_values = endpoints::convert(&endpoints)?;
+    let sources: Vec<Arc<str>> = endpoints
+        .sources
+        .iter()
+        .map(|s| restorer.source(s))
+        .collect();
+    let endpoints = endpoints::convert(&endpoints, &sources)?;
     // The stored resources are independent of the entities: they are read on a
     // second thread while this one inserts the entities (both are single-threaded
     // and about as long).
@@ -410,9 +415,7 @@ pub(super) fn decode(file: &Bytes) -> Result<Checkpoint, String> {
             for (f, converted) in framed.iter().zip(converted) {
                 restorer.insert(f.source, f.generation, converted?);
             }
-            for (rec, ep) in endpoints.records.iter().zip(endpoint_values) {
-                restorer.endpoint(rec.source, rec.generation, ep);
-            }
+            restorer.endpoints(endpoints);
             Ok::<_, String>(restorer.finish())
         })();
         let resources = reading

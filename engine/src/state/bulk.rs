@@ -38,74 +38,126 @@ fn keep_last<T>(items: &mut Vec<T>, same: impl Fn(&T, &T) -> bool) {
     });
 }
 
-/// Below this many endpoints a bulk load runs on the calling thread only.
-const PARALLEL_MIN: usize = 4096;
-
-/// What one endpoint contributes to the raw map and both indexes, computed
-/// while its record is fresh in the cache (reading them back afterwards was a
-/// cache miss or three per endpoint). `usize` is its place in the input.
+/// Endpoints prepared for a bulk load: what each one contributes to the raw
+/// map and both indexes, computed while its record is fresh in the cache
+/// (reading them back afterwards was a cache miss or three per endpoint). Built
+/// on any thread, in parts that are appended in input order; `usize` is each
+/// endpoint's place in the input.
 #[derive(Default)]
-struct Part {
+pub(crate) struct EndpointBatch {
     records: Vec<(HKey, usize, u64, Arc<Written<Endpoint>>)>,
     by_host: Vec<(HKey, Arc<str>, usize)>,
     by_addr: Vec<(IpAddr, Arc<str>, usize)>,
 }
 
-impl Part {
-    fn of(start: usize, entries: Vec<(Arc<str>, u64, Arc<Endpoint>)>) -> Part {
-        let mut part = Part {
-            records: Vec::with_capacity(entries.len()),
-            by_host: Vec::with_capacity(entries.len()),
-            by_addr: Vec::with_capacity(entries.len()),
-        };
-        for (i, (source, generation, ep)) in entries.into_iter().enumerate() {
-            let i = start + i;
-            for (_, host) in &ep.services {
-                part.by_host
-                    .push((HKey::of(host.as_str()), ep.key.clone(), i));
-            }
-            part.by_addr.push((ep.address, ep.key.clone(), i));
-            let digest = canon::endpoint_digest(&ep);
-            let hk = HKey::of(&ep.key);
-            let key = ep.key.clone();
-            let w = Written::new(Kind::Endpoint, &key, ep, source, generation, digest);
-            part.records.push((hk, i, w.entity_hash(), Arc::new(w)));
+impl EndpointBatch {
+    /// An empty batch with room for `n` endpoints.
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        EndpointBatch {
+            records: Vec::with_capacity(n),
+            by_host: Vec::with_capacity(n),
+            by_addr: Vec::with_capacity(n),
         }
-        part
     }
 
-    fn append(&mut self, mut other: Part) {
+    /// Adds the endpoint at place `i` of the input. `hosts` are the keys of the
+    /// hostnames its shape lists ([`HKey::of`] each, in order), which a caller
+    /// holding many endpoints of one shape computes once per shape.
+    pub(crate) fn push(
+        &mut self,
+        i: usize,
+        source: Arc<str>,
+        generation: u64,
+        ep: Arc<Endpoint>,
+        hosts: &[HKey],
+    ) {
+        debug_assert_eq!(hosts.len(), ep.shape.services.len());
+        for hk in hosts {
+            self.by_host.push((*hk, ep.key.clone(), i));
+        }
+        self.by_addr.push((ep.address, ep.key.clone(), i));
+        let digest = canon::endpoint_digest(&ep);
+        let hk = HKey::of(&ep.key);
+        let key = ep.key.clone();
+        let w = Written::new(Kind::Endpoint, &key, ep, source, generation, digest);
+        self.records.push((hk, i, w.entity_hash(), Arc::new(w)));
+    }
+
+    /// Appends `other`, whose endpoints come after this batch's in the input.
+    pub(crate) fn append(&mut self, mut other: EndpointBatch) {
         self.records.append(&mut other.records);
         self.by_host.append(&mut other.by_host);
         self.by_addr.append(&mut other.by_addr);
     }
+
+    /// Its endpoints in input order, with source and generation (what storing
+    /// them one by one takes).
+    fn into_entries(mut self) -> Vec<(Arc<str>, u64, Arc<Endpoint>)> {
+        self.records.sort_unstable_by_key(|r| r.1);
+        self.records
+            .into_iter()
+            .map(|(_, _, _, w)| (w.source.clone(), w.generation, w.value.clone()))
+            .collect()
+    }
+
+    /// The endpoints in input order (for tests of the callers that build it).
+    #[cfg(test)]
+    pub(crate) fn endpoints(&self) -> Vec<Arc<Endpoint>> {
+        let mut r: Vec<_> = self
+            .records
+            .iter()
+            .map(|r| (r.1, r.3.value.clone()))
+            .collect();
+        r.sort_by_key(|(i, _)| *i);
+        r.into_iter().map(|(_, e)| e).collect()
+    }
 }
 
 impl ModelState {
-    /// Stores `entries` (source, generation, endpoint), in order, as
-    /// `put_endpoint` would; in bulk when the state holds no endpoint yet.
-    ///
-    /// In bulk, the per-endpoint work runs on both cores, and then the raw map
-    /// (with the address index) and the hostname index are built on one each.
+    /// Stores `entries` (source, generation, endpoint), in order, through a
+    /// batch built in two parts (as a restore builds it on two threads).
+    #[cfg(test)]
     pub(crate) fn load_endpoints(&mut self, entries: Vec<(Arc<str>, u64, Arc<Endpoint>)>) {
-        if !self.raw_endpoints.is_empty() {
-            let mut sink = super::Touched::default();
-            for (source, generation, ep) in entries {
-                self.put_endpoint(source, generation, ep, &mut sink);
+        let half = entries.len() / 2;
+        let mut all = EndpointBatch::default();
+        let mut part = EndpointBatch::default();
+        for (i, (source, generation, ep)) in entries.into_iter().enumerate() {
+            if i == half {
+                all.append(std::mem::take(&mut part));
             }
+            let hosts: Vec<HKey> = ep
+                .shape
+                .services
+                .iter()
+                .map(|(_, h)| HKey::of(h.as_str()))
+                .collect();
+            part.push(i, source, generation, ep, &hosts);
+        }
+        all.append(part);
+        self.load_endpoint_batch(all);
+    }
+
+    fn put_endpoints(&mut self, entries: Vec<(Arc<str>, u64, Arc<Endpoint>)>) {
+        let mut sink = super::Touched::default();
+        for (source, generation, ep) in entries {
+            self.put_endpoint(source, generation, ep, &mut sink);
+        }
+    }
+
+    /// Stores a prepared batch as [`ModelState::load_endpoints`] stores its
+    /// entries: in bulk when the state holds no endpoint yet (the raw map with
+    /// the address index on this thread, the hostname index on another), one by
+    /// one otherwise.
+    pub(crate) fn load_endpoint_batch(&mut self, batch: EndpointBatch) {
+        if !self.raw_endpoints.is_empty() {
+            self.put_endpoints(batch.into_entries());
             return;
         }
-        let mut all = Part::default();
-        for part in crate::par::map_owned(entries, PARALLEL_MIN, 2, |start, chunk| {
-            vec![Part::of(start, chunk)]
-        }) {
-            all.append(part);
-        }
-        let Part {
+        let EndpointBatch {
             mut records,
             mut by_host,
             mut by_addr,
-        } = all;
+        } = batch;
         // By key hash, and for a repeated key the last write last; keep that one.
         // (A restore's input is in key-hash order already, which the sort detects.)
         records.sort_unstable_by_key(|(hk, i, _, _)| (*hk, *i));
@@ -229,8 +281,9 @@ mod tests {
 
     /// Bulk loading equals putting one by one: raw map, indexes, hash; including
     /// repeated keys (the last write wins), endpoints sharing a hostname and an
-    /// address, and an endpoint of several hostnames; below and above the size
-    /// that loads on two threads.
+    /// address, and an endpoint of several hostnames; with the batch built in two
+    /// parts, as a restore builds it. Into a state that already has endpoints the
+    /// batch goes one by one, in input order.
     #[test]
     fn bulk_load_equals_one_by_one() {
         for (n, distinct) in [(500u32, 433u32), (12_000, 9_001)] {
@@ -250,10 +303,22 @@ mod tests {
             bulk.load_endpoints(entries.clone());
             let mut one = ModelState::default();
             let mut sink = super::super::Touched::default();
-            for (s, g, e) in entries {
+            for (s, g, e) in entries.clone() {
                 one.put_endpoint(s, g, e, &mut sink);
             }
             assert_eq!(bulk, one, "{n}");
+
+            // Into a state holding an endpoint: one by one, the last write winning.
+            let seed = (a.clone(), 9, endpoint("ep/0", "10.9.9.9", &["h9.ns"], 7));
+            let mut onto = ModelState::default();
+            onto.put_endpoint(seed.0.clone(), seed.1, seed.2.clone(), &mut sink);
+            let mut want = onto.clone();
+            onto.load_endpoints(entries.clone());
+            for (s, g, e) in entries.clone() {
+                want.put_endpoint(s, g, e, &mut sink);
+            }
+            assert_eq!(onto, want, "{n}: loaded onto endpoints");
+            assert_eq!(onto.endpoints_by_host, want.endpoints_by_host, "{n}");
             assert_eq!(bulk.hash(), one.hash(), "{n}");
             assert_eq!(bulk.hash(), bulk.recompute_hash(), "{n}");
             assert_eq!(bulk.endpoints_by_host, one.endpoints_by_host, "{n}");

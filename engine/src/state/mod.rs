@@ -76,7 +76,7 @@ use imbl::{OrdMap, OrdSet};
 use crate::model::{Config, Endpoint, EndpointShape, Hostname, Service};
 
 pub(crate) use apply::Rewrite;
-pub(crate) use bulk::ServiceEntry;
+pub(crate) use bulk::{EndpointBatch, ServiceEntry};
 pub use query::{MANAGEMENT_PORTS_LABEL, StateCounts};
 
 /// An entity as its source last wrote it.
