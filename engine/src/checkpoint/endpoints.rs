@@ -11,8 +11,11 @@
 //!
 //! A shape is stored as the `deltapilot.events.v1.Endpoint` payload it converts
 //! from, with only the shape's fields set, so it goes through the same validation
-//! as an event ([`shape_from_payload`]). Shapes are numbered in order of first
-//! use over the endpoints sorted by key, so equal states encode to equal bytes.
+//! as an event ([`shape_from_payload_sharing`]). Shapes are stored (and
+//! numbered) in the order of their bytes, so equal states encode to equal bytes,
+//! and the shapes of one deployment in several zones, which differ only in their
+//! locality, come one after the other: a restore shares their common strings and
+//! maps instead of allocating them once per shape.
 //!
 //! What it does NOT do: framing of the other sections, checksums, or inserting
 //! into a state (see `format` and `entities`).
@@ -26,7 +29,7 @@ use prost::Message;
 
 use super::entities::labels;
 use super::format::{Reader, put_bytes, put_u32, put_u64};
-use crate::model::{Endpoint, EndpointShape, Health, shape_from_payload};
+use crate::model::{Endpoint, EndpointShape, Health, shape_from_payload_sharing};
 use crate::state::canon::health_code;
 use crate::state::{EndpointBatch, HKey, ModelState};
 
@@ -78,12 +81,12 @@ fn health_from_code(c: u8) -> Option<Health> {
 /// ```
 pub(super) fn encode(model: &ModelState, body: &mut Vec<u8>) {
     // Shapes the fold shares are found by pointer without encoding them again;
-    // equal shapes it did not share, by their bytes.
+    // equal shapes it did not share, by their bytes. Numbers are provisional
+    // (first use) until the shapes are ordered below.
     let mut by_ptr: HashMap<*const EndpointShape, u32> = HashMap::new();
     let mut by_bytes: HashMap<Vec<u8>, u32> = HashMap::new();
+    let mut distinct: Vec<Vec<u8>> = Vec::new();
     let mut numbers: Vec<u32> = Vec::new();
-    let count_at = body.len();
-    put_u32(body, 0);
     let mut scratch = Vec::new();
     for (_, w) in model.raw_endpoints() {
         let shape = &w.value.shape;
@@ -92,9 +95,9 @@ pub(super) fn encode(model: &ModelState, body: &mut Vec<u8>) {
             None => {
                 scratch.clear();
                 shape_to_proto(shape).encode_raw(&mut scratch);
-                let next = u32::try_from(by_bytes.len()).unwrap_or(u32::MAX);
+                let next = u32::try_from(distinct.len()).unwrap_or(u32::MAX);
                 let n = *by_bytes.entry(scratch.clone()).or_insert_with(|| {
-                    put_bytes(body, &scratch);
+                    distinct.push(scratch.clone());
                     next
                 });
                 by_ptr.insert(Arc::as_ptr(shape), n);
@@ -103,8 +106,20 @@ pub(super) fn encode(model: &ModelState, body: &mut Vec<u8>) {
         };
         numbers.push(n);
     }
-    let shapes = u32::try_from(by_bytes.len()).unwrap_or(u32::MAX);
-    body[count_at..count_at + 4].copy_from_slice(&shapes.to_le_bytes());
+    // Stored in the order of their bytes (ports, then labels, then locality, …):
+    // the shapes of one deployment in several zones sit side by side, so a
+    // restore converting them in order shares what they have in common.
+    let mut order: Vec<u32> = (0..u32::try_from(distinct.len()).unwrap_or(u32::MAX)).collect();
+    order.sort_unstable_by(|a, b| distinct[*a as usize].cmp(&distinct[*b as usize]));
+    let mut rank = vec![0u32; distinct.len()];
+    put_u32(body, u32::try_from(distinct.len()).unwrap_or(u32::MAX));
+    for (r, n) in order.iter().enumerate() {
+        rank[*n as usize] = u32::try_from(r).unwrap_or(u32::MAX);
+        put_bytes(body, &distinct[*n as usize]);
+    }
+    for n in &mut numbers {
+        *n = rank[*n as usize];
+    }
 
     put_u64(body, numbers.len() as u64);
     for ((key, w), n) in model.raw_endpoints().zip(numbers) {
@@ -249,7 +264,19 @@ pub(super) fn convert(framed: &Framed<'_>, sources: &[Arc<str>]) -> Result<Endpo
         &framed.shapes,
         PARALLEL_MIN,
         MAX_THREADS,
-        |chunk: &[&[u8]]| chunk.iter().map(|b| convert_shape(b)).collect(),
+        |chunk: &[&[u8]]| {
+            let mut prev: Option<Arc<EndpointShape>> = None;
+            chunk
+                .iter()
+                .map(|b| {
+                    let converted = convert_shape(b, prev.as_deref());
+                    if let Ok((shape, _)) = &converted {
+                        prev = Some(shape.clone());
+                    }
+                    converted
+                })
+                .collect()
+        },
         |len, _| {
             (0..len)
                 .map(|_| Err("endpoint shape conversion panicked".to_string()))
@@ -301,9 +328,11 @@ pub(super) fn convert(framed: &Framed<'_>, sources: &[Arc<str>]) -> Result<Endpo
 /// A shape and the keys of the hostnames it lists, in order.
 type ShapeKeys = (Arc<EndpointShape>, Vec<HKey>);
 
-fn convert_shape(payload: &[u8]) -> Result<ShapeKeys, String> {
+/// Converts one stored shape, sharing what it has in common with `prev` (the
+/// shape stored before it).
+fn convert_shape(payload: &[u8], prev: Option<&EndpointShape>) -> Result<ShapeKeys, String> {
     let p = pb::Endpoint::decode(payload).map_err(|e| e.to_string())?;
-    let shape = shape_from_payload("stored shape", &p).map_err(|e| e.to_string())?;
+    let shape = shape_from_payload_sharing("stored shape", &p, prev).map_err(|e| e.to_string())?;
     let hosts = shape
         .services
         .iter()
@@ -357,6 +386,68 @@ mod tests {
             crate::model::source_digest(&shape_to_proto(&by_key("ep/3").shape)),
             "a restored shape is recognised by the fold's reuse check"
         );
+    }
+
+    /// Shapes are stored in the order of their bytes, and the shapes of one
+    /// deployment in three zones, stored side by side, share their labels'
+    /// strings, identity and hostname once restored; they stay distinct shapes
+    /// and equal to the originals.
+    #[test]
+    fn shapes_of_one_deployment_in_several_zones_share_what_they_have_in_common() {
+        use deltapilot_proto::event::Payload;
+        let mut events = vec![
+            svc("a", 0, "ns", "h1", &[80]),
+            svc("a", 0, "ns", "h0", &[80]),
+        ];
+        for (i, zone) in ["z-c", "z-a", "z-b"].iter().enumerate() {
+            for host in ["h1", "h0"] {
+                let addr = format!("10.0.{}.{i}", host.len() + i);
+                let key = format!("ep/{host}/{i}");
+                let mut e = ep_labeled("a", 0, &key, &addr, &[host], &[("app", host)]);
+                if let Some(Payload::EndpointUpsert(u)) = &mut e.payload
+                    && let Some(p) = &mut u.endpoint
+                {
+                    p.locality = Some(pb::Locality {
+                        region: "r".into(),
+                        zone: (*zone).into(),
+                        subzone: String::new(),
+                    });
+                    p.service_account = format!("sa/{host}");
+                }
+                events.push(e);
+            }
+        }
+        let st = ModelState::from_events(&events);
+        let body = section(&st);
+        let mut r = Reader::new(&body);
+        let framed = frame(&mut r).expect("frames");
+        assert_eq!(framed.shapes.len(), 6);
+        assert!(
+            framed.shapes.windows(2).all(|w| w[0] < w[1]),
+            "stored in the order of their bytes"
+        );
+        let eps = restored(&body).expect("restores");
+        let original: Vec<_> = st.raw_endpoints().map(|(_, w)| w.value.clone()).collect();
+        assert_eq!(eps, original, "equal endpoints, in stored order");
+        for host in ["h1", "h0"] {
+            let shapes: Vec<_> = eps
+                .iter()
+                .filter(|e| e.key.starts_with(&format!("ep/{host}/")))
+                .map(|e| e.shape.clone())
+                .collect();
+            assert_eq!(shapes.len(), 3);
+            let first = &shapes[0];
+            for other in &shapes[1..] {
+                assert!(!Arc::ptr_eq(first, other), "{host}: one shape per zone");
+                assert!(
+                    Arc::ptr_eq(&first.service_account, &other.service_account),
+                    "{host}: one identity string"
+                );
+                let (k0, v0) = first.labels.iter().next().expect("a label");
+                let (k1, v1) = other.labels.iter().next().expect("a label");
+                assert!(Arc::ptr_eq(k0, k1) && Arc::ptr_eq(v0, v1), "{host}: labels");
+            }
+        }
     }
 
     /// Each fixed field of the last record, damaged past what a checksum would

@@ -214,7 +214,18 @@ pub fn health_from_proto(code: i32) -> Health {
 /// reference, so a restore converts a shape once for all the endpoints that share
 /// it (typically a deployment's pods in one zone).
 pub fn shape_from_payload(what: &str, e: &pb::Endpoint) -> Result<EndpointShape, ConvertError> {
-    shape_from_proto(what, e, None, source_digest(e))
+    shape_from_payload_sharing(what, e, None)
+}
+
+/// [`shape_from_payload`], sharing every string and map equal to `prev`'s: a
+/// restore converting the shapes of one deployment in several zones one after
+/// the other allocates their ports, labels, identity and services once.
+pub fn shape_from_payload_sharing(
+    what: &str,
+    e: &pb::Endpoint,
+    prev: Option<&EndpointShape>,
+) -> Result<EndpointShape, ConvertError> {
+    shape_from_proto(what, e, prev, source_digest(e))
 }
 
 /// Validates and converts an endpoint's shape, sharing each string and map equal
