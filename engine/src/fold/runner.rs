@@ -366,10 +366,17 @@ impl Engine {
 /// A snapshot's hash recomputed from scratch (O(state)): equals `snapshot.hash` for
 /// every snapshot an [`Engine`] publishes. For tests and debug tools.
 pub fn full_snapshot_hash(snapshot: &Snapshot) -> u64 {
-    snapshot_hash(
-        snapshot.model.recompute_hash(),
-        resources_hash(&snapshot.resources),
-    )
+    // Two independent walks of about 100k entries each at mesh scale: one per
+    // core (a replay computes this once, at the end).
+    let (model, resources) = std::thread::scope(|scope| {
+        let model = scope.spawn(|| snapshot.model.recompute_hash());
+        let resources = resources_hash(&snapshot.resources);
+        let model = model
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (model, resources)
+    });
+    snapshot_hash(model, resources)
 }
 
 /// The snapshot hash: model hash and resources hash, mixed.
@@ -388,13 +395,26 @@ fn maps_of(set: &ResourceSet, t: ResourceType) -> impl Iterator<Item = (u8, &Res
         .map(|k| (k.tag(), k.map(set)))
 }
 
+/// The xxh3 of `tag`, the name's length, the name and the version, in that
+/// order; in a stack buffer when they fit (they nearly always do), so no
+/// buffer is allocated per resource.
 fn entry_hash(tag: u8, r: &Resource) -> u64 {
-    let mut buf = Vec::with_capacity(r.name.len() + r.version.len() + 9);
-    buf.push(tag);
-    buf.extend_from_slice(&(r.name.len() as u64).to_le_bytes());
-    buf.extend_from_slice(r.name.as_bytes());
-    buf.extend_from_slice(r.version.as_bytes());
-    xxh3_64(&buf)
+    let len = 9 + r.name.len() + r.version.len();
+    let fill = |buf: &mut [u8]| {
+        buf[0] = tag;
+        buf[1..9].copy_from_slice(&(r.name.len() as u64).to_le_bytes());
+        buf[9..9 + r.name.len()].copy_from_slice(r.name.as_bytes());
+        buf[9 + r.name.len()..].copy_from_slice(r.version.as_bytes());
+    };
+    let mut stack = [0u8; 256];
+    if len <= stack.len() {
+        fill(&mut stack[..len]);
+        xxh3_64(&stack[..len])
+    } else {
+        let mut heap = vec![0u8; len];
+        fill(&mut heap);
+        xxh3_64(&heap)
+    }
 }
 
 /// Hash of a whole resource set: the wrapping sum of one digest per (map, name,
@@ -441,4 +461,24 @@ fn update_resources_hash(
         }
     }
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The entry hash is the xxh3 of tag, name length, name and version laid end
+    /// to end, for names that fit the stack buffer and names that do not.
+    #[test]
+    fn entry_hash_hashes_the_fields_end_to_end() {
+        for n in [0usize, 1, 45, 230, 231, 232, 1_000] {
+            let name: Arc<str> = "n".repeat(n).into();
+            let r = Resource::new(name.clone(), bytes::Bytes::from_static(b"\x0a\x01x"));
+            let mut want = vec![3u8];
+            want.extend_from_slice(&(n as u64).to_le_bytes());
+            want.extend_from_slice(name.as_bytes());
+            want.extend_from_slice(r.version.as_bytes());
+            assert_eq!(entry_hash(3, &r), xxh3_64(&want), "name of {n} bytes");
+        }
+    }
 }
