@@ -302,6 +302,10 @@ pub(super) fn convert(framed: &Framed<'_>, sources: &[Arc<str>]) -> Result<Endpo
         PARALLEL_MIN,
         2,
         |start, chunk: &[Record<'_>]| {
+            // Each chunk holds its own copy of the source names: every endpoint
+            // takes a reference to its source, and two cores counting references
+            // on one shared name pass its cache line back and forth.
+            let sources: Vec<Arc<str>> = sources.iter().map(|s| Arc::from(&**s)).collect();
             let mut part = EndpointBatch::with_capacity(chunk.len());
             for (i, r) in chunk.iter().enumerate() {
                 // `frame` checked the shape number and numbered the source.
