@@ -219,8 +219,9 @@ pub(super) fn frame<'a>(r: &mut Reader<'a>) -> Result<Framed<'a>, String> {
     })
 }
 
-/// Numbers distinct source names in order of first use. Endpoints come grouped
-/// by source, so the last one used answers almost every lookup.
+/// Numbers distinct source names in order of first use. A mesh has a few
+/// sources and most endpoints come from one, so the last name used answers
+/// most lookups without hashing.
 #[derive(Default)]
 struct Sources<'a> {
     names: Vec<&'a str>,

@@ -15,7 +15,9 @@ use std::sync::Arc;
 use imbl::OrdSet;
 
 use super::canon::{self, Kind};
-use super::{Claim, HKey, ModelState, PendingResync, ServiceSlot, SourceGen, Touch, Written};
+use super::{
+    AddrKey, Claim, HKey, ModelState, PendingResync, ServiceSlot, SourceGen, Touch, Written,
+};
 use crate::model::{Config, Endpoint, EndpointShape, Health, Hostname, Service};
 
 /// The fields an endpoint rewrite usually changes, for
@@ -411,10 +413,11 @@ impl ModelState {
             return;
         }
         if let Some(a) = old {
-            self.endpoints_by_addr.remove(&(a, key.clone()));
+            self.endpoints_by_addr
+                .remove(&(AddrKey::of(a), key.clone()));
         }
         if let Some(a) = new {
-            self.endpoints_by_addr.insert((a, key.clone()));
+            self.endpoints_by_addr.insert((AddrKey::of(a), key.clone()));
         }
     }
 

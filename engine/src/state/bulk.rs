@@ -16,13 +16,12 @@
 //! What it does NOT do: admission checks (nor does `put_endpoint`), or loading
 //! into a state that already has endpoints (that goes one by one).
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
 
 use super::canon::{self, Kind};
-use super::{Claim, Claims, HKey, ModelState, ServiceSlot, Written};
+use super::{AddrKey, Claim, Claims, HKey, ModelState, ServiceSlot, Written};
 use crate::model::{Endpoint, Hostname, Service};
 
 /// Of each run of items that `same` says share a key, keeps the last one: with
@@ -47,7 +46,7 @@ fn keep_last<T>(items: &mut Vec<T>, same: impl Fn(&T, &T) -> bool) {
 pub(crate) struct EndpointBatch {
     records: Vec<(HKey, usize, u64, Arc<Written<Endpoint>>)>,
     by_host: Vec<(HKey, Arc<str>, usize)>,
-    by_addr: Vec<(IpAddr, Arc<str>, usize)>,
+    by_addr: Vec<(AddrKey, Arc<str>, usize)>,
 }
 
 impl EndpointBatch {
@@ -75,7 +74,8 @@ impl EndpointBatch {
         for hk in hosts {
             self.by_host.push((*hk, ep.key.clone(), i));
         }
-        self.by_addr.push((ep.address, ep.key.clone(), i));
+        self.by_addr
+            .push((AddrKey::of(ep.address), ep.key.clone(), i));
         let digest = canon::endpoint_digest(&ep);
         let hk = HKey::of(&ep.key);
         let key = ep.key.clone();
@@ -176,8 +176,10 @@ impl ModelState {
 
         let (raw, (by_addr, by_host)) = std::thread::scope(|scope| {
             let hosts = scope.spawn(move || {
-                by_host.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-                by_host.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+                // By hostname key only: each hostname's keys are ordered (and a
+                // repeated one dropped) by the set they are collected into, so
+                // the sort never compares key strings.
+                by_host.sort_unstable_by_key(|e| e.0);
                 let mut index: OrdMap<HKey, OrdSet<Arc<str>>> = OrdMap::new();
                 for group in by_host.chunk_by(|a, b| a.0 == b.0) {
                     let keys: OrdSet<Arc<str>> = group.iter().map(|(_, k, _)| k.clone()).collect();
@@ -188,7 +190,7 @@ impl ModelState {
             let raw: OrdMap<HKey, Arc<Written<Endpoint>>> =
                 records.into_iter().map(|(hk, _, _, w)| (hk, w)).collect();
             by_addr.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-            let by_addr: OrdSet<(IpAddr, Arc<str>)> =
+            let by_addr: OrdSet<(AddrKey, Arc<str>)> =
                 by_addr.into_iter().map(|(a, k, _)| (a, k)).collect();
             let by_host = hosts
                 .join()

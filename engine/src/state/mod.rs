@@ -174,6 +174,23 @@ impl HKey {
     }
 }
 
+/// An address as the address index orders it: IPv4 before IPv6, as `IpAddr`
+/// orders them, then by value. Why not `IpAddr` itself: its order compares
+/// octet arrays with `memcmp`, which was most of the cost of sorting and
+/// inserting 100k index entries in a restore; two integers compare in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct AddrKey(u8, u128);
+
+impl AddrKey {
+    /// The key of `addr`.
+    pub(crate) fn of(addr: IpAddr) -> Self {
+        match addr {
+            IpAddr::V4(a) => AddrKey(4, u128::from(a.to_bits())),
+            IpAddr::V6(a) => AddrKey(6, a.to_bits()),
+        }
+    }
+}
+
 /// Anything that names a hostname or an entity key in a query: `str`, `String`,
 /// `Arc<str>` or [`Hostname`].
 pub trait KeyText {
@@ -228,7 +245,7 @@ pub struct ModelState {
     /// only: an endpoint whose content changes but not its hostnames leaves this
     /// index untouched.
     endpoints_by_host: OrdMap<HKey, OrdSet<Arc<str>>>,
-    endpoints_by_addr: OrdSet<(IpAddr, Arc<str>)>,
+    endpoints_by_addr: OrdSet<(AddrKey, Arc<str>)>,
     hash: u64,
 }
 

@@ -7,7 +7,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::{KeyText, ModelState, hkey};
+use super::{AddrKey, KeyText, ModelState, hkey};
 use crate::model::{
     Config, Endpoint, LabelSelector, Port, Protocol, Proxy, ProxyType, Service, ServiceInstance,
 };
@@ -115,9 +115,10 @@ impl ModelState {
 
     /// The endpoints at an address, sorted by key.
     pub fn endpoints_at(&self, addr: IpAddr) -> impl Iterator<Item = &Arc<Endpoint>> + '_ {
+        let at = AddrKey::of(addr);
         self.endpoints_by_addr
-            .range((addr, Arc::<str>::from(""))..)
-            .take_while(move |(a, _)| *a == addr)
+            .range((at, Arc::<str>::from(""))..)
+            .take_while(move |(a, _)| *a == at)
             .filter_map(|(_, key)| self.raw_endpoints.get(&hkey(key)).map(|w| &w.value))
     }
 

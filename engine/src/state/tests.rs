@@ -219,3 +219,30 @@ fn configs_are_listed_by_key() {
     assert_eq!(names, ["a", "b"]);
     assert_eq!(st.counts().configs, 2);
 }
+
+/// The address index's key orders and equates addresses as `IpAddr` does:
+/// IPv4 before IPv6, an IPv4-mapped IPv6 address distinct from its IPv4 one.
+#[test]
+fn address_keys_order_as_addresses_do() {
+    let addrs: Vec<IpAddr> = [
+        "0.0.0.0",
+        "9.255.255.255",
+        "10.0.0.1",
+        "10.0.0.2",
+        "10.0.1.0",
+        "255.255.255.255",
+        "::",
+        "::ffff:10.0.0.1",
+        "fd00::1",
+        "fd00::1:0",
+        "ffff::",
+    ]
+    .iter()
+    .map(|a| a.parse().expect("address"))
+    .collect();
+    for a in &addrs {
+        for b in &addrs {
+            assert_eq!(AddrKey::of(*a).cmp(&AddrKey::of(*b)), a.cmp(b), "{a} vs {b}");
+        }
+    }
+}
