@@ -242,7 +242,11 @@ fn address_keys_order_as_addresses_do() {
     .collect();
     for a in &addrs {
         for b in &addrs {
-            assert_eq!(AddrKey::of(*a).cmp(&AddrKey::of(*b)), a.cmp(b), "{a} vs {b}");
+            assert_eq!(
+                AddrKey::of(*a).cmp(&AddrKey::of(*b)),
+                a.cmp(b),
+                "{a} vs {b}"
+            );
         }
     }
 }
