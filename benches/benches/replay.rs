@@ -19,6 +19,9 @@
 //! minimum and median: the folding thread is the replay's critical path, and its
 //! CPU time varies far less than wall time on a shared machine, so two builds can
 //! be compared with it (interleaved) where criterion's means cannot tell them apart.
+//! `REPLAY_BENCH_CP=N` runs N replays from the checkpoint in one process and
+//! prints each one's wall time, their minimum and median, and the process's CPU
+//! time per replay.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -358,6 +361,53 @@ fn cpu_report(rt: &tokio::runtime::Runtime, dir: &Path, runs: usize) {
     );
 }
 
+/// Environment variable that makes this binary time `N` replays from the
+/// checkpoint in one process instead of running criterion.
+const CHECKPOINT_PROBE_ENV: &str = "REPLAY_BENCH_CP";
+
+/// CPU time of the whole process (every thread, live or exited), in clock ticks,
+/// from `/proc/self/stat` (Linux; 0 elsewhere).
+fn process_cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // utime and stime: the 14th and 15th fields, the 12th and 13th after the name.
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field(11) + field(12)
+}
+
+/// `runs` replays from the checkpoint in one process, each timed by wall clock,
+/// with the process's CPU time per replay (all threads: the restore runs on
+/// several). Unlike criterion, which keeps a batch's outputs alive, each replay
+/// drops the previous one first, so later runs reuse freed memory: compare builds
+/// with this, interleaved, and quote criterion for a one-shot replay.
+fn checkpoint_report(rt: &tokio::runtime::Runtime, dir: &Path, runs: usize) {
+    let store = CheckpointStore::new(dir.join("checkpoints"), 3);
+    let mut walls = Vec::new();
+    let ticks = process_cpu_ticks();
+    for run in 0..runs {
+        let t = Instant::now();
+        let done = rt.block_on(replay(dir, Some(&store)));
+        let wall = t.elapsed().as_secs_f64() * 1e3;
+        drop(done);
+        println!("replay checkpoint: run {run}: wall {wall:.1} ms");
+        walls.push(wall);
+    }
+    // Clock ticks are 10 ms on Linux; the sum over all runs makes that fine enough.
+    let cpu_ms = (process_cpu_ticks() - ticks) as f64 * 10.0 / runs.max(1) as f64;
+    walls.sort_by(f64::total_cmp);
+    println!(
+        "replay checkpoint: {runs} runs: wall min {:.1} ms, median {:.1} ms; process CPU {cpu_ms:.0} ms per replay (drops included)",
+        walls.first().copied().unwrap_or(0.0),
+        walls.get(walls.len() / 2).copied().unwrap_or(0.0),
+    );
+}
+
 fn bench(c: &mut Criterion) {
     let rt = runtime();
     // `REPLAY_BENCH_DIR=DIR` keeps the generated log in DIR (made on the first run,
@@ -374,6 +424,14 @@ fn bench(c: &mut Criterion) {
         .filter(|n| *n > 0)
     {
         cpu_report(&rt, &dir, runs);
+        return;
+    }
+    if let Some(runs) = std::env::var(CHECKPOINT_PROBE_ENV)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+    {
+        checkpoint_report(&rt, &dir, runs);
         return;
     }
     // `REPLAY_BENCH_PHASES=1` prints where the time goes before measuring.
