@@ -645,3 +645,38 @@ fn endpoint_rewrites_in_place_equal_rewrites_by_replacement() {
     assert_eq!(at_addr(&in_place.state, "10.0.1.3"), ["ep/1"]);
     assert!(at_addr(&in_place.state, "10.0.0.1").is_empty());
 }
+
+/// A new endpoint whose payload converts to a shape that an endpoint of its
+/// hostname already has takes that shape instead of a copy; another shape (other
+/// labels), or a payload naming the hostname in upper case (found under its
+/// lowercased form only), is converted on its own. The state's content is the
+/// same as folding every event in one batch into a fresh state.
+#[test]
+fn a_new_endpoint_shares_an_equal_shape_of_a_sibling() {
+    let first = vec![
+        svc("a", 1, "ns", "h1", &[80]),
+        ep_labeled("a", 1, "ep/1", "10.0.0.1", &["h1"], &[("app", "x")]),
+    ];
+    let then = vec![
+        ep_labeled("a", 1, "ep/2", "10.0.0.2", &["h1"], &[("app", "x")]),
+        ep_labeled("a", 1, "ep/3", "10.0.0.3", &["h1"], &[("app", "y")]),
+        ep_labeled("a", 1, "ep/4", "10.0.0.4", &["H1"], &[("app", "x")]),
+    ];
+    let st = fold(&ModelState::default(), &at(0, first.clone())).state;
+    let out = fold(&st, &at(10, then.clone()));
+    assert!(out.skipped.is_empty(), "{:?}", reasons(&out));
+    let st = out.state;
+    let shape = |k: &str| st.raw_endpoint(k).expect(k).value.shape.clone();
+    assert!(
+        Arc::ptr_eq(&shape("ep/1"), &shape("ep/2")),
+        "the sibling's shape is shared"
+    );
+    assert!(!Arc::ptr_eq(&shape("ep/1"), &shape("ep/3")));
+    assert!(!Arc::ptr_eq(&shape("ep/1"), &shape("ep/4")));
+    assert_eq!(shape("ep/4").services, shape("ep/1").services);
+
+    let all: Vec<_> = first.into_iter().chain(then).collect();
+    let at_once = fold(&ModelState::default(), &at(0, all)).state;
+    assert_eq!(st, at_once);
+    assert_eq!(st.hash(), st.recompute_hash());
+}

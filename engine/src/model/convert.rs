@@ -149,20 +149,23 @@ pub fn endpoint_from_proto_reusing(
     e: &pb::Endpoint,
     prev: Option<&Endpoint>,
 ) -> Result<Endpoint, ConvertError> {
-    endpoint_from_digested(key, e, source_digest(e), None, prev)
+    endpoint_from_digested(key, e, source_digest(e), None, prev, None)
 }
 
 /// [`endpoint_from_proto_reusing`] given `raw`, the payload's [`source_digest`],
 /// and optionally its address already parsed, both computed earlier (a replay
 /// computes them on its decoding thread). `prev` must be the value stored under
 /// `key` (its key string is shared without comparing it: the fold found `prev`
-/// by `key`).
+/// by `key`). `like` is a shape stored for another endpoint, shared as is when
+/// it was converted from an equal payload (same [`source_digest`]): a new pod
+/// of a deployment takes its sibling's shape instead of a copy of its own.
 pub fn endpoint_from_digested(
     key: &str,
     e: &pb::Endpoint,
     raw: u128,
     address: Option<IpAddr>,
     prev: Option<&Endpoint>,
+    like: Option<&Arc<EndpointShape>>,
 ) -> Result<Endpoint, ConvertError> {
     if key.is_empty() {
         return err("endpoint key is empty");
@@ -176,8 +179,9 @@ pub fn endpoint_from_digested(
             ))
         })?,
     };
-    let shape = match prev {
-        Some(p) if p.shape.source_digest() == raw => p.shape.clone(),
+    let shape = match (prev, like) {
+        (Some(p), _) if p.shape.source_digest() == raw => p.shape.clone(),
+        (_, Some(s)) if s.source_digest() == raw => s.clone(),
         _ => Arc::new(shape_from_proto(key, e, prev.map(|p| &*p.shape), raw)?),
     };
     let health = health_from_proto(e.health);

@@ -174,6 +174,11 @@ impl HKey {
     }
 }
 
+/// How many endpoints of a hostname [`ModelState::shape_like`] looks at: the
+/// pods of a deployment spread over a few zones, so a handful finds a match
+/// when there is one, and the cost of a miss stays bounded.
+const SIBLINGS: usize = 8;
+
 /// An address as the address index orders it: IPv4 before IPv6, as `IpAddr`
 /// orders them, then by value. Why not `IpAddr` itself: its order compares
 /// octet arrays with `memcmp`, which was most of the cost of sorting and
@@ -402,6 +407,23 @@ impl ModelState {
     /// [`ModelState::raw_endpoint`] with the key already hashed (the fold's path).
     pub(crate) fn raw_endpoint_at(&self, hk: &HKey) -> Option<&Arc<Written<Endpoint>>> {
         self.raw_endpoints.get(hk)
+    }
+
+    /// A stored shape converted from a payload of digest `digest` (its
+    /// [`EndpointShape::source_digest`]), among the first [`SIBLINGS`]
+    /// endpoints listed under hostname `host` (its text as the payload gives it:
+    /// a hostname that conversion would lowercase is simply not found). Why:
+    /// the pods of one deployment in one zone have equal shapes, and a new pod
+    /// sharing its sibling's saves converting and storing one more copy (about
+    /// a kilobyte each, most of an endpoint's memory).
+    pub(crate) fn shape_like(&self, host: &str, digest: u128) -> Option<&Arc<EndpointShape>> {
+        self.endpoints_by_host
+            .get(&HKey::of(host))?
+            .iter()
+            .take(SIBLINGS)
+            .filter_map(|k| self.raw_endpoints.get(&HKey::of(k)))
+            .map(|w| &w.value.shape)
+            .find(|s| s.source_digest() == digest)
     }
 
     /// Whether a hostname has a merged service (the fold's admission check).
