@@ -267,10 +267,11 @@ pub(super) fn convert(framed: &Framed<'_>, sources: &[Arc<str>]) -> Result<Endpo
         MAX_THREADS,
         |chunk: &[&[u8]]| {
             let mut prev: Option<Arc<EndpointShape>> = None;
+            let mut scratch = pb::Endpoint::default();
             chunk
                 .iter()
                 .map(|b| {
-                    let converted = convert_shape(b, prev.as_deref());
+                    let converted = convert_shape(b, prev.as_deref(), &mut scratch);
                     if let Ok((shape, _)) = &converted {
                         prev = Some(shape.clone());
                     }
@@ -334,10 +335,17 @@ pub(super) fn convert(framed: &Framed<'_>, sources: &[Arc<str>]) -> Result<Endpo
 type ShapeKeys = (Arc<EndpointShape>, Vec<HKey>);
 
 /// Converts one stored shape, sharing what it has in common with `prev` (the
-/// shape stored before it).
-fn convert_shape(payload: &[u8], prev: Option<&EndpointShape>) -> Result<ShapeKeys, String> {
-    let p = pb::Endpoint::decode(payload).map_err(|e| e.to_string())?;
-    let shape = shape_from_payload_sharing("stored shape", &p, prev).map_err(|e| e.to_string())?;
+/// shape stored before it). `scratch` is the message decoded into, reused from
+/// shape to shape so its strings keep their buffers.
+fn convert_shape(
+    payload: &[u8],
+    prev: Option<&EndpointShape>,
+    scratch: &mut pb::Endpoint,
+) -> Result<ShapeKeys, String> {
+    scratch.clear();
+    scratch.merge(payload).map_err(|e| e.to_string())?;
+    let shape =
+        shape_from_payload_sharing("stored shape", scratch, prev).map_err(|e| e.to_string())?;
     let hosts = shape
         .services
         .iter()
