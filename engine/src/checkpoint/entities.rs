@@ -57,8 +57,10 @@ pub(super) struct StoredEntity {
 }
 
 /// Model labels (or annotations) as a payload's map.
-pub(super) fn labels(l: &BTreeMap<Arc<str>, Arc<str>>) -> BTreeMap<String, String> {
-    l.iter()
+pub(super) fn labels<'a>(
+    l: impl IntoIterator<Item = (&'a Arc<str>, &'a Arc<str>)>,
+) -> BTreeMap<String, String> {
+    l.into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use deltapilot_proto as pb;
 
 use super::{
-    Endpoint, EndpointShape, Health, Hostname, Labels, Locality, Port, Protocol, Resolution,
-    Service, source_digest,
+    Endpoint, EndpointShape, Health, Hostname, Locality, Port, Protocol, Resolution, Service,
+    SortedMap, WorkloadLabels, source_digest,
 };
 
 /// Why an event payload is not a valid model object.
@@ -40,7 +40,9 @@ fn hostname(h: &str) -> Result<Hostname, ConvertError> {
     Ok(Hostname::new(&h.to_ascii_lowercase()))
 }
 
-fn labels(m: &std::collections::BTreeMap<String, String>) -> Labels {
+fn labels<M: FromIterator<(Arc<str>, Arc<str>)>>(
+    m: &std::collections::BTreeMap<String, String>,
+) -> M {
     m.iter()
         .map(|(k, v)| (Arc::from(k.as_str()), Arc::from(v.as_str())))
         .collect()
@@ -242,16 +244,14 @@ fn shape_from_proto(
 ) -> Result<EndpointShape, ConvertError> {
     let ports = match prev {
         Some(p) if same_ports(&p.ports, &e.ports) => p.ports.clone(),
-        _ => {
-            let mut ports = std::collections::BTreeMap::new();
-            for (name, n) in &e.ports {
-                ports.insert(
-                    Arc::from(name.as_str()),
-                    port_number(*n, || format!("endpoint {key}: port {name:?}"))?,
-                );
-            }
-            ports
-        }
+        _ => e
+            .ports
+            .iter()
+            .map(|(name, n)| {
+                let port = port_number(*n, || format!("endpoint {key}: port {name:?}"))?;
+                Ok((Arc::from(name.as_str()), port))
+            })
+            .collect::<Result<SortedMap<_, _>, ConvertError>>()?,
     };
     if e.services.is_empty() {
         return err(format!("endpoint {key}: belongs to no service"));
@@ -296,7 +296,7 @@ fn shape_from_proto(
 
 /// Whether a stored port map equals the payload's (both sorted by name).
 fn same_ports(
-    stored: &std::collections::BTreeMap<Arc<str>, u16>,
+    stored: &SortedMap<Arc<str>, u16>,
     given: &std::collections::BTreeMap<String, u32>,
 ) -> bool {
     stored.len() == given.len()
@@ -307,7 +307,10 @@ fn same_ports(
 }
 
 /// Whether stored labels equal the payload's (both sorted by key).
-fn same_labels(stored: &Labels, given: &std::collections::BTreeMap<String, String>) -> bool {
+fn same_labels(
+    stored: &WorkloadLabels,
+    given: &std::collections::BTreeMap<String, String>,
+) -> bool {
     stored.len() == given.len()
         && stored
             .iter()

@@ -7,14 +7,36 @@ use std::sync::Arc;
 /// Key/value labels, ordered for determinism.
 pub type Labels = BTreeMap<Arc<str>, Arc<str>>;
 
+/// A workload's labels, as an endpoint shape holds them (a few entries, one
+/// exact-size allocation; see `sorted_map`).
+pub type WorkloadLabels = super::SortedMap<Arc<str>, Arc<str>>;
+
+/// Anything a selector can look labels up in.
+pub trait LabelLookup {
+    /// The value of label `key`.
+    fn label(&self, key: &str) -> Option<&Arc<str>>;
+}
+
+impl LabelLookup for Labels {
+    fn label(&self, key: &str) -> Option<&Arc<str>> {
+        self.get(key)
+    }
+}
+
+impl LabelLookup for WorkloadLabels {
+    fn label(&self, key: &str) -> Option<&Arc<str>> {
+        self.get(key)
+    }
+}
+
 /// An equality-based label selector.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct LabelSelector(pub Labels);
 
 impl LabelSelector {
     /// Whether `labels` carries every pair of this selector.
-    pub fn matches(&self, labels: &Labels) -> bool {
-        self.0.iter().all(|(k, v)| labels.get(k) == Some(v))
+    pub fn matches<L: LabelLookup + ?Sized>(&self, labels: &L) -> bool {
+        self.0.iter().all(|(k, v)| labels.label(k) == Some(v))
     }
 
     /// Whether the selector is empty (matches everything).

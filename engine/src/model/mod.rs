@@ -12,6 +12,7 @@ mod convert;
 mod labels;
 mod proxy;
 mod shape;
+mod sorted_map;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -21,9 +22,10 @@ pub use convert::{
     ConvertError, endpoint_from_digested, endpoint_from_proto, endpoint_from_proto_reusing,
     health_from_proto, service_from_proto, shape_from_payload, shape_from_payload_sharing,
 };
-pub use labels::{LabelSelector, Labels};
+pub use labels::{LabelLookup, LabelSelector, Labels, WorkloadLabels};
 pub use proxy::{Proxy, ProxyType};
 pub use shape::{EndpointShape, source_digest};
+pub use sorted_map::SortedMap;
 
 /// A fully qualified service hostname, e.g. `reviews.default.svc.cluster.local`.
 /// Cheap to clone (shared string).

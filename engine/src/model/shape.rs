@@ -14,7 +14,6 @@
 //! fold compares whole endpoints; two shapes are equal when their content is,
 //! whatever they were converted from).
 
-use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -22,16 +21,16 @@ use deltapilot_proto as pb;
 
 use crate::state::canon::Canon;
 
-use super::{Hostname, Labels, Locality};
+use super::{Hostname, Locality, SortedMap, WorkloadLabels};
 
 /// Ports, labels, locality, identity and services of an endpoint.
 #[derive(Debug, Clone)]
 pub struct EndpointShape {
     /// Service port name → target port on this workload. A service port without an
     /// entry uses the service port number.
-    pub ports: BTreeMap<Arc<str>, u16>,
+    pub ports: SortedMap<Arc<str>, u16>,
     /// Workload labels.
-    pub labels: Labels,
+    pub labels: WorkloadLabels,
     /// Topology.
     pub locality: Locality,
     /// Identity, e.g. `spiffe://cluster.local/ns/default/sa/reviews`.
@@ -46,8 +45,8 @@ impl EndpointShape {
     /// A shape from validated parts. `source_digest` identifies the payload it was
     /// converted from ([`source_digest`]; 0 when it was not converted from one).
     pub fn new(
-        ports: BTreeMap<Arc<str>, u16>,
-        labels: Labels,
+        ports: SortedMap<Arc<str>, u16>,
+        labels: WorkloadLabels,
         locality: Locality,
         service_account: Arc<str>,
         services: Vec<(Arc<str>, Hostname)>,

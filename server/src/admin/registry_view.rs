@@ -36,9 +36,9 @@ fn port(p: &Port) -> Value {
     json!({ "name": &*p.name, "number": p.number, "protocol": format!("{:?}", p.protocol).to_uppercase() })
 }
 
-fn labels(l: &deltapilot_engine::model::Labels) -> Value {
+fn labels<'a>(l: impl IntoIterator<Item = (&'a Arc<str>, &'a Arc<str>)>) -> Value {
     Value::Object(
-        l.iter()
+        l.into_iter()
             .map(|(k, v)| (k.to_string(), Value::from(&**v)))
             .collect(),
     )

@@ -272,7 +272,7 @@ mod tests {
                 Health::NotReady,
             ][i % 4],
             shape: Arc::new(EndpointShape::new(
-                ports,
+                ports.into(),
                 Default::default(),
                 Locality {
                     region: Arc::from(region),
