@@ -418,20 +418,19 @@ fn bench(c: &mut Criterion) {
     if kept.is_none() || !dir.join("checkpoints").is_dir() {
         rt.block_on(prepare(&dir));
     }
-    if let Some(runs) = std::env::var(CPU_PROBE_ENV)
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|n| *n > 0)
-    {
-        cpu_report(&rt, &dir, runs);
+    // A positive count in one of the probe variables replaces criterion.
+    let runs = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|n| *n > 0)
+    };
+    if let Some(n) = runs(CPU_PROBE_ENV) {
+        cpu_report(&rt, &dir, n);
         return;
     }
-    if let Some(runs) = std::env::var(CHECKPOINT_PROBE_ENV)
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|n| *n > 0)
-    {
-        checkpoint_report(&rt, &dir, runs);
+    if let Some(n) = runs(CHECKPOINT_PROBE_ENV) {
+        checkpoint_report(&rt, &dir, n);
         return;
     }
     // `REPLAY_BENCH_PHASES=1` prints where the time goes before measuring.
