@@ -144,10 +144,9 @@ impl ModelState {
         }
     }
 
-    /// Stores a prepared batch as [`ModelState::load_endpoints`] stores its
-    /// entries: in bulk when the state holds no endpoint yet (the raw map with
-    /// the address index on this thread, the hostname index on another), one by
-    /// one otherwise.
+    /// Stores a prepared batch as `put_endpoint` in input order would: in bulk
+    /// when the state holds no endpoint yet (the raw map with the address index
+    /// on this thread, the hostname index on another), one by one otherwise.
     pub(crate) fn load_endpoint_batch(&mut self, batch: EndpointBatch) {
         if !self.raw_endpoints.is_empty() {
             self.put_endpoints(batch.into_entries());
