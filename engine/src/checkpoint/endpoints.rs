@@ -159,8 +159,8 @@ struct Record<'a> {
 pub(super) struct Framed<'a> {
     shapes: Vec<&'a [u8]>,
     /// The distinct sources of the records, in order of first use: a restore
-    /// turns each into its shared name once, not once per endpoint.
-    pub(super) sources: Vec<&'a str>,
+    /// turns each into a shared name once per thread, not once per endpoint.
+    sources: Vec<&'a str>,
     records: Vec<Record<'a>>,
 }
 
@@ -253,14 +253,13 @@ const PARALLEL_MIN: usize = 2048;
 const MAX_THREADS: usize = 4;
 
 /// Converts every shape, builds every endpoint and prepares it for the bulk
-/// load (both steps on several threads), in record order. `sources` are the
-/// shared names of [`Framed::sources`], in their order.
+/// load (both steps on several threads), in record order.
 ///
 /// Why in one pass: preparing an endpoint for the load (digests, key hashes,
 /// index entries) read it back from memory that another thread had just
 /// written, a few cache misses per endpoint; here it is still in this core's
 /// cache. Each shape's hostname keys are computed once with it.
-pub(super) fn convert(framed: &Framed<'_>, sources: &[Arc<str>]) -> Result<EndpointBatch, String> {
+pub(super) fn convert(framed: &Framed<'_>) -> Result<EndpointBatch, String> {
     let shapes = crate::par::map_chunks(
         &framed.shapes,
         PARALLEL_MIN,
@@ -290,13 +289,6 @@ pub(super) fn convert(framed: &Framed<'_>, sources: &[Arc<str>]) -> Result<Endpo
         .enumerate()
         .map(|(i, s)| s.map_err(|e| format!("endpoint shape {i}: {e}")))
         .collect::<Result<Vec<_>, _>>()?;
-    if sources.len() != framed.sources.len() {
-        return Err(format!(
-            "{} source names for {} sources",
-            sources.len(),
-            framed.sources.len()
-        ));
-    }
     let shapes = &shapes;
     let mut batch = EndpointBatch::default();
     for part in crate::par::map_chunks_at(
@@ -307,7 +299,7 @@ pub(super) fn convert(framed: &Framed<'_>, sources: &[Arc<str>]) -> Result<Endpo
             // Each chunk holds its own copy of the source names: every endpoint
             // takes a reference to its source, and two cores counting references
             // on one shared name pass its cache line back and forth.
-            let sources: Vec<Arc<str>> = sources.iter().map(|s| Arc::from(&**s)).collect();
+            let sources: Vec<Arc<str>> = framed.sources.iter().map(|s| Arc::from(*s)).collect();
             let mut part = EndpointBatch::with_capacity(chunk.len());
             for (i, r) in chunk.iter().enumerate() {
                 // `frame` checked the shape number and numbered the source.
@@ -379,8 +371,7 @@ mod tests {
         let mut r = Reader::new(body);
         let framed = frame(&mut r)?;
         assert_eq!(r.remaining(), 0, "the section is read to its end");
-        let sources: Vec<Arc<str>> = framed.sources.iter().map(|s| Arc::from(*s)).collect();
-        Ok(convert(&framed, &sources)?.endpoints())
+        Ok(convert(&framed)?.endpoints())
     }
 
     #[test]

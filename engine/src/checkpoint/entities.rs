@@ -241,8 +241,7 @@ impl Restorer {
         }
     }
 
-    /// The shared name of source `name`.
-    pub(super) fn source(&mut self, name: &str) -> Arc<str> {
+    fn source(&mut self, name: &str) -> Arc<str> {
         // Entities come grouped by source: the last one answers almost every call
         // without a map lookup.
         if let Some(s) = &self.last_source

@@ -394,12 +394,7 @@ pub(super) fn decode(file: &Bytes) -> Result<Checkpoint, String> {
     }
     let endpoints = endpoints::frame(&mut r)?;
     let converted = convert_all(&framed);
-    let sources: Vec<Arc<str>> = endpoints
-        .sources
-        .iter()
-        .map(|s| restorer.source(s))
-        .collect();
-    let endpoints = endpoints::convert(&endpoints, &sources)?;
+    let endpoints = endpoints::convert(&endpoints)?;
     // The stored resources are independent of the entities: they are read on a
     // second thread while this one inserts the entities (both are single-threaded
     // and about as long).
