@@ -636,12 +636,11 @@ fn apply_event(
             }
             let current = st.raw_endpoint_at(&hk).cloned();
             let prev = current.as_ref().map(|w| &*w.value);
-            let like = match (prev, e.services.first()) {
-                (Some(p), _) if p.shape.source_digest() == digest => None,
-                (_, Some(s)) => st.shape_like(&s.hostname, digest).cloned(),
-                _ => None,
+            let like = || {
+                let first = e.services.first()?;
+                st.shape_like(&first.hostname, digest).cloned()
             };
-            let ep = endpoint_from_digested(&u.key, e, digest, prep.address, prev, like.as_ref())
+            let ep = endpoint_from_digested(&u.key, e, digest, prep.address, prev, like)
                 .map_err(invalid)?;
             let source = match &current {
                 Some(w) if *w.source != *ev.source => {

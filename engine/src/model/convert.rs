@@ -151,23 +151,24 @@ pub fn endpoint_from_proto_reusing(
     e: &pb::Endpoint,
     prev: Option<&Endpoint>,
 ) -> Result<Endpoint, ConvertError> {
-    endpoint_from_digested(key, e, source_digest(e), None, prev, None)
+    endpoint_from_digested(key, e, source_digest(e), None, prev, || None)
 }
 
 /// [`endpoint_from_proto_reusing`] given `raw`, the payload's [`source_digest`],
 /// and optionally its address already parsed, both computed earlier (a replay
 /// computes them on its decoding thread). `prev` must be the value stored under
 /// `key` (its key string is shared without comparing it: the fold found `prev`
-/// by `key`). `like` is a shape stored for another endpoint, shared as is when
-/// it was converted from an equal payload (same [`source_digest`]): a new pod
-/// of a deployment takes its sibling's shape instead of a copy of its own.
+/// by `key`). When `prev`'s shape is not the payload's, `like` is asked for a
+/// shape stored for another endpoint, which is shared as is when it was
+/// converted from an equal payload (same [`source_digest`]): a new pod of a
+/// deployment takes its sibling's shape instead of a copy of its own.
 pub fn endpoint_from_digested(
     key: &str,
     e: &pb::Endpoint,
     raw: u128,
     address: Option<IpAddr>,
     prev: Option<&Endpoint>,
-    like: Option<&Arc<EndpointShape>>,
+    like: impl FnOnce() -> Option<Arc<EndpointShape>>,
 ) -> Result<Endpoint, ConvertError> {
     if key.is_empty() {
         return err("endpoint key is empty");
@@ -181,10 +182,12 @@ pub fn endpoint_from_digested(
             ))
         })?,
     };
-    let shape = match (prev, like) {
-        (Some(p), _) if p.shape.source_digest() == raw => p.shape.clone(),
-        (_, Some(s)) if s.source_digest() == raw => s.clone(),
-        _ => Arc::new(shape_from_proto(key, e, prev.map(|p| &*p.shape), raw)?),
+    let shape = match prev {
+        Some(p) if p.shape.source_digest() == raw => p.shape.clone(),
+        _ => match like().filter(|s| s.source_digest() == raw) {
+            Some(s) => s,
+            None => Arc::new(shape_from_proto(key, e, prev.map(|p| &*p.shape), raw)?),
+        },
     };
     let health = health_from_proto(e.health);
     debug_assert!(
@@ -214,18 +217,14 @@ pub fn health_from_proto(code: i32) -> Health {
 
 /// The shape of `e` alone (its ports, labels, locality, identity and services;
 /// address, weight and health are ignored), validated as [`endpoint_from_proto`]
-/// validates them. `what` names it in errors.
+/// validates them. `what` names it in errors. Every string and map equal to
+/// `prev`'s is shared: a restore converting the shapes of one deployment in
+/// several zones one after the other allocates their ports, labels, identity
+/// and services once.
 ///
 /// Why: a checkpoint stores each distinct shape once and its endpoints by
 /// reference, so a restore converts a shape once for all the endpoints that share
 /// it (typically a deployment's pods in one zone).
-pub fn shape_from_payload(what: &str, e: &pb::Endpoint) -> Result<EndpointShape, ConvertError> {
-    shape_from_payload_sharing(what, e, None)
-}
-
-/// [`shape_from_payload`], sharing every string and map equal to `prev`'s: a
-/// restore converting the shapes of one deployment in several zones one after
-/// the other allocates their ports, labels, identity and services once.
 pub fn shape_from_payload_sharing(
     what: &str,
     e: &pb::Endpoint,

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 pub use convert::{
     ConvertError, endpoint_from_digested, endpoint_from_proto, endpoint_from_proto_reusing,
-    health_from_proto, service_from_proto, shape_from_payload, shape_from_payload_sharing,
+    health_from_proto, service_from_proto, shape_from_payload_sharing,
 };
 pub use labels::{LabelLookup, LabelSelector, Labels, WorkloadLabels};
 pub use proxy::{Proxy, ProxyType};
