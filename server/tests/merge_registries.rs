@@ -185,6 +185,15 @@ fn a_delta_client_sees_the_union_of_eureka_and_file_endpoints() {
             other => Err(format!("{other:?}; output:\n{}", dp.output())),
         },
     );
+    // `run` turns transparent huge pages off for itself (see
+    // `cli::disable_transparent_huge_pages`): the kernel reports it per process.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", dp.child.id()))
+        .expect("the server's /proc status");
+    let thp = status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .map(str::trim);
+    assert_eq!(thp, Some("0"), "THP for `deltapilot run`:\n{status}");
 
     rt.block_on(async {
         let channel =

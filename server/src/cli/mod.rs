@@ -18,3 +18,23 @@ pub(crate) fn init_tracing() {
         .with_writer(std::io::stderr)
         .init();
 }
+
+/// Turns transparent huge pages off for this process (and the processes it
+/// starts), before the runtime allocates its heap.
+///
+/// Why: on a kernel whose THP mode is `madvise` or `always`, mimalloc asks for
+/// huge pages on its arenas, and a huge page is resident in full as soon as one
+/// byte of it is touched. A server holding thousands of connections touches a
+/// few KiB per connection at scattered places, so its RSS grew in 2 MiB steps:
+/// 44–46 KiB per connected proxy at 1,000 proxies with huge pages, 36 KiB
+/// without, and less CPU spent zeroing pages (BENCHMARKS.md, load generator).
+/// Failing (a kernel without the call, a seccomp filter) only costs that
+/// memory, so it is logged and the server starts anyway.
+pub(crate) fn disable_transparent_huge_pages() {
+    if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
+        tracing::warn!(
+            error = %e,
+            "could not turn transparent huge pages off; memory per connection will be higher"
+        );
+    }
+}
