@@ -214,6 +214,10 @@ async fn prepare(dir: &Path) {
 /// replayer. The caller drops them outside the measurement: freeing a 100k-entity
 /// state is not part of reaching it (the CLI skips it at exit).
 async fn replay(dir: &Path, store: Option<&CheckpointStore>) -> (Snapshot, Replayer) {
+    // As `deltapilot replay` does: the checkpoint is read while the log opens.
+    if let Some(store) = store {
+        store.prefetch(None);
+    }
     let log = FileLog::open_read_only(&dir.join("log")).expect("open");
     let head = log.head().await.expect("head");
     let mut r = match store {

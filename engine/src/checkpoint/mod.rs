@@ -43,7 +43,8 @@
 //!   (whichever comes first, if the position moved), and a last one at shutdown.
 //!   It reads snapshots, so the fold never waits for a checkpoint.
 //! - [`load_verified`] finds the newest usable checkpoint at or before a position;
-//!   `deltapilot run` restores from it at start, `deltapilot replay` starts there.
+//!   `deltapilot run` restores from it at start, `deltapilot replay` starts there,
+//!   having read it ahead ([`CheckpointStore::prefetch`]) while opening the log.
 //!
 //! What it does NOT do: fold events or generate resources (a restored
 //! [`Checkpoint::model`] goes to the fold runner or the replayer, which do).
@@ -51,6 +52,7 @@
 mod endpoints;
 mod entities;
 mod format;
+mod prefetch;
 mod store;
 mod task;
 #[cfg(test)]
@@ -231,7 +233,9 @@ fn join_error(path: &std::path::Path) -> impl FnOnce(tokio::task::JoinError) -> 
 
 /// The newest checkpoint in `store` that decodes, lies at or before `at_most`
 /// (when given) and the log's head, and was taken from `log`; with every newer
-/// file passed over and why. Decoding runs on a blocking thread.
+/// file passed over and why. Decoding runs on a blocking thread; a file that
+/// [`CheckpointStore::prefetch`] read ahead is taken from there (and checked the
+/// same way).
 pub async fn load_verified<L: EventLog + ?Sized>(
     store: &CheckpointStore,
     log: &L,
@@ -244,24 +248,26 @@ pub async fn load_verified<L: EventLog + ?Sized>(
             .await
             .map_err(join_error(store.dir()))??
     };
+    // A prefetch that failed to run is no loss: the files are read below.
+    let mut ahead = match store.slot().take() {
+        Some(task) => task.await.ok().flatten(),
+        None => None,
+    };
     let mut loaded = Loaded::default();
     for f in files.into_iter().rev() {
-        let (head2, at_most2, path) = (head.clone(), at_most.cloned(), f.path.clone());
-        let read = tokio::task::spawn_blocking(move || {
-            store::read_checked(&path, &|p: &Position| {
-                if let Some(limit) = &at_most2
-                    && !limit.covers(p)
-                {
-                    return Err(format!("taken at {p}, after the wanted position {limit}"));
-                }
-                if !head2.covers(p) {
-                    return Err(format!("taken at {p}, beyond the log's head {head2}"));
-                }
-                Ok(())
-            })
-        })
-        .await
-        .map_err(join_error(&f.path))?;
+        let read = match ahead.take_if(|d| d.path == f.path) {
+            Some(d) => d.for_load(at_most, &head),
+            None => {
+                let (head2, at_most2, path) = (head.clone(), at_most.cloned(), f.path.clone());
+                tokio::task::spawn_blocking(move || {
+                    store::read_checked(&path, &|p: &Position| {
+                        prefetch::usable(p, at_most2.as_ref(), Some(&head2))
+                    })
+                })
+                .await
+                .map_err(join_error(&f.path))?
+            }
+        };
         let cp = match read {
             Ok(cp) => cp,
             Err(reason) => {

@@ -15,6 +15,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use super::format::{self, HEADER_LEN};
+use super::prefetch::Slot;
 use super::{Checkpoint, Fingerprint, Rejected};
 use crate::log::Position;
 use crate::state::ModelState;
@@ -43,6 +44,8 @@ fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Er
 pub struct CheckpointStore {
     dir: PathBuf,
     keep: usize,
+    /// A checkpoint being read ahead (see `prefetch`).
+    ahead: Slot,
 }
 
 /// One checkpoint file found in the directory.
@@ -61,7 +64,13 @@ impl CheckpointStore {
         CheckpointStore {
             dir: dir.into(),
             keep: keep.max(1),
+            ahead: Slot::default(),
         }
+    }
+
+    /// Where a prefetch waits for the next load.
+    pub(super) fn slot(&self) -> &Slot {
+        &self.ahead
     }
 
     /// The directory.

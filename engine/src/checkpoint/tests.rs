@@ -305,3 +305,78 @@ proptest::proptest! {
         }
     }
 }
+
+/// A checkpoint read ahead is the one the next load takes (a copy damaged on
+/// disk after the prefetch read it is not read again), and a load gets the same
+/// answer, with the same reasons, whether the files it passes over were read
+/// ahead or not: a damaged newest file, one after the wanted position, one
+/// beyond the log's head.
+#[tokio::test]
+async fn a_prefetch_is_taken_by_the_next_load_and_checked_like_a_read() {
+    use crate::log::EventLog;
+    use crate::log::file::{FileLog, FileLogOptions, FsyncPolicy};
+    let dir = tempfile::tempdir().expect("tmp");
+    let log = FileLog::open(
+        &dir.path().join("log"),
+        FileLogOptions {
+            fsync: FsyncPolicy::Never,
+            ..Default::default()
+        },
+    )
+    .expect("log");
+    let events: Vec<_> = (0..12)
+        .map(|i| svc("a", 1, "ns", &format!("h{i}"), &[80]))
+        .collect();
+    log.append(&events).await.expect("append");
+    let store = CheckpointStore::new(dir.path().join("cp"), 10);
+    let st = rich_state();
+    for n in [5u64, 10] {
+        store
+            .write(&Position::single(n), &[], &st, None)
+            .expect("write");
+    }
+    let files = store.list().expect("list");
+    let (older, newest) = (files[0].path.clone(), files[1].path.clone());
+    let seven = Position::single(7);
+    let summary = |l: Loaded| {
+        let (path, cp) = l.checkpoint.expect("a checkpoint");
+        let reasons: Vec<String> = l.rejected.into_iter().map(|r| r.reason).collect();
+        (path, cp.position, cp.model.hash(), reasons)
+    };
+
+    // Read ahead to the end, then damaged on disk: the load takes the copy.
+    store.prefetch(None);
+    let task = store.slot().take().expect("a prefetch started");
+    let done = task.await.expect("the prefetch ran");
+    assert_eq!(done.as_ref().map(|d| &d.path), Some(&newest));
+    store.slot().put(tokio::spawn(async move { done }));
+    let mut bytes = std::fs::read(&newest).expect("read");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x20;
+    std::fs::write(&newest, &bytes).expect("damage");
+    let ahead = summary(load_verified(&store, &log, None).await.expect("load"));
+    assert_eq!(ahead.0, newest, "{:?}", ahead.3);
+    assert_eq!(ahead.2, st.hash());
+
+    // Damaged newest, wanted position before it, head before it: with and
+    // without a prefetch, the same file and the same reasons.
+    let short = FileLog::open(
+        &dir.path().join("short"),
+        FileLogOptions {
+            fsync: FsyncPolicy::Never,
+            ..Default::default()
+        },
+    )
+    .expect("short log");
+    short.append(&events[..8]).await.expect("append");
+    for (at_most, log) in [(None, &log), (Some(&seven), &log), (None, &short)] {
+        let plain = summary(load_verified(&store, log, at_most).await.expect("load"));
+        for ahead_of in [None, at_most, Some(&seven)] {
+            store.prefetch(ahead_of);
+            let got = summary(load_verified(&store, log, at_most).await.expect("load"));
+            assert_eq!(got, plain, "prefetch {ahead_of:?}, load {at_most:?}");
+        }
+        assert_eq!(plain.0, older);
+        assert_eq!(plain.3.len(), 1, "{:?}", plain.3);
+    }
+}

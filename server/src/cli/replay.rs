@@ -137,6 +137,35 @@ enum ReplayCommand {
 }
 
 /// The opened log and where replays may start.
+/// Where a session's first replayer will start, as far as the command line
+/// says before the log is open.
+#[derive(Clone, Copy)]
+pub(crate) enum StartAt<'a> {
+    /// At the log's start: no checkpoint.
+    LogStart,
+    /// At the head.
+    Head,
+    /// At this position.
+    At(&'a Position),
+}
+
+impl<'a> StartAt<'a> {
+    /// `given`, or else `otherwise`.
+    pub(crate) fn given_or(given: Option<&'a Position>, otherwise: StartAt<'a>) -> Self {
+        given.map_or(otherwise, StartAt::At)
+    }
+
+    /// The position a checkpoint to start from must be at or before (`None`:
+    /// any), when one can serve.
+    fn checkpoint_wanted(self) -> Option<Option<&'a Position>> {
+        match self {
+            StartAt::LogStart => None,
+            StartAt::Head => Some(None),
+            StartAt::At(p) => Some(Some(p)),
+        }
+    }
+}
+
 pub(crate) struct Session {
     opened: Opened,
     store: Option<CheckpointStore>,
@@ -157,7 +186,9 @@ impl Source {
         }
     }
 
-    async fn open(&self) -> anyhow::Result<Session> {
+    /// Opens the log (and the checkpoint store), reading the checkpoint the
+    /// session will start from (see [`StartAt`]) while the log opens.
+    async fn open(&self, start: StartAt<'_>) -> anyhow::Result<Session> {
         let (uri, opts) = parse_uri(&self.log).map_err(|e| anyhow::anyhow!("--log: {e}"))?;
         let dir = match (&self.checkpoints, &uri, self.no_checkpoints) {
             (_, _, true) => None,
@@ -170,6 +201,10 @@ impl Source {
             ),
             (None, LogUri::Kafka { .. }, _) => None,
         };
+        let store = dir.map(|d| CheckpointStore::new(d, 1));
+        if let (Some(store), Some(at_most)) = (&store, start.checkpoint_wanted()) {
+            store.prefetch(at_most);
+        }
         let opened = open::open(&uri, &opts, &self.log).await?;
         let head = opened
             .log
@@ -184,7 +219,7 @@ impl Source {
         }
         Ok(Session {
             opened,
-            store: dir.map(|d| CheckpointStore::new(d, 1)),
+            store,
             opts: self.gen_options(),
             head,
         })
@@ -292,7 +327,10 @@ async fn dump(args: ReplayArgs) -> anyhow::Result<()> {
     };
     let proxy = proxy::resolve(proxy_arg, args.proxy_type)?;
     let types = parse_types(args.types.as_deref()).map_err(|e| anyhow::anyhow!("--type: {e}"))?;
-    let session = args.input.open().await?;
+    let session = args
+        .input
+        .open(StartAt::given_or(args.at.as_ref(), StartAt::Head))
+        .await?;
     let at = session.position("--at", args.at).await?;
     let mut r = session.replayer_at(&at).await?;
     let dump = config_dump(r.resources(), proxy.proxy_type, &types, &|_, _| true);
@@ -329,7 +367,10 @@ async fn events(args: ReplayArgs) -> anyhow::Result<()> {
         Some(p) => Some(proxy::resolve(p, args.proxy_type)?),
         None => None,
     };
-    let session = args.input.open().await?;
+    let session = args
+        .input
+        .open(StartAt::given_or(args.from.as_ref(), StartAt::LogStart))
+        .await?;
     let from = match &args.from {
         Some(_) => session.position("--from", args.from.clone()).await?,
         None => session.opened.log.start(),

@@ -22,7 +22,7 @@ use deltapilot_server::admin::render::renderer;
 
 use super::print::Output;
 use super::progress::Progress;
-use super::{Source, stopped_message, write_stdout};
+use super::{Source, StartAt, stopped_message, write_stdout};
 
 /// Arguments of `deltapilot replay bisect`.
 #[derive(Debug, clap::Args)]
@@ -50,7 +50,9 @@ fn version(r: Option<&Arc<Resource>>) -> String {
 
 /// Runs `replay bisect`.
 pub(crate) async fn run(input: &Source, args: BisectArgs) -> anyhow::Result<()> {
-    let session = input.open().await?;
+    let session = input
+        .open(StartAt::given_or(args.from.as_ref(), StartAt::LogStart))
+        .await?;
     let from = match &args.from {
         Some(_) => session.position("--from", args.from.clone()).await?,
         None => session.opened.log.start(),
