@@ -379,7 +379,11 @@ fn assert_matches_reference(st: &ModelState, r: &Reference) {
             (src, s.namespace.to_string(), u32::from(s.ports[0].number))
         });
         assert_eq!(got, r.merged(host), "merged service of {host}");
-        let keys: Vec<String> = st.endpoints_of(host).map(|e| e.key.to_string()).collect();
+        let keys: Vec<String> = st
+            .endpoints_of_sorted(host)
+            .into_iter()
+            .map(|e| e.key.to_string())
+            .collect();
         let want: Vec<String> = r
             .eps
             .iter()

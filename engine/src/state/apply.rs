@@ -431,13 +431,14 @@ impl ModelState {
         touched: &mut impl Touch,
     ) {
         let lists = |e: &Endpoint, host: &Hostname| e.services.iter().any(|(_, h)| h == host);
+        let ek = HKey::of(key);
         if let Some(o) = old {
             for (_, host) in &o.services {
                 if !new.is_some_and(|n| lists(n, host)) {
                     let hk = HKey::of(host.as_str());
                     let now_empty = match self.endpoints_by_host.get_mut(&hk) {
                         Some(set) => {
-                            set.remove(key);
+                            set.remove(&ek);
                             set.is_empty()
                         }
                         None => false,
@@ -455,10 +456,10 @@ impl ModelState {
                     let hk = HKey::of(host.as_str());
                     match self.endpoints_by_host.get_mut(&hk) {
                         Some(set) => {
-                            set.insert(key.clone());
+                            set.insert(ek);
                         }
                         None => {
-                            self.endpoints_by_host.insert(hk, OrdSet::unit(key.clone()));
+                            self.endpoints_by_host.insert(hk, OrdSet::unit(ek));
                         }
                     }
                 }

@@ -45,7 +45,7 @@ fn keep_last<T>(items: &mut Vec<T>, same: impl Fn(&T, &T) -> bool) {
 #[derive(Default)]
 pub(crate) struct EndpointBatch {
     records: Vec<(HKey, usize, u64, Arc<Written<Endpoint>>)>,
-    by_host: Vec<(HKey, Arc<str>, usize)>,
+    by_host: Vec<(HKey, HKey, usize)>,
     by_addr: Vec<(AddrKey, Arc<str>, usize)>,
 }
 
@@ -71,13 +71,13 @@ impl EndpointBatch {
         hosts: &[HKey],
     ) {
         debug_assert_eq!(hosts.len(), ep.shape.services.len());
-        for hk in hosts {
-            self.by_host.push((*hk, ep.key.clone(), i));
+        let hk = HKey::of(&ep.key);
+        for host in hosts {
+            self.by_host.push((*host, hk, i));
         }
         self.by_addr
             .push((AddrKey::of(ep.address), ep.key.clone(), i));
         let digest = canon::endpoint_digest(&ep);
-        let hk = HKey::of(&ep.key);
         let key = ep.key.clone();
         let w = Written::new(Kind::Endpoint, &key, ep, source, generation, digest);
         self.records.push((hk, i, w.entity_hash(), Arc::new(w)));
@@ -175,13 +175,12 @@ impl ModelState {
 
         let (raw, (by_addr, by_host)) = std::thread::scope(|scope| {
             let hosts = scope.spawn(move || {
-                // By hostname key only: each hostname's keys are ordered (and a
-                // repeated one dropped) by the set they are collected into, so
-                // the sort never compares key strings.
-                by_host.sort_unstable_by_key(|e| e.0);
-                let mut index: OrdMap<HKey, OrdSet<Arc<str>>> = OrdMap::new();
+                // Each hostname's keys in order, a repeated one once (the set
+                // drops it), so each set is filled front to back.
+                by_host.sort_unstable_by_key(|e| (e.0, e.1));
+                let mut index: OrdMap<HKey, OrdSet<HKey>> = OrdMap::new();
                 for group in by_host.chunk_by(|a, b| a.0 == b.0) {
-                    let keys: OrdSet<Arc<str>> = group.iter().map(|(_, k, _)| k.clone()).collect();
+                    let keys: OrdSet<HKey> = group.iter().map(|(_, k, _)| *k).collect();
                     index.insert(group[0].0, keys);
                 }
                 index

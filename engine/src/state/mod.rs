@@ -257,10 +257,12 @@ pub struct ModelState {
     claims: OrdMap<HKey, Claims>,
     /// The winning definitions, by hostname (alphabetical, for `services()`).
     services: OrdMap<Hostname, Arc<Service>>,
-    /// Hostname (by hash) → keys of the endpoints that list it, alphabetical. Keys
-    /// only: an endpoint whose content changes but not its hostnames leaves this
-    /// index untouched.
-    endpoints_by_host: OrdMap<HKey, OrdSet<Arc<str>>>,
+    /// Hostname (by hash) → the keys (by hash, as `raw_endpoints` holds them)
+    /// of the endpoints that list it. Keys only: an endpoint whose content
+    /// changes but not its hostnames leaves this index untouched. Hashes, not
+    /// texts: sets compare integers held in their nodes instead of following
+    /// each key to its text, and a lookup in `raw_endpoints` hashes nothing.
+    endpoints_by_host: OrdMap<HKey, OrdSet<HKey>>,
     endpoints_by_addr: OrdSet<(AddrKey, Arc<str>)>,
     hash: u64,
 }
@@ -421,7 +423,7 @@ impl ModelState {
             .get(&HKey::of(host))?
             .iter()
             .take(SIBLINGS)
-            .filter_map(|k| self.raw_endpoints.get(&HKey::of(k)))
+            .filter_map(|k| self.raw_endpoints.get(k))
             .map(|w| &w.value.shape)
             .find(|s| s.source_digest() == digest)
     }

@@ -62,7 +62,7 @@ impl ModelState {
                 continue;
             }
             for key in keys {
-                let Some(w) = self.raw_endpoint(&**key) else {
+                let Some(w) = self.raw_endpoints.get(key) else {
                     continue;
                 };
                 if w.value
@@ -70,7 +70,7 @@ impl ModelState {
                     .iter()
                     .all(|(_, h)| self.get_service(h).is_none())
                 {
-                    held.insert(key.clone());
+                    held.insert(*key);
                 }
             }
         }
@@ -93,8 +93,10 @@ impl ModelState {
             .unwrap_or_default()
     }
 
-    /// The endpoints of a hostname (the union over sources), sorted by endpoint key.
-    /// Yields endpoints even for a hostname that has no merged service right now.
+    /// The endpoints of a hostname (the union over sources), in the order of
+    /// their keys' hashes: deterministic, not alphabetical (the index holds
+    /// hashes; see [`ModelState::endpoints_of_sorted`]). Yields endpoints even
+    /// for a hostname that has no merged service right now.
     pub fn endpoints_of<Q: KeyText + ?Sized>(
         &self,
         host: &Q,
@@ -103,7 +105,15 @@ impl ModelState {
             .get(&hkey(host))
             .into_iter()
             .flat_map(|keys| keys.iter())
-            .filter_map(|k| self.raw_endpoints.get(&hkey(k)).map(|w| &w.value))
+            .filter_map(|k| self.raw_endpoints.get(k).map(|w| &w.value))
+    }
+
+    /// [`ModelState::endpoints_of`], sorted by endpoint key: for views people
+    /// read.
+    pub fn endpoints_of_sorted<Q: KeyText + ?Sized>(&self, host: &Q) -> Vec<&Arc<Endpoint>> {
+        let mut eps: Vec<&Arc<Endpoint>> = self.endpoints_of(host).collect();
+        eps.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        eps
     }
 
     /// Number of endpoints of a hostname.
@@ -143,7 +153,8 @@ impl ModelState {
         let Some(sp) = svc.port(port) else {
             return Vec::new();
         };
-        self.endpoints_of(host)
+        self.endpoints_of_sorted(host)
+            .into_iter()
             .filter(|ep| selector.matches(&ep.labels))
             .map(|ep| instance(&svc, sp, ep))
             .collect()

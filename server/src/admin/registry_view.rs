@@ -129,7 +129,7 @@ pub fn query(model: &ModelState, q: &RegistryQuery) -> Result<Value, (bool, Stri
         return Ok(json!({
             "service": service(&svc),
             "definitions": model.service_definitions(host.as_str()).iter().map(|(src, s)| json!({"source": &**src, "service": service(s)})).collect::<Vec<_>>(),
-            "endpoints": model.endpoints_of(host.as_str()).map(|e| endpoint(e)).collect::<Vec<_>>(),
+            "endpoints": model.endpoints_of_sorted(host.as_str()).into_iter().map(|e| endpoint(e)).collect::<Vec<_>>(),
         }));
     }
     let c = model.counts();
