@@ -158,19 +158,29 @@ type Claims = Arc<Vec<(Claim, Arc<Service>)>>;
 /// fold's cost). Two distinct texts with the same hash would share a slot; for a
 /// million keys the chance of that is about 10^-27, far below the rate of
 /// undetected hardware errors, so it is not checked. Iteration order is by hash:
-/// deterministic, not alphabetical.
+/// deterministic, not alphabetical. Two 64-bit halves (high first, so the order
+/// is the 128-bit value's) rather than a `u128`, which is aligned to 16 bytes:
+/// a map entry of a key and a pointer then takes 24 bytes instead of 32, and
+/// the tree nodes the fold copies on every write are a quarter smaller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct HKey(u128);
+pub(crate) struct HKey {
+    high: u64,
+    low: u64,
+}
 
 impl HKey {
     /// The key of `text`.
     pub(crate) fn of(text: &str) -> Self {
-        HKey(xxhash_rust::xxh3::xxh3_128(text.as_bytes()))
+        let h = xxhash_rust::xxh3::xxh3_128(text.as_bytes());
+        HKey {
+            high: (h >> 64) as u64,
+            low: h as u64,
+        }
     }
 
     /// Its top 64 bits: a sort key in the same order as the whole key.
     pub(crate) fn prefix(self) -> u64 {
-        (self.0 >> 64) as u64
+        self.high
     }
 }
 

@@ -260,3 +260,17 @@ fn address_keys_order_as_addresses_do() {
         }
     }
 }
+
+/// Hash keys order as the 128-bit hashes they split, and a map entry of a key
+/// and a pointer stays 24 bytes (the reason they are split).
+#[test]
+fn hash_keys_order_as_their_128_bit_hashes() {
+    let texts: Vec<String> = (0..500).map(|i| format!("ep/{i}")).collect();
+    let mut by_key: Vec<&String> = texts.iter().collect();
+    by_key.sort_by_key(|t| HKey::of(t));
+    let mut by_hash: Vec<&String> = texts.iter().collect();
+    by_hash.sort_by_key(|t| xxhash_rust::xxh3::xxh3_128(t.as_bytes()));
+    assert_eq!(by_key, by_hash);
+    assert_eq!(std::mem::size_of::<(HKey, Arc<str>)>(), 32);
+    assert_eq!(std::mem::size_of::<(HKey, Arc<Endpoint>)>(), 24);
+}
