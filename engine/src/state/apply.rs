@@ -412,12 +412,12 @@ impl ModelState {
         if old == new {
             return;
         }
+        let hk = HKey::of(key);
         if let Some(a) = old {
-            self.endpoints_by_addr
-                .remove(&(AddrKey::of(a), key.clone()));
+            self.endpoints_by_addr.remove(&(AddrKey::of(a), hk));
         }
         if let Some(a) = new {
-            self.endpoints_by_addr.insert((AddrKey::of(a), key.clone()));
+            self.endpoints_by_addr.insert((AddrKey::of(a), hk));
         }
     }
 

@@ -46,7 +46,7 @@ fn keep_last<T>(items: &mut Vec<T>, same: impl Fn(&T, &T) -> bool) {
 pub(crate) struct EndpointBatch {
     records: Vec<(HKey, usize, u64, Arc<Written<Endpoint>>)>,
     by_host: Vec<(HKey, HKey, usize)>,
-    by_addr: Vec<(AddrKey, Arc<str>, usize)>,
+    by_addr: Vec<(AddrKey, HKey, usize)>,
 }
 
 impl EndpointBatch {
@@ -75,8 +75,7 @@ impl EndpointBatch {
         for host in hosts {
             self.by_host.push((*host, hk, i));
         }
-        self.by_addr
-            .push((AddrKey::of(ep.address), ep.key.clone(), i));
+        self.by_addr.push((AddrKey::of(ep.address), hk, i));
         let digest = canon::endpoint_digest(&ep);
         let key = ep.key.clone();
         let w = Written::new(Kind::Endpoint, &key, ep, source, generation, digest);
@@ -187,8 +186,8 @@ impl ModelState {
             });
             let raw: OrdMap<HKey, Arc<Written<Endpoint>>> =
                 records.into_iter().map(|(hk, _, _, w)| (hk, w)).collect();
-            by_addr.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-            let by_addr: OrdSet<(AddrKey, Arc<str>)> =
+            by_addr.sort_unstable_by_key(|e| (e.0, e.1));
+            let by_addr: OrdSet<(AddrKey, HKey)> =
                 by_addr.into_iter().map(|(a, k, _)| (a, k)).collect();
             let by_host = hosts
                 .join()

@@ -169,6 +169,9 @@ pub(crate) struct HKey {
 }
 
 impl HKey {
+    /// The smallest key, to start a range at.
+    pub(crate) const MIN: HKey = HKey { high: 0, low: 0 };
+
     /// The key of `text`.
     pub(crate) fn of(text: &str) -> Self {
         let h = xxhash_rust::xxh3::xxh3_128(text.as_bytes());
@@ -273,7 +276,9 @@ pub struct ModelState {
     /// texts: sets compare integers held in their nodes instead of following
     /// each key to its text, and a lookup in `raw_endpoints` hashes nothing.
     endpoints_by_host: OrdMap<HKey, OrdSet<HKey>>,
-    endpoints_by_addr: OrdSet<(AddrKey, Arc<str>)>,
+    /// (address, endpoint key hash) of every endpoint; by hash for the same
+    /// reasons, and so that copying a node of it takes no reference.
+    endpoints_by_addr: OrdSet<(AddrKey, HKey)>,
     hash: u64,
 }
 

@@ -7,7 +7,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::{AddrKey, KeyText, ModelState, hkey};
+use super::{AddrKey, HKey, KeyText, ModelState, hkey};
 use crate::model::{
     Config, Endpoint, LabelSelector, Port, Protocol, Proxy, ProxyType, Service, ServiceInstance,
 };
@@ -123,13 +123,14 @@ impl ModelState {
             .map_or(0, |m| m.len())
     }
 
-    /// The endpoints at an address, sorted by key.
+    /// The endpoints at an address, in the order of their keys' hashes (the
+    /// callers that show them sort them).
     pub fn endpoints_at(&self, addr: IpAddr) -> impl Iterator<Item = &Arc<Endpoint>> + '_ {
         let at = AddrKey::of(addr);
         self.endpoints_by_addr
-            .range((at, Arc::<str>::from(""))..)
+            .range((at, HKey::MIN)..)
             .take_while(move |(a, _)| *a == at)
-            .filter_map(|(_, key)| self.raw_endpoints.get(&hkey(key)).map(|w| &w.value))
+            .filter_map(|(_, key)| self.raw_endpoints.get(key).map(|w| &w.value))
     }
 
     /// Every config object, sorted by key (`cfg/<kind>/<namespace>/<name>`).

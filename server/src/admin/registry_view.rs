@@ -89,9 +89,11 @@ pub fn query(model: &ModelState, q: &RegistryQuery) -> Result<Value, (bool, Stri
             ips: vec![addr],
             ..Default::default()
         };
+        let mut at: Vec<_> = model.endpoints_at(addr).collect();
+        at.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         return Ok(json!({
             "ip": ip,
-            "endpoints": model.endpoints_at(addr).map(|e| endpoint(e)).collect::<Vec<_>>(),
+            "endpoints": at.into_iter().map(|e| endpoint(e)).collect::<Vec<_>>(),
             "proxy_service_instances": model.proxy_service_instances(&proxy).iter().map(instance).collect::<Vec<_>>(),
             "management_ports": model.management_ports(addr).iter().map(port).collect::<Vec<_>>(),
         }));
