@@ -12,7 +12,7 @@ use std::time::Duration;
 use deltapilot_engine::checkpoint::{
     CheckpointPolicy, CheckpointStore, fingerprints, generator_id, load_verified, run_checkpointer,
 };
-use deltapilot_engine::fold::runner::Engine;
+use deltapilot_engine::fold::runner::{Engine, full_snapshot_hash};
 use deltapilot_engine::log::{EventLog, Position};
 use deltapilot_engine::replay::Replayer;
 use deltapilot_engine::replay::drive::{fold_to, start_before};
@@ -66,6 +66,11 @@ async fn replay_from_a_checkpoint_equals_replay_from_zero_byte_for_byte() {
             .is_none()
     );
     let want = zero.snapshot();
+    assert_eq!(
+        want.hash,
+        full_snapshot_hash(&want),
+        "the running hash from zero"
+    );
     let want_bytes = all_bytes(&want.resources);
     assert!(
         want_bytes.len() > 10,
@@ -123,6 +128,11 @@ async fn replay_from_a_checkpoint_equals_replay_from_zero_byte_for_byte() {
         assert_eq!(
             got.hash, want.hash,
             "snapshot hash from the checkpoint at {at}"
+        );
+        assert_eq!(
+            got.hash,
+            full_snapshot_hash(&got),
+            "the replayer's running hash, from the checkpoint at {at}"
         );
         assert_eq!(
             all_bytes(&got.resources),

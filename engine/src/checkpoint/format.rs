@@ -36,6 +36,7 @@ use xxhash_rust::xxh3::xxh3_64;
 use super::endpoints;
 use super::entities::{Converted, EntityKind, Restorer, StoredEntity, convert, for_each_entity};
 use super::{Checkpoint, Fingerprint, StoredResources};
+use crate::fold::runner::entry_hash;
 use crate::log::Position;
 use crate::state::{ModelState, PendingResync, SourceGen};
 use crate::xds::{Resource, ResourceKind, ResourceSet};
@@ -438,17 +439,25 @@ fn read_resources(r: &mut Reader<'_>, file: &Bytes) -> Result<Option<StoredResou
         1 => {
             let generator = r.str("generator id")?.to_owned();
             let mut set = ResourceSet::default();
+            let mut hash = 0u64;
             let n = r.u32("resource count")?;
             for i in 0..n {
                 let tag = r.u8("resource")?;
                 let name: Arc<str> = Arc::from(r.str("resource name")?);
                 let bytes = file.slice_ref(r.bytes("resource body")?);
-                let map = ResourceKind::from_tag(tag)
-                    .ok_or_else(|| format!("resource {i} has unknown map {tag}"))?
-                    .map_mut(&mut set);
-                map.insert(name.clone(), Arc::new(Resource::new(name, bytes)));
+                let kind = ResourceKind::from_tag(tag)
+                    .ok_or_else(|| format!("resource {i} has unknown map {tag}"))?;
+                let resource = Arc::new(Resource::new(name.clone(), bytes));
+                hash = hash.wrapping_add(entry_hash(tag, &resource));
+                if let Some(replaced) = kind.map_mut(&mut set).insert(name, resource) {
+                    hash = hash.wrapping_sub(entry_hash(tag, &replaced));
+                }
             }
-            Some(StoredResources { generator, set })
+            Some(StoredResources {
+                generator,
+                set,
+                hash,
+            })
         }
         other => return Err(format!("resources flag {other}")),
     })

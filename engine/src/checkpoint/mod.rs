@@ -98,6 +98,10 @@ pub struct StoredResources {
     pub generator: String,
     /// Every resource at the checkpoint's position.
     pub set: ResourceSet,
+    /// `resources_hash` of `set` (see the fold runner), computed while reading
+    /// it: a replay then keeps the snapshot hash current without walking the
+    /// whole set at the end.
+    pub hash: u64,
 }
 
 /// Identifies what generated a resource set: this build's version and the

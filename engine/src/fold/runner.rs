@@ -380,7 +380,7 @@ pub fn full_snapshot_hash(snapshot: &Snapshot) -> u64 {
 }
 
 /// The snapshot hash: model hash and resources hash, mixed.
-fn snapshot_hash(model: u64, resources: u64) -> u64 {
+pub(crate) fn snapshot_hash(model: u64, resources: u64) -> u64 {
     let mut b = [0u8; 16];
     b[..8].copy_from_slice(&model.to_le_bytes());
     b[8..].copy_from_slice(&resources.to_le_bytes());
@@ -398,7 +398,7 @@ fn maps_of(set: &ResourceSet, t: ResourceType) -> impl Iterator<Item = (u8, &Res
 /// The xxh3 of `tag`, the name's length, the name and the version, in that
 /// order; in a stack buffer when they fit (they nearly always do), so no
 /// buffer is allocated per resource.
-fn entry_hash(tag: u8, r: &Resource) -> u64 {
+pub(crate) fn entry_hash(tag: u8, r: &Resource) -> u64 {
     let len = 9 + r.name.len() + r.version.len();
     let fill = |buf: &mut [u8]| {
         buf[0] = tag;
@@ -434,7 +434,7 @@ pub fn resources_hash(set: &ResourceSet) -> u64 {
 /// Moves `h` (the hash of `prev`) to the hash of `next`, looking only at the names
 /// in `changes`. Equals `resources_hash(next)` as long as `changes` names every
 /// resource that differs between the two sets.
-fn update_resources_hash(
+pub(crate) fn update_resources_hash(
     mut h: u64,
     prev: &ResourceSet,
     next: &ResourceSet,

@@ -48,14 +48,14 @@ use deltapilot_proto::Event;
 
 use crate::Error;
 use crate::checkpoint::{Checkpoint, generator_id};
-use crate::fold::runner::full_snapshot_hash;
+use crate::fold::runner::{resources_hash, snapshot_hash, update_resources_hash};
 use crate::fold::{Prepared, Skipped, fold_iter, fold_prepared_owned};
 use crate::log::{Position, Record, RecordPos};
 use crate::snapshot::Snapshot;
 use crate::state::{ModelState, Touched};
 pub use crate::xds::ResourceKind;
 use crate::xds::generate::{GenError, GenOptions, Generator};
-use crate::xds::{Resource, ResourceSet, ResourceType};
+use crate::xds::{ChangeSet, Resource, ResourceSet, ResourceType};
 
 /// One resource an event changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,6 +123,11 @@ pub struct Replayer {
     opts: GenOptions,
     /// Current only when `pending` is empty.
     resources: ResourceSet,
+    /// `resources_hash(&resources)` when known, kept current by every
+    /// regeneration, so that a snapshot's hash costs nothing at the end of a
+    /// replay from a checkpoint (a walk of every resource took a few ms of the
+    /// ~100 it aims for). `None` after a full build: computed when asked.
+    resources_hash: Option<u64>,
     /// Everything folded since `resources` was last regenerated touched.
     pending: Touched,
     position: Position,
@@ -138,6 +143,7 @@ impl Replayer {
             generator: Some(Generator::new(opts.clone())),
             opts,
             resources: ResourceSet::default(),
+            resources_hash: Some(0),
             pending: Touched::default(),
             position: Position::default(),
             stats: ReplayStats::default(),
@@ -153,8 +159,8 @@ impl Replayer {
             .resources
             .filter(|r| r.generator == generator_id(&opts))
             .filter(|r| reuse::spot_check(&cp.model, &r.set, &opts));
-        let (generator, resources, pending) = match stored {
-            Some(r) => (None, r.set, Touched::default()),
+        let (generator, resources, resources_hash, pending) = match stored {
+            Some(r) => (None, r.set, Some(r.hash), Touched::default()),
             None => {
                 let mut pending = Touched::default();
                 pending
@@ -163,6 +169,7 @@ impl Replayer {
                 (
                     Some(Generator::new(opts.clone())),
                     ResourceSet::default(),
+                    Some(0),
                     pending,
                 )
             }
@@ -173,6 +180,7 @@ impl Replayer {
             generator,
             opts,
             resources,
+            resources_hash,
             pending,
             position: cp.position,
             stats: ReplayStats::default(),
@@ -192,16 +200,28 @@ impl Replayer {
         let touched = std::mem::take(&mut self.pending);
         let errors = match &mut self.generator {
             Some(g) => {
-                let (set, _, errors) = g.regenerate(&self.resources, &self.model, &touched);
-                self.resources = set;
+                let (set, changes, errors) = g.regenerate(&self.resources, &self.model, &touched);
+                self.replace_resources(set, &changes);
                 errors.len()
             }
-            None if touched.services.is_empty() && !touched.configs => {
-                reuse::rebuild_assignments(&mut self.resources, &self.model, &touched.endpoints)
-            }
+            None if touched.services.is_empty() && !touched.configs => reuse::rebuild_assignments(
+                &mut self.resources,
+                self.resources_hash.as_mut(),
+                &self.model,
+                &touched.endpoints,
+            ),
             None => self.build_generator(),
         };
         self.stats.gen_errors += errors as u64;
+    }
+
+    /// Replaces the resources with `set`, a regeneration whose `changes` name
+    /// every resource that differs, keeping their hash current.
+    fn replace_resources(&mut self, set: ResourceSet, changes: &ChangeSet) {
+        self.resources_hash = self
+            .resources_hash
+            .map(|h| update_resources_hash(h, &self.resources, &set, changes));
+        self.resources = set;
     }
 
     /// Builds the generator (and every resource) from the whole state.
@@ -209,6 +229,7 @@ impl Replayer {
         let (g, set, errors) = Generator::build(&self.model, self.opts.clone());
         self.generator = Some(g);
         self.resources = set;
+        self.resources_hash = None;
         errors.len()
     }
 
@@ -238,14 +259,16 @@ impl Replayer {
     /// `hash` equals the engine's.
     pub fn snapshot(&mut self) -> Snapshot {
         self.flush();
-        let mut s = Snapshot {
+        let resources = *self
+            .resources_hash
+            .get_or_insert_with(|| resources_hash(&self.resources));
+        Snapshot {
             position: self.position.clone(),
             model: self.model.clone(),
             resources: self.resources.clone(),
+            hash: snapshot_hash(self.model.hash(), resources),
             ..Default::default()
-        };
-        s.hash = full_snapshot_hash(&s);
-        s
+        }
     }
 
     /// Folds a batch of records (resources are regenerated when next needed).
@@ -332,7 +355,7 @@ impl Replayer {
         self.stats.gen_errors += errors.len() as u64;
         report.gen_errors = errors;
         self.model = out.state;
-        self.resources = set;
+        self.replace_resources(set, &changes);
         report
     }
 }

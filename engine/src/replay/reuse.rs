@@ -22,10 +22,11 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use crate::fold::runner::entry_hash;
 use crate::model::{Endpoint, Hostname, Service};
 use crate::state::ModelState;
-use crate::xds::ResourceSet;
 use crate::xds::generate::{GenOptions, ModelRead, build_all, build_assignments};
+use crate::xds::{ResourceKind, ResourceSet};
 
 /// Services sampled by the spot check.
 const SPOT_CHECK: usize = 16;
@@ -85,9 +86,11 @@ pub(super) fn spot_check(model: &ModelState, stored: &ResourceSet, opts: &GenOpt
 }
 
 /// Builds again the assignments of `hosts` in `set`, for a state in which no
-/// service definition or config changed since `set` was built.
+/// service definition or config changed since `set` was built; `hash`, when
+/// given, is `set`'s resources hash and is kept current.
 pub(super) fn rebuild_assignments(
     set: &mut ResourceSet,
+    mut hash: Option<&mut u64>,
     model: &ModelState,
     hosts: &BTreeSet<Hostname>,
 ) -> usize {
@@ -96,7 +99,16 @@ pub(super) fn rebuild_assignments(
     // Every cluster of these services names an assignment slot: set it to what was
     // built, or remove it (a DNS cluster has none; an assignment that failed to
     // build is left out, as the generator does).
+    let tag = ResourceKind::Endpoint.tag();
     for (name, built) in slots {
+        if let Some(h) = hash.as_deref_mut() {
+            if let Some(old) = set.endpoints.get(&name) {
+                *h = h.wrapping_sub(entry_hash(tag, old));
+            }
+            if let Some(new) = &built {
+                *h = h.wrapping_add(entry_hash(tag, new));
+            }
+        }
         match built {
             Some(r) => {
                 set.endpoints.insert(name, r);

@@ -49,7 +49,13 @@ fn one_event_at_a_time_equals_one_batch() {
     }
     assert_eq!(single.model(), batch.model());
     assert_eq!(single.resources().clone(), batch.resources().clone());
-    assert_eq!(single.snapshot().hash, batch.snapshot().hash);
+    let (one, all) = (single.snapshot(), batch.snapshot());
+    assert_eq!(one.hash, all.hash);
+    assert_eq!(
+        one.hash,
+        crate::fold::runner::full_snapshot_hash(&one),
+        "the running hash, event by event"
+    );
     assert_eq!(single.position(), &Position::single(7));
     assert_eq!(batch.stats().skipped, 1);
 }
