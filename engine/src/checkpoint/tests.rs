@@ -316,14 +316,14 @@ async fn a_prefetch_is_taken_by_the_next_load_and_checked_like_a_read() {
     use crate::log::EventLog;
     use crate::log::file::{FileLog, FileLogOptions, FsyncPolicy};
     let dir = tempfile::tempdir().expect("tmp");
-    let log = FileLog::open(
-        &dir.path().join("log"),
-        FileLogOptions {
+    let open = |name: &str| {
+        let opts = FileLogOptions {
             fsync: FsyncPolicy::Never,
             ..Default::default()
-        },
-    )
-    .expect("log");
+        };
+        FileLog::open(&dir.path().join(name), opts).expect("log")
+    };
+    let log = open("log");
     let events: Vec<_> = (0..12)
         .map(|i| svc("a", 1, "ns", &format!("h{i}"), &[80]))
         .collect();
@@ -360,14 +360,7 @@ async fn a_prefetch_is_taken_by_the_next_load_and_checked_like_a_read() {
 
     // Damaged newest, wanted position before it, head before it: with and
     // without a prefetch, the same file and the same reasons.
-    let short = FileLog::open(
-        &dir.path().join("short"),
-        FileLogOptions {
-            fsync: FsyncPolicy::Never,
-            ..Default::default()
-        },
-    )
-    .expect("short log");
+    let short = open("short");
     short.append(&events[..8]).await.expect("append");
     for (at_most, log) in [(None, &log), (Some(&seven), &log), (None, &short)] {
         let plain = summary(load_verified(&store, log, at_most).await.expect("load"));
