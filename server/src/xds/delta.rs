@@ -13,7 +13,7 @@
 //! What it does NOT do: talk gRPC, count metrics, or measure time (the loop in
 //! `service` does).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::mem;
 use std::sync::Arc;
 
@@ -65,7 +65,13 @@ struct TypeState {
     /// What the client holds. Usually the very map of the snapshot's view (see
     /// [`TypeState::reshare`]), so a synced stream keeps no per-name copy.
     known: ResourceMap,
-    initial: HashMap<Arc<str>, Arc<str>>,
+    /// What the client reported in `initial_resource_versions` and has not been
+    /// sent since (name → its resource, or a bodiless stand-in with the
+    /// reported version). Built as `known` is, so a reconnect holding exactly
+    /// the current view shares the snapshot's map here too: no per-name table
+    /// (a hash insert and two reference counts per name, on names every
+    /// reconnecting stream shares, were most of a reconnect storm's own work).
+    initial: ResourceMap,
     forced: BTreeSet<Arc<str>>,
     /// EDS only: assignments owed to clusters just (re)sent, which listeners and
     /// routes must not overtake (see `order`).
@@ -167,11 +173,12 @@ impl TypeState {
         // reconnect; names no longer pending can never be such a resend, so let
         // them (and, once empty, the table) go.
         if !self.initial.is_empty() {
-            let up = &self.up;
-            self.initial.retain(|n, _| up.contains_key(n));
-            if self.initial.is_empty() {
-                self.initial = HashMap::new();
-            }
+            let initial = &self.initial;
+            self.initial = self
+                .up
+                .keys()
+                .filter_map(|n| initial.get(n).map(|r| (n.clone(), r.clone())))
+                .collect();
         }
         if !self.fresh.is_empty() {
             let up = &self.up;
@@ -385,43 +392,27 @@ impl DeltaStream {
             s.started_seq = seq;
             s.dirty = Dirty::All;
             s.pending_from(seq);
-            // What the client holds: the snapshot's own resource when the versions
-            // match (nothing allocated), else a bodiless stand-in carrying the
-            // reported version.
-            let mut held: Vec<Arc<Resource>> =
-                Vec::with_capacity(req.initial_resource_versions.len());
-            let mut all_current = true;
-            for e in &req.initial_resource_versions {
-                let (n, v) = (text(&e.name)?, text(&e.version)?);
-                let r = match view.get(n) {
-                    Some(r) if &*r.version == v => r.clone(),
-                    Some(r) => {
-                        all_current = false;
-                        Arc::new(Resource {
-                            name: r.name.clone(),
-                            version: Arc::from(v),
-                            bytes: Bytes::new(),
-                        })
-                    }
-                    None => {
-                        all_current = false;
-                        Arc::new(Resource {
-                            name: Arc::from(n),
-                            version: Arc::from(v),
-                            bytes: Bytes::new(),
-                        })
-                    }
-                };
-                s.initial.insert(r.name.clone(), r.version.clone());
-                held.push(r);
-            }
-            if all_current && s.initial.len() == view.len() {
+            if holds_exactly(req, view)? {
                 // A reconnect holding exactly the current view (the common case:
                 // nothing changed while it was away): share the snapshot's map
                 // rather than build a copy name by name.
                 s.known = view.clone();
+                s.initial = view.clone();
             } else {
-                for r in held {
+                // What the client holds: the snapshot's own resource when the
+                // versions match (nothing allocated), else a bodiless stand-in
+                // carrying the reported version.
+                for e in &req.initial_resource_versions {
+                    let (n, v) = (text(&e.name)?, text(&e.version)?);
+                    let r = match view.get(n) {
+                        Some(r) if &*r.version == v => r.clone(),
+                        found => Arc::new(Resource {
+                            name: found.map_or_else(|| Arc::from(n), |r| r.name.clone()),
+                            version: Arc::from(v),
+                            bytes: Bytes::new(),
+                        }),
+                    };
+                    s.initial.insert(r.name.clone(), r.clone());
                     s.known.insert(r.name.clone(), r);
                 }
             }
@@ -546,7 +537,10 @@ impl DeltaStream {
                 let Some((name, r)) = s.up.pop_first() else {
                     break;
                 };
-                if s.initial.remove(&name).is_some_and(|v| v == r.version) {
+                if s.initial
+                    .remove(&name)
+                    .is_some_and(|v| v.version == r.version)
+                {
                     resent_known += 1;
                 }
                 carries_fresh |= s.fresh.remove(&name);
@@ -601,6 +595,31 @@ impl DeltaStream {
             resent_known,
         })
     }
+}
+
+/// Whether `req`'s `initial_resource_versions` name every resource of `view` at
+/// its current version, and nothing else. Allocates nothing per name: each
+/// name is looked up and its version compared in place, and repeated names
+/// (a map on the wire may repeat a key) are told apart by the snapshot
+/// resources they found. `Err` for a name or version that is not UTF-8.
+fn holds_exactly(req: &DeltaRequest, view: &ResourceMap) -> Result<bool, Error> {
+    let reported = &req.initial_resource_versions;
+    if reported.len() != view.len() {
+        // Fewer names cannot cover the view; more must repeat or add one. The
+        // texts are checked by the caller's name-by-name pass.
+        return Ok(false);
+    }
+    let mut found: Vec<usize> = Vec::with_capacity(reported.len());
+    for e in reported {
+        let (n, v) = (text(&e.name)?, text(&e.version)?);
+        match view.get(n) {
+            Some(r) if &*r.version == v => found.push(Arc::as_ptr(r) as usize),
+            _ => return Ok(false),
+        }
+    }
+    found.sort_unstable();
+    found.dedup();
+    Ok(found.len() == view.len())
 }
 
 #[cfg(test)]

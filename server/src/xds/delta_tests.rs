@@ -539,3 +539,30 @@ fn reconnect_holding_the_whole_view_shares_it_and_gets_nothing() {
     let p = st.next_response(&s2).expect("change");
     assert_eq!((names(&p), p.resent_known), (vec!["c2".to_string()], 0));
 }
+
+/// A reconnect whose repeated map entries add up to the view's size without
+/// covering it is not taken for one holding the whole view: what it lacks is
+/// sent.
+#[test]
+fn repeated_reconnect_entries_do_not_pass_for_the_whole_view() {
+    let s = base();
+    let mut st = stream(&s);
+    let mut r = req(Cluster, &[], &[], "");
+    r.initial_resource_versions = HashMap::from([("c1".to_string(), version(&s, Cluster, "c1"))]);
+    let mut lean = DeltaRequest::from(&r);
+    let again = lean.initial_resource_versions[0].clone();
+    lean.initial_resource_versions.push(again);
+    assert_eq!(
+        lean.initial_resource_versions.len(),
+        s.resources.clusters.len(),
+        "as many entries as the view has resources"
+    );
+    st.on_request(&lean, &s).expect("cds");
+    assert!(
+        !st.types[Cluster.index()]
+            .known
+            .ptr_eq(&s.resources.clusters)
+    );
+    let p = st.next_response(&s).expect("c2 is owed");
+    assert_eq!((names(&p), p.resent_known), (vec!["c2".to_string()], 0));
+}
