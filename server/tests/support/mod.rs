@@ -110,7 +110,13 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // SIGTERM first: a command run under `timeout` (Envoy, the Python
+        // clients) is a grandchild, and a SIGKILL to `timeout` left it running
+        // after the test (three Envoys per suite run); `timeout` passes TERM on.
+        let exited = matches!(self.child.try_wait(), Ok(Some(_)));
+        if !exited && !self.terminate(Duration::from_secs(5)) {
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
     }
 }
