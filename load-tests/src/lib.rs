@@ -199,15 +199,6 @@ impl LoadgenArgs {
 /// Runs the load generator: the plan, then the table on stdout and the report
 /// and plot files.
 pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
-    // Ten thousand simulated proxies allocate fresh memory at scattered places
-    // while they connect; with transparent huge pages (mimalloc asks for them
-    // under `deltapilot loadgen`) each first touch cleared 2 MiB, and the load
-    // generator took a quarter more of the CPU it shares with the server under
-    // test (12.0 against 8.5-9.3 s for reconnect-storm.yaml). The baseline
-    // server it starts inherits the setting, as `deltapilot run` sets it too.
-    if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
-        tracing::debug!(error = %e, "transparent huge pages stay on");
-    }
     if let Some(dir) = &args.baseline_serve {
         return baseline::child::serve(dir).await;
     }

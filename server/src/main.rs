@@ -55,7 +55,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    if matches!(cli.command, Command::Run(_)) {
+    if matches!(cli.command, Command::Run(_) | Command::Loadgen(_)) {
         cli::disable_transparent_huge_pages();
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -366,17 +366,10 @@ impl Engine {
 /// A snapshot's hash recomputed from scratch (O(state)): equals `snapshot.hash` for
 /// every snapshot an [`Engine`] publishes. For tests and debug tools.
 pub fn full_snapshot_hash(snapshot: &Snapshot) -> u64 {
-    // Two independent walks of about 100k entries each at mesh scale: one per
-    // core (a replay computes this once, at the end).
-    let (model, resources) = std::thread::scope(|scope| {
-        let model = scope.spawn(|| snapshot.model.recompute_hash());
-        let resources = resources_hash(&snapshot.resources);
-        let model = model
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (model, resources)
-    });
-    snapshot_hash(model, resources)
+    snapshot_hash(
+        snapshot.model.recompute_hash(),
+        resources_hash(&snapshot.resources),
+    )
 }
 
 /// The snapshot hash: model hash and resources hash, mixed.

@@ -136,7 +136,6 @@ enum ReplayCommand {
     Bisect(bisect::BisectArgs),
 }
 
-/// The opened log and where replays may start.
 /// Where a session's first replayer will start, as far as the command line
 /// says before the log is open.
 #[derive(Clone, Copy)]
@@ -166,6 +165,7 @@ impl<'a> StartAt<'a> {
     }
 }
 
+/// The opened log and where replays may start.
 pub(crate) struct Session {
     opened: Opened,
     store: Option<CheckpointStore>,

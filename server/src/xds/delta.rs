@@ -397,7 +397,6 @@ impl DeltaStream {
                 // nothing changed while it was away): share the snapshot's map
                 // rather than build a copy name by name.
                 s.known = view.clone();
-                s.initial = view.clone();
             } else {
                 // What the client holds: the snapshot's own resource when the
                 // versions match (nothing allocated), else a bodiless stand-in
@@ -412,10 +411,11 @@ impl DeltaStream {
                             bytes: Bytes::new(),
                         }),
                     };
-                    s.initial.insert(r.name.clone(), r.clone());
                     s.known.insert(r.name.clone(), r);
                 }
             }
+            // Until something is sent, what the client reported is what it holds.
+            s.initial = s.known.clone();
             outcome.initial_versions = req.initial_resource_versions.len();
             if subscribe.is_empty() && unsubscribe.is_empty() {
                 s.wildcard = true;
