@@ -58,6 +58,14 @@ pub(crate) fn map_chunks_at<T: Sync, R: Send>(
     })
 }
 
+/// The result of a scoped thread, its panic resumed on the joining thread (a
+/// panic there is a bug, not bad input).
+pub(crate) fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    handle
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

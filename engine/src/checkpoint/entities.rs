@@ -291,8 +291,16 @@ impl Restorer {
         self.endpoints.append(batch);
     }
 
+    /// Loads the services inserted so far (in bulk), so that a caller can do it
+    /// on another thread while the endpoints are still being converted.
+    pub(super) fn load_services(&mut self) {
+        if !self.services.is_empty() {
+            self.model.load_services(std::mem::take(&mut self.services));
+        }
+    }
+
     pub(super) fn finish(mut self) -> ModelState {
-        self.model.load_services(std::mem::take(&mut self.services));
+        self.load_services();
         self.model
             .load_endpoint_batch(std::mem::take(&mut self.endpoints));
         self.model

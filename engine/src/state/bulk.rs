@@ -6,8 +6,8 @@
 //! half of a restore, mostly `OrdSet` inserts into the hostname and address
 //! indexes that compare strings at random places (a cache miss or two per
 //! level). Sorted first, each map and set is filled front to back, and every
-//! hostname's key set is built in one go. The three are independent, so they
-//! are built on two threads (the engine's threads are scoped and joined here).
+//! hostname's key set is built in one go. The three are independent, so each
+//! is built on a thread of its own (scoped, and joined here).
 //!
 //! The result equals what `put_endpoint` in the same order gives: same raw map
 //! (the last write of a repeated key wins), same indexes, same hash (a test
@@ -23,6 +23,7 @@ use imbl::{OrdMap, OrdSet};
 use super::canon::{self, Kind};
 use super::{AddrKey, Claim, Claims, HKey, ModelState, ServiceSlot, Written};
 use crate::model::{Endpoint, Hostname, Service};
+use crate::par::joined;
 
 /// Of each run of items that `same` says share a key, keeps the last one: with
 /// the items sorted by key and then by place in the input, the last write wins,
@@ -84,6 +85,10 @@ impl EndpointBatch {
 
     /// Appends `other`, whose endpoints come after this batch's in the input.
     pub(crate) fn append(&mut self, mut other: EndpointBatch) {
+        if self.records.is_empty() && self.by_host.is_empty() && self.by_addr.is_empty() {
+            *self = other;
+            return;
+        }
         self.records.append(&mut other.records);
         self.by_host.append(&mut other.by_host);
         self.by_addr.append(&mut other.by_addr);
@@ -172,7 +177,9 @@ impl ModelState {
             self.hash_add(*hash);
         }
 
-        let (raw, (by_addr, by_host)) = std::thread::scope(|scope| {
+        // Three independent builds on three scoped threads (this one included):
+        // with two of them on one thread, that thread ran alone at the end.
+        let (raw, by_addr, by_host) = std::thread::scope(|scope| {
             let hosts = scope.spawn(move || {
                 // Each hostname's keys in order, a repeated one once (the set
                 // drops it), so each set is filled front to back.
@@ -184,15 +191,15 @@ impl ModelState {
                 }
                 index
             });
+            let addrs = scope.spawn(move || {
+                by_addr.sort_unstable_by_key(|e| (e.0, e.1));
+                let set: OrdSet<(AddrKey, HKey)> =
+                    by_addr.into_iter().map(|(a, k, _)| (a, k)).collect();
+                set
+            });
             let raw: OrdMap<HKey, Arc<Written<Endpoint>>> =
                 records.into_iter().map(|(hk, _, _, w)| (hk, w)).collect();
-            by_addr.sort_unstable_by_key(|e| (e.0, e.1));
-            let by_addr: OrdSet<(AddrKey, HKey)> =
-                by_addr.into_iter().map(|(a, k, _)| (a, k)).collect();
-            let by_host = hosts
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            (raw, (by_addr, by_host))
+            (raw, joined(addrs), joined(hosts))
         });
         self.raw_endpoints = raw;
         self.endpoints_by_host = by_host;
