@@ -504,6 +504,52 @@ fn a_sorted_run_of_endpoint_events_equals_log_order() {
     );
 }
 
+/// The admission check answers from the key of the payload's first hostname
+/// when it names a service, and from the stored shape otherwise: an endpoint
+/// whose first written hostname is not a service, or is written in capitals,
+/// is still admitted when one of its services exists, whether its parts were
+/// prepared on a decoding thread or not, and on the rewrite path too.
+#[test]
+fn admission_looks_past_the_first_written_hostname() {
+    let base = ModelState::from_events(&[svc("a", 0, "ns", "h1", &[80])]);
+    let batch = |addr: &str| {
+        at(
+            0,
+            vec![
+                ep(
+                    "a",
+                    0,
+                    "ep/1",
+                    &format!("10.0.1.{addr}"),
+                    &["nowhere", "h1"],
+                ),
+                ep("a", 0, "ep/2", &format!("10.0.2.{addr}"), &["H1"]),
+                ep("a", 0, "ep/3", &format!("10.0.3.{addr}"), &["nowhere"]),
+            ],
+        )
+    };
+    let (first, rewrite) = (batch("1"), batch("9"));
+    let prepare = |b: &[(RecordPos, Event)]| -> Vec<Prepared> {
+        b.iter().map(|(_, e)| Prepared::of(e)).collect()
+    };
+    let only_ep3 = |out: &FoldOutput| {
+        let skips: Vec<_> = out
+            .skipped
+            .iter()
+            .map(|s| (s.key.as_deref(), s.reason))
+            .collect();
+        assert_eq!(skips, [(Some("ep/3"), SkipReason::UnknownService)]);
+    };
+    let plain = fold(&base, &first);
+    let prepared = fold_prepared(&base, &first, &prepare(&first));
+    only_ep3(&plain);
+    only_ep3(&prepared);
+    assert_eq!(plain.state, prepared.state);
+    // The same shapes at new addresses take the rewrite path.
+    only_ep3(&fold(&plain.state, &rewrite));
+    only_ep3(&fold_prepared(&plain.state, &rewrite, &prepare(&rewrite)));
+}
+
 /// Folding with each event's [`Prepared`] part computed ahead (a replay does it on
 /// its decoding thread) gives exactly what folding without it gives: state, hash,
 /// touched sets and skips, invalid addresses included. A `prepared` of the wrong

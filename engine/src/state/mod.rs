@@ -445,7 +445,12 @@ impl ModelState {
 
     /// Whether a hostname has a merged service (the fold's admission check).
     pub(crate) fn has_service(&self, host: &Hostname) -> bool {
-        self.claims.contains_key(&HKey::of(host.as_str()))
+        self.has_service_at(&HKey::of(host.as_str()))
+    }
+
+    /// [`ModelState::has_service`] for the hostname whose key is `host`.
+    pub(crate) fn has_service_at(&self, host: &HKey) -> bool {
+        self.claims.contains_key(host)
     }
 
     /// The stored config object under `key`, with who wrote it.
