@@ -58,6 +58,38 @@ pub(crate) fn map_chunks_at<T: Sync, R: Send>(
     })
 }
 
+/// `f` on each item of `items`, in contiguous chunks on up to `max_threads`
+/// threads (the calling one included) when `parallel` and there is more than
+/// one core; otherwise on the calling thread. A panic in `f` is resumed here.
+pub(crate) fn for_each_mut<T: Send>(
+    items: &mut [T],
+    parallel: bool,
+    max_threads: usize,
+    f: impl Fn(&mut T) + Sync,
+) {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(max_threads)
+        .min(items.len());
+    if !parallel || threads < 2 {
+        items.iter_mut().for_each(f);
+        return;
+    }
+    let size = items.len().div_ceil(threads);
+    let f = &f;
+    std::thread::scope(|scope| {
+        let mut chunks = items.chunks_mut(size);
+        let first = chunks.next().unwrap_or_default();
+        let rest: Vec<_> = chunks
+            .map(|c| scope.spawn(move || c.iter_mut().for_each(f)))
+            .collect();
+        first.iter_mut().for_each(f);
+        for h in rest {
+            joined(h);
+        }
+    });
+}
+
 /// The result of a scoped thread, its panic resumed on the joining thread (a
 /// panic there is a bug, not bad input).
 pub(crate) fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
@@ -69,6 +101,16 @@ pub(crate) fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_item_is_visited_once_whether_split_or_not() {
+        for parallel in [false, true] {
+            let mut items: Vec<u64> = (0..1_001).collect();
+            for_each_mut(&mut items, parallel, 4, |x| *x = *x * 3 + 1);
+            let want: Vec<u64> = (0..1_001).map(|x| x * 3 + 1).collect();
+            assert_eq!(items, want);
+        }
+    }
 
     #[test]
     fn results_keep_input_order_whether_split_or_not() {

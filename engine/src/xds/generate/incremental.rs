@@ -67,6 +67,9 @@ struct Dirty {
     assignments: BTreeMap<Hostname, BTreeSet<u16>>,
     /// Sidecar listener and route configuration of a port.
     ports: BTreeSet<u16>,
+    /// Per port, hosts put on (`true`) or taken off its route configuration, in
+    /// order; applied once every host is reindexed (see `apply_route_ops`).
+    route_ops: BTreeMap<u16, Vec<(Hostname, bool)>>,
 }
 
 /// Hosts below this many in one regeneration are rebuilt on the calling thread:
@@ -75,6 +78,11 @@ const PARALLEL_MIN: usize = 512;
 
 /// Most threads one regeneration builds resources on.
 const MAX_THREADS: usize = 4;
+
+/// Route configuration changes (virtual hosts put on or taken off, or stale and
+/// to be re-encoded) below this many in one regeneration are handled on the
+/// calling thread; above, each port's on a thread of its own.
+const ROUTES_PARALLEL_MIN: usize = 512;
 
 /// One host to rebuild: its name, the ports, and whether only assignments are.
 type HostJob<'a> = (&'a Hostname, &'a BTreeSet<u16>, bool);
@@ -199,6 +207,7 @@ impl Generator {
         for h in &touched.services {
             self.reindex(model, h, &mut dirty);
         }
+        self.apply_route_ops(std::mem::take(&mut dirty.route_ops));
         for h in &touched.endpoints {
             if touched.services.contains(h) {
                 continue;
@@ -224,10 +233,10 @@ impl Generator {
             out.apply(d.kind, d.grpc, d.name, d.desired);
         }
         let empty = BTreeSet::new();
+        let mut encoded = self.encode_routes(&dirty.ports);
         for p in &dirty.ports {
-            let routes = self.http.get_mut(p);
-            let any_http = routes.as_ref().is_some_and(|r| !r.is_empty());
-            let route_config = routes.and_then(|r| r.encode()).map(Ok);
+            let any_http = self.http.get(p).is_some_and(|r| !r.is_empty());
+            let route_config = encoded.remove(p).flatten().map(Ok);
             let tcp = self.tcp.get(p).unwrap_or(&empty);
             let listener = lds::sidecar_listener(*p, any_http, tcp, &self.opts);
             out.apply(
@@ -267,9 +276,11 @@ impl Generator {
             }
             dirty.ports.insert(p);
             if http {
-                if let Some(r) = self.http.get_mut(&p) {
-                    r.remove(h);
-                }
+                dirty
+                    .route_ops
+                    .entry(p)
+                    .or_default()
+                    .push((h.clone(), false));
             } else if let Some(set) = self.tcp.get_mut(&p) {
                 set.remove(h);
                 if set.is_empty() {
@@ -284,10 +295,11 @@ impl Generator {
             }
             dirty.ports.insert(p);
             if http {
-                self.http
+                dirty
+                    .route_ops
                     .entry(p)
-                    .or_insert_with(|| PortRoutes::new(p))
-                    .insert(h);
+                    .or_default()
+                    .push((h.clone(), true));
             } else {
                 self.tcp.entry(p).or_default().insert(h.clone());
             }
@@ -295,6 +307,51 @@ impl Generator {
         if let (Some(svc), false) = (svc, new.is_empty()) {
             self.hosts.insert(h.clone(), HostEntry { svc, ports: new });
         }
+    }
+
+    /// Applies each port's recorded route changes in their order, creating the
+    /// port's routes on the first host put on it. Ports are independent, so with
+    /// many changes (a startup, a restore, a replay's one regeneration at the end:
+    /// 10k services put 10k virtual hosts on each HTTP port, each claiming its
+    /// domains, ~100 ms on one core) each port's run on a thread of its own.
+    fn apply_route_ops(&mut self, mut ops: BTreeMap<u16, Vec<(Hostname, bool)>>) {
+        for (p, list) in &ops {
+            if list.iter().any(|(_, add)| *add) {
+                self.http.entry(*p).or_insert_with(|| PortRoutes::new(*p));
+            }
+        }
+        let many = ops.values().map(Vec::len).sum::<usize>() >= ROUTES_PARALLEL_MIN;
+        let mut work: Vec<(&mut PortRoutes, Vec<(Hostname, bool)>)> = self
+            .http
+            .iter_mut()
+            .filter_map(|(p, r)| ops.remove(p).map(|list| (r, list)))
+            .collect();
+        crate::par::for_each_mut(&mut work, many, MAX_THREADS, |(routes, list)| {
+            for (h, add) in list.iter() {
+                if *add {
+                    routes.insert(h);
+                } else {
+                    routes.remove(h);
+                }
+            }
+        });
+    }
+
+    /// The route configuration of each of `ports` that has HTTP routes,
+    /// re-encoding its stale virtual hosts; ports on several threads when many
+    /// are stale (see [`Generator::apply_route_ops`]).
+    fn encode_routes(&mut self, ports: &BTreeSet<u16>) -> BTreeMap<u16, Option<Bytes>> {
+        let mut work: Vec<(u16, &mut PortRoutes, Option<Bytes>)> = self
+            .http
+            .iter_mut()
+            .filter(|(p, _)| ports.contains(p))
+            .map(|(p, r)| (*p, r, None))
+            .collect();
+        let many = work.iter().map(|(_, r, _)| r.stale_len()).sum::<usize>() >= ROUTES_PARALLEL_MIN;
+        crate::par::for_each_mut(&mut work, many, MAX_THREADS, |(_, routes, out)| {
+            *out = routes.encode();
+        });
+        work.into_iter().map(|(p, _, out)| (p, out)).collect()
     }
 
     /// Decides every job's resources (see [`Generator::decide_host`]), in job

@@ -204,6 +204,11 @@ impl PortRoutes {
         self.vhosts.is_empty()
     }
 
+    /// How many virtual hosts the next [`PortRoutes::encode`] re-encodes.
+    pub(crate) fn stale_len(&self) -> usize {
+        self.stale.len()
+    }
+
     fn owner(claimants: Option<&Vec<(Rank, Hostname)>>) -> Option<&Hostname> {
         let mut it = claimants?.iter();
         let first = it.next()?;
