@@ -114,7 +114,7 @@ use deltapilot_proto::{self as pb, Event};
 
 use crate::log::RecordPos;
 use crate::model::{
-    Hostname, endpoint_from_digested, health_from_proto, service_from_proto, source_digest,
+    EndpointShape, endpoint_from_digested, health_from_proto, service_from_proto, source_digest,
 };
 use crate::state::{HKey, ModelState, Rewrite, ServiceSlot, SourceGen, TouchLog, Touched};
 
@@ -225,11 +225,7 @@ fn with_prepared<'a>(
 ) -> impl Iterator<Item = (RecordPos, &'a Event, Prepared)> + 'a {
     let given = prepared.len() == batch.len();
     batch.iter().enumerate().map(move |(i, (p, e))| {
-        let prep = if given {
-            prepared[i]
-        } else {
-            Prepared::for_fold(e)
-        };
+        let prep = if given { prepared[i] } else { Prepared::of(e) };
         (*p, e, prep)
     })
 }
@@ -256,9 +252,7 @@ pub fn fold_iter<'a>(
     state: &ModelState,
     events: impl IntoIterator<Item = (RecordPos, &'a Event)>,
 ) -> FoldOutput {
-    let events = events
-        .into_iter()
-        .map(|(p, e)| (p, e, Prepared::for_fold(e)));
+    let events = events.into_iter().map(|(p, e)| (p, e, Prepared::of(e)));
     fold_from(state.clone(), Some(state), events)
 }
 
@@ -343,32 +337,11 @@ pub struct Prepared {
     /// An endpoint upsert's address, when computed and valid (an invalid one is
     /// parsed again by the fold, which reports it).
     address: Option<IpAddr>,
-    /// The key of the first hostname an endpoint upsert's payload lists, as
-    /// written, when computed: if it names a service, the endpoint is admitted
-    /// without reading its stored shape's hostnames (see `admit`).
-    host: Option<HKey>,
 }
 
 impl Prepared {
-    /// Everything the fold can compute from `ev` without the state, for a
-    /// thread that decodes while another folds.
+    /// Everything the fold can compute from `ev` without the state.
     pub fn of(ev: &Event) -> Self {
-        let mut p = Self::for_fold(ev);
-        p.host = match &ev.payload {
-            Some(Payload::EndpointUpsert(u)) => u.endpoint.as_ref(),
-            _ => None,
-        }
-        .and_then(|e| e.services.first())
-        .map(|s| HKey::of(&s.hostname));
-        p
-    }
-
-    /// [`Prepared::of`] without the hostname key, for the folding thread itself
-    /// (see [`fold_iter`]). Why: there, hashing it and the larger entries of a
-    /// run cost more than the admission check saves (criterion at 100k, three
-    /// interleaved runs: 601–664 K events/s with it, 701–824 without); on a
-    /// decoding thread the hashing is off the fold's path.
-    fn for_fold(ev: &Event) -> Self {
         let endpoint = match &ev.payload {
             Some(Payload::EndpointUpsert(u)) => u.endpoint.as_ref(),
             _ => None,
@@ -377,7 +350,6 @@ impl Prepared {
             hk: endpoint_hkey(ev),
             shape_digest: endpoint.map(source_digest),
             address: endpoint.and_then(|e| e.address.parse().ok()),
-            host: None,
         }
     }
 }
@@ -566,27 +538,25 @@ fn nonempty_key(d: &pb::EntityDelete) -> Result<&str, Skip> {
     }
 }
 
-/// The admission check of a stored endpoint: `Err` (reported, but the endpoint
-/// stays stored, see the module doc) when none of its services exists yet.
-/// `(shape, host)` are the payload's shape digest and, when prepared, the key of
-/// the first hostname it lists as written ([`Prepared`]).
+/// The admission check of a stored endpoint (of shape `shape`, converted from
+/// a payload of source digest `digest`): `Err` (reported, but the endpoint stays
+/// stored, see the module doc) when none of its services exists yet.
 ///
-/// Why the written hostname first: when it names a service the answer is yes,
-/// from one lookup in the (small, cache-resident) claims map, without reading
-/// the stored shape's hostnames and hashing them, two cache misses per event at
-/// 100k endpoints, where most events of a batch have a shape of their own. A
-/// written hostname that names a service is among the shape's (conversion only
-/// lowercases, and a stored name is already lowercase); any other case takes
-/// the full check.
+/// Why the shape's first hostname key first: when it names a service, one
+/// lookup in the small, cache-resident claims map answers, without reading the
+/// shape's hostnames and hashing them (two cache misses per event at 100k
+/// endpoints, where most events of a batch have a shape of their own, so the
+/// per-run cache rarely hits). Otherwise every hostname is checked, as before.
 fn admit(
     st: &ModelState,
     cx: &mut Cx,
-    (shape, host): (u128, Option<HKey>),
+    digest: u128,
     key: &str,
-    services: &[(Arc<str>, Hostname)],
+    shape: &EndpointShape,
 ) -> Result<(), Skip> {
-    if host.is_some_and(|h| st.has_service_at(&h))
-        || cx.admitted(shape, || services.iter().any(|(_, h)| st.has_service(h)))
+    let services = &shape.services;
+    if shape.first_host().is_some_and(|h| st.has_service_at(&h))
+        || cx.admitted(digest, || services.iter().any(|(_, h)| st.has_service(h)))
     {
         return Ok(());
     }
@@ -664,7 +634,7 @@ fn apply_event(
                     generation: ev.generation,
                 };
                 if let Some(shape) = st.rewrite_endpoint(&hk, &ev.source, digest, new, touched) {
-                    return admit(st, cx, (digest, prep.host), &u.key, &shape.services);
+                    return admit(st, cx, digest, &u.key, &shape);
                 }
             }
             let current = st.raw_endpoint_at(&hk).cloned();
@@ -684,7 +654,7 @@ fn apply_event(
             };
             let ep = Arc::new(ep);
             st.put_endpoint_over(hk, current, source, ev.generation, ep.clone(), touched);
-            return admit(st, cx, (digest, prep.host), &u.key, &ep.services);
+            return admit(st, cx, digest, &u.key, &ep.shape);
         }
         Payload::EndpointDelete(d) => {
             let key = nonempty_key(d)?;

@@ -504,13 +504,14 @@ fn a_sorted_run_of_endpoint_events_equals_log_order() {
     );
 }
 
-/// The admission check answers from the key of the payload's first hostname
-/// when it names a service, and from the stored shape otherwise: an endpoint
-/// whose first written hostname is not a service, or is written in capitals,
-/// is still admitted when one of its services exists, whether its parts were
-/// prepared on a decoding thread or not, and on the rewrite path too.
+/// The admission check answers from the key of the shape's first hostname
+/// when it names a service, and from all of its hostnames otherwise: an
+/// endpoint whose first (sorted) hostname is not a service, or that writes its
+/// hostname in capitals, is still admitted when one of its services exists,
+/// whether its parts were prepared on a decoding thread or not, and on the
+/// rewrite path too.
 #[test]
-fn admission_looks_past_the_first_written_hostname() {
+fn admission_looks_past_the_first_hostname() {
     let base = ModelState::from_events(&[svc("a", 0, "ns", "h1", &[80])]);
     let batch = |addr: &str| {
         at(
@@ -522,6 +523,13 @@ fn admission_looks_past_the_first_written_hostname() {
                     "ep/1",
                     &format!("10.0.1.{addr}"),
                     &["nowhere", "h1"],
+                ),
+                ep(
+                    "a",
+                    0,
+                    "ep/4",
+                    &format!("10.0.4.{addr}"),
+                    &["a-missing", "h1"],
                 ),
                 ep("a", 0, "ep/2", &format!("10.0.2.{addr}"), &["H1"]),
                 ep("a", 0, "ep/3", &format!("10.0.3.{addr}"), &["nowhere"]),

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use deltapilot_proto as pb;
 
+use crate::state::HKey;
 use crate::state::canon::Canon;
 
 use super::{Hostname, Locality, SortedMap, WorkloadLabels};
@@ -39,6 +40,9 @@ pub struct EndpointShape {
     pub services: Vec<(Arc<str>, Hostname)>,
     digest: u64,
     source_digest: u128,
+    /// The key of its first service's hostname, so that the fold's admission
+    /// check (does one of its services exist) reads no hostname text.
+    first_host: Option<HKey>,
 }
 
 impl EndpointShape {
@@ -72,6 +76,7 @@ impl EndpointShape {
             h.str(ns);
             h.str(host.as_str());
         }
+        let first_host = services.first().map(|(_, host)| HKey::of(host.as_str()));
         EndpointShape {
             ports,
             labels,
@@ -80,6 +85,7 @@ impl EndpointShape {
             services,
             digest: h.digest(),
             source_digest,
+            first_host,
         }
     }
 
@@ -93,6 +99,11 @@ impl EndpointShape {
     /// payload with the same digest converts to this very shape.
     pub fn source_digest(&self) -> u128 {
         self.source_digest
+    }
+
+    /// The key of its first service's hostname ([`HKey::of`]).
+    pub(crate) fn first_host(&self) -> Option<HKey> {
+        self.first_host
     }
 }
 
