@@ -32,9 +32,7 @@ pub(crate) fn map_chunks_at<T: Sync, R: Send>(
     f: impl Fn(usize, &[T]) -> Vec<R> + Sync,
     on_panic: impl Fn(usize, Box<dyn Any + Send>) -> Vec<R>,
 ) -> Vec<R> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(max_threads);
+    let threads = threads_for(items.len(), max_threads);
     if items.len() < min || threads < 2 {
         return f(0, items);
     }
@@ -67,10 +65,7 @@ pub(crate) fn for_each_mut<T: Send>(
     max_threads: usize,
     f: impl Fn(&mut T) + Sync,
 ) {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(max_threads)
-        .min(items.len());
+    let threads = threads_for(items.len(), max_threads);
     if !parallel || threads < 2 {
         items.iter_mut().for_each(f);
         return;
@@ -88,6 +83,15 @@ pub(crate) fn for_each_mut<T: Send>(
             joined(h);
         }
     });
+}
+
+/// How many threads `len` items are split over: no more than the cores, than
+/// `max_threads`, or than the items.
+fn threads_for(len: usize, max_threads: usize) -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(max_threads)
+        .min(len)
 }
 
 /// The result of a scoped thread, its panic resumed on the joining thread (a
