@@ -36,7 +36,7 @@ use xxhash_rust::xxh3::xxh3_64;
 use super::endpoints;
 use super::entities::{Converted, EntityKind, Restorer, StoredEntity, convert, for_each_entity};
 use super::{Checkpoint, Fingerprint, StoredResources};
-use crate::fold::runner::entry_hash;
+use crate::fold::runner::replace_entry_hash;
 use crate::log::Position;
 use crate::state::{ModelState, PendingResync, SourceGen};
 use crate::xds::{Resource, ResourceKind, ResourceSet};
@@ -458,10 +458,8 @@ fn read_resources(r: &mut Reader<'_>, file: &Bytes) -> Result<Option<StoredResou
                 let kind = ResourceKind::from_tag(tag)
                     .ok_or_else(|| format!("resource {i} has unknown map {tag}"))?;
                 let resource = Arc::new(Resource::new(name.clone(), bytes));
-                hash = hash.wrapping_add(entry_hash(tag, &resource));
-                if let Some(replaced) = kind.map_mut(&mut set).insert(name, resource) {
-                    hash = hash.wrapping_sub(entry_hash(tag, &replaced));
-                }
+                let replaced = kind.map_mut(&mut set).insert(name, resource.clone());
+                hash = replace_entry_hash(hash, tag, replaced.as_deref(), Some(&resource));
             }
             Some(StoredResources {
                 generator,

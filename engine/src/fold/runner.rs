@@ -424,6 +424,19 @@ pub fn resources_hash(set: &ResourceSet) -> u64 {
     h
 }
 
+/// `h`, a resources hash, after the entry of map `tag` under one name went from
+/// `old` to `new` (either absent): the one step every incremental update of the
+/// hash takes.
+pub(crate) fn replace_entry_hash(
+    h: u64,
+    tag: u8,
+    old: Option<&Resource>,
+    new: Option<&Resource>,
+) -> u64 {
+    let h = old.map_or(h, |r| h.wrapping_sub(entry_hash(tag, r)));
+    new.map_or(h, |r| h.wrapping_add(entry_hash(tag, r)))
+}
+
 /// Moves `h` (the hash of `prev`) to the hash of `next`, looking only at the names
 /// in `changes`. Equals `resources_hash(next)` as long as `changes` names every
 /// resource that differs between the two sets.
@@ -444,12 +457,8 @@ pub(crate) fn update_resources_hash(
             tc.upserted.iter().chain(tc.removed.iter()).collect();
         for name in names {
             for kind in kinds {
-                if let Some(r) = kind.map(prev).get(name) {
-                    h = h.wrapping_sub(entry_hash(kind.tag(), r));
-                }
-                if let Some(r) = kind.map(next).get(name) {
-                    h = h.wrapping_add(entry_hash(kind.tag(), r));
-                }
+                let (old, new) = (kind.map(prev).get(name), kind.map(next).get(name));
+                h = replace_entry_hash(h, kind.tag(), old.map(|r| &**r), new.map(|r| &**r));
             }
         }
     }

@@ -22,7 +22,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::fold::runner::entry_hash;
+use crate::fold::runner::replace_entry_hash;
 use crate::model::{Endpoint, Hostname, Service};
 use crate::state::ModelState;
 use crate::xds::generate::{GenOptions, ModelRead, build_all, build_assignments};
@@ -102,12 +102,8 @@ pub(super) fn rebuild_assignments(
     let tag = ResourceKind::Endpoint.tag();
     for (name, built) in slots {
         if let Some(h) = hash.as_deref_mut() {
-            if let Some(old) = set.endpoints.get(&name) {
-                *h = h.wrapping_sub(entry_hash(tag, old));
-            }
-            if let Some(new) = &built {
-                *h = h.wrapping_add(entry_hash(tag, new));
-            }
+            let old = set.endpoints.get(&name).map(|r| &**r);
+            *h = replace_entry_hash(*h, tag, old, built.as_deref());
         }
         match built {
             Some(r) => {
