@@ -72,11 +72,15 @@ fn empty_state_round_trips() {
 
 #[test]
 fn every_kind_of_damage_is_detected() {
+    use crate::xds::generate::{GenOptions, build_all};
+    let st = rich_state();
+    let (set, _) = build_all(&st, &GenOptions::default());
+    let id = generator_id(&GenOptions::default());
     let bytes = encode(
         &Position::from_offsets(vec![4, 9]),
         &fp(),
-        &rich_state(),
-        None,
+        &st,
+        Some((&id, &set)),
     );
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("truncated", bytes[..bytes.len() - 3].to_vec(), "truncated"),
@@ -86,8 +90,22 @@ fn every_kind_of_damage_is_detected() {
             "truncated or extended",
         ),
         ("too short", bytes[..20].to_vec(), "shorter than"),
-        ("body byte", flip(&bytes, bytes.len() / 2), "body checksum"),
-        ("last byte", flip(&bytes, bytes.len() - 1), "body checksum"),
+        ("table cut", bytes[..50].to_vec(), "section table"),
+        (
+            "table byte",
+            flip(&bytes, 45),
+            "body checksum mismatch in the section table",
+        ),
+        (
+            "state byte",
+            flip(&bytes, 80),
+            "body checksum mismatch in the state section",
+        ),
+        (
+            "last byte",
+            flip(&bytes, bytes.len() - 1),
+            "body checksum mismatch in the resources section",
+        ),
         ("header length", flip(&bytes, 17), "header checksum"),
         ("magic", flip(&bytes, 0), "bad magic"),
     ];
@@ -266,11 +284,20 @@ fn a_pending_multi_copy_resync_round_trips() {
     assert_eq!(from_restored.pending_resync("a"), None);
 }
 
-/// Recomputes both checksums after an edit, so that the content checks (not the
-/// checksums) are what meets the damage.
+/// Recomputes every checksum after an edit (each section's, when the table's
+/// lengths still fill the body, then the table's and the header's), so that the
+/// content checks (not the checksums) are what meets the damage.
 fn reseal(bytes: &mut [u8]) {
-    let body = xxh3_64(&bytes[40..]);
-    bytes[24..32].copy_from_slice(&body.to_le_bytes());
+    let word = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
+    let (state, res) = (word(bytes, 40) as usize, word(bytes, 56) as usize);
+    if state.checked_add(res) == Some(bytes.len() - 72) {
+        let state_digest = xxh3_64(&bytes[72..72 + state]);
+        let res_digest = xxh3_64(&bytes[72 + state..]);
+        bytes[48..56].copy_from_slice(&state_digest.to_le_bytes());
+        bytes[64..72].copy_from_slice(&res_digest.to_le_bytes());
+    }
+    let table = xxh3_64(&bytes[40..72]);
+    bytes[24..32].copy_from_slice(&table.to_le_bytes());
     let header = xxh3_64(&bytes[..32]);
     bytes[32..40].copy_from_slice(&header.to_le_bytes());
 }
@@ -284,7 +311,9 @@ proptest::proptest! {
     #[test]
     fn resealed_damage_never_panics(
         edits in proptest::collection::vec((0.0f64..1.0, proptest::prelude::any::<u8>()), 1..4),
+        with_resources in proptest::prelude::any::<bool>(),
     ) {
+        use crate::xds::generate::{GenOptions, build_all};
         let st = ModelState::from_events(&[
             svc("a", 0, "ns", "h1", &[80, 9090]),
             ep("a", 0, "ep/1", "10.0.0.1", &["h1"]),
@@ -292,7 +321,10 @@ proptest::proptest! {
             ep_labeled("a", 0, "ep/3", "10.0.0.3", &["h1"], &[("app", "x")]),
             cfg("a", 0, "vs", r#"{"hosts":["h1"]}"#),
         ]);
-        let mut bytes = encode(&Position::single(5), &fp(), &st, None);
+        let (set, _) = build_all(&st, &GenOptions::default());
+        let id = generator_id(&GenOptions::default());
+        let stored = with_resources.then_some((id.as_str(), &set));
+        let mut bytes = encode(&Position::single(5), &fp(), &st, stored);
         let body = bytes.len() - 40;
         for (at, value) in edits {
             let i = 40 + ((at * body as f64) as usize).min(body - 1);

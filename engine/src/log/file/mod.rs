@@ -130,6 +130,8 @@ mod segment;
 mod shared;
 mod writer;
 
+pub(crate) use segment::read_exact_at;
+
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::Path;
