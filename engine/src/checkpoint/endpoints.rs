@@ -300,7 +300,14 @@ pub(super) fn convert(framed: &Framed<'_>) -> Result<EndpointBatch, String> {
             // takes a reference to its source, and two cores counting references
             // on one shared name pass its cache line back and forth.
             let sources: Vec<Arc<str>> = framed.sources.iter().map(|s| Arc::from(*s)).collect();
-            let mut part = EndpointBatch::with_capacity(chunk.len());
+            // The first part has room for every endpoint, so that appending the
+            // others copies only theirs (room it never fills is never touched).
+            let room = if start == 0 {
+                framed.records.len()
+            } else {
+                chunk.len()
+            };
+            let mut part = EndpointBatch::with_capacity(room);
             for (i, r) in chunk.iter().enumerate() {
                 // `frame` checked the shape number and numbered the source.
                 let (shape, hosts) = &shapes[r.shape as usize];
@@ -314,6 +321,7 @@ pub(super) fn convert(framed: &Framed<'_>) -> Result<EndpointBatch, String> {
                 let source = sources[r.source as usize].clone();
                 part.push(start + i, source, r.generation, ep, hosts);
             }
+            part.sort_indexes();
             vec![part]
         },
         |_, panic| std::panic::resume_unwind(panic),

@@ -83,6 +83,14 @@ impl EndpointBatch {
         self.records.push((hk, i, w.entity_hash(), Arc::new(w)));
     }
 
+    /// Sorts its index entries as the bulk load needs them. Why here: a
+    /// caller that builds a batch in parts on several threads sorts each part
+    /// on its own thread, and the load then only merges the sorted runs.
+    pub(crate) fn sort_indexes(&mut self) {
+        self.by_host.sort_unstable_by_key(|e| (e.0, e.1));
+        self.by_addr.sort_unstable_by_key(|e| (e.0, e.1));
+    }
+
     /// Appends `other`, whose endpoints come after this batch's in the input.
     pub(crate) fn append(&mut self, mut other: EndpointBatch) {
         if self.records.is_empty() && self.by_host.is_empty() && self.by_addr.is_empty() {
@@ -182,8 +190,10 @@ impl ModelState {
         let (raw, by_addr, by_host) = std::thread::scope(|scope| {
             let hosts = scope.spawn(move || {
                 // Each hostname's keys in order, a repeated one once (the set
-                // drops it), so each set is filled front to back.
-                by_host.sort_unstable_by_key(|e| (e.0, e.1));
+                // drops it), so each set is filled front to back. A stable sort:
+                // it merges the runs of parts sorted on their own threads
+                // (`sort_indexes`) in one pass.
+                by_host.sort_by_key(|e| (e.0, e.1));
                 let mut index: OrdMap<HKey, OrdSet<HKey>> = OrdMap::new();
                 for group in by_host.chunk_by(|a, b| a.0 == b.0) {
                     let keys: OrdSet<HKey> = group.iter().map(|(_, k, _)| *k).collect();
@@ -192,7 +202,7 @@ impl ModelState {
                 index
             });
             let addrs = scope.spawn(move || {
-                by_addr.sort_unstable_by_key(|e| (e.0, e.1));
+                by_addr.sort_by_key(|e| (e.0, e.1));
                 let set: OrdSet<(AddrKey, HKey)> =
                     by_addr.into_iter().map(|(a, k, _)| (a, k)).collect();
                 set
