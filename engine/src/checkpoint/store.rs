@@ -15,10 +15,10 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use super::format::{self, Failed, HEADER_LEN, Section, TABLE_LEN};
-use crate::log::file::read_exact_at;
 use super::prefetch::Slot;
 use super::{Checkpoint, Fingerprint, Rejected};
 use crate::log::Position;
+use crate::log::file::read_exact_at;
 use crate::state::ModelState;
 use crate::xds::ResourceSet;
 use crate::{Error, Result};
@@ -194,18 +194,14 @@ pub(super) fn read_checked(
         })?;
     usable(&at)?;
     let layout = format::layout(&prefix).map_err(|e| format!("corrupt: {e}"))?;
-    let len = f
-        .metadata()
-        .map_err(|e| format!("cannot read: {e}"))?
-        .len();
-    layout
-        .check_len(len)
-        .map_err(|e| format!("corrupt: {e}"))?;
+    let len = f.metadata().map_err(|e| format!("cannot read: {e}"))?.len();
+    layout.check_len(len).map_err(|e| format!("corrupt: {e}"))?;
     // Each section is read into a buffer of its own, sized once, by the thread
     // that checks and decodes it (see `format`).
     let file = &f;
     let read = |s: Section| {
-        let len = usize::try_from(s.len).map_err(|_| "a section too large for memory".to_string())?;
+        let len =
+            usize::try_from(s.len).map_err(|_| "a section too large for memory".to_string())?;
         let mut buf = vec![0u8; len];
         read_exact_at(file, &mut buf, s.offset).map_err(|e| format!("cannot read: {e}"))?;
         Ok(bytes::Bytes::from(buf))

@@ -60,24 +60,26 @@ impl EndpointBatch {
         }
     }
 
-    /// Adds the endpoint at place `i` of the input. `hosts` are the keys of the
-    /// hostnames its shape lists ([`HKey::of`] each, in order), which a caller
-    /// holding many endpoints of one shape computes once per shape.
+    /// Adds the endpoint at place `i` of the input. `shape_digest` is its
+    /// shape's content digest and `hosts` the keys of the hostnames the shape
+    /// lists ([`HKey::of`] each, in order), which a caller holding many
+    /// endpoints of one shape computes once per shape and keeps at hand.
     pub(crate) fn push(
         &mut self,
         i: usize,
         source: Arc<str>,
         generation: u64,
         ep: Arc<Endpoint>,
-        hosts: &[HKey],
+        shape_digest: u64,
+        hosts: impl Iterator<Item = HKey>,
     ) {
-        debug_assert_eq!(hosts.len(), ep.shape.services.len());
         let hk = HKey::of(&ep.key);
         for host in hosts {
-            self.by_host.push((*host, hk, i));
+            self.by_host.push((host, hk, i));
         }
         self.by_addr.push((AddrKey::of(ep.address), hk, i));
-        let digest = canon::endpoint_digest(&ep);
+        let digest =
+            canon::endpoint_fields_digest(&ep.key, &ep.address, ep.weight, ep.health, shape_digest);
         let key = ep.key.clone();
         let w = Written::new(Kind::Endpoint, &key, ep, source, generation, digest);
         self.records.push((hk, i, w.entity_hash(), Arc::new(w)));
@@ -143,7 +145,8 @@ impl ModelState {
                 .iter()
                 .map(|(_, h)| HKey::of(h.as_str()))
                 .collect();
-            part.push(i, source, generation, ep, &hosts);
+            let digest = ep.shape.digest();
+            part.push(i, source, generation, ep, digest, hosts.into_iter());
         }
         all.append(part);
         self.load_endpoint_batch(all);
