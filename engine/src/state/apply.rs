@@ -15,9 +15,7 @@ use std::sync::Arc;
 use imbl::OrdSet;
 
 use super::canon::{self, Kind};
-use super::{
-    AddrKey, Claim, HKey, ModelState, PendingResync, ServiceSlot, SourceGen, Touch, Written,
-};
+use super::{Claim, HKey, ModelState, PendingResync, ServiceSlot, SourceGen, Touch, Written};
 use crate::model::{Config, Endpoint, EndpointShape, Health, Hostname, Service};
 
 /// The fields an endpoint rewrite usually changes, for
@@ -257,7 +255,7 @@ impl ModelState {
         let old_address = old.address;
         let old_hash = cur.entity_hash();
         let slot = self.raw_endpoints.get_mut(hk)?;
-        let (key, shape, new_hash) = match Arc::get_mut(slot) {
+        let (shape, new_hash) = match Arc::get_mut(slot) {
             Some(w) => {
                 if !same {
                     match Arc::get_mut(&mut w.value) {
@@ -278,8 +276,7 @@ impl ModelState {
                     new.generation,
                     digest,
                 );
-                let key = (old_address != new.address).then(|| w.value.key.clone());
-                (key, w.value.shape.clone(), w.hash)
+                (w.value.shape.clone(), w.hash)
             }
             None => {
                 let value = if same {
@@ -297,8 +294,7 @@ impl ModelState {
                 );
                 let hash = w.entity_hash();
                 *slot = Arc::new(w);
-                let key = (old_address != new.address).then(|| value.key.clone());
-                (key, value.shape.clone(), hash)
+                (value.shape.clone(), hash)
             }
         };
         self.hash_sub(old_hash);
@@ -307,9 +303,7 @@ impl ModelState {
             // Only the generation stamp moved: nothing to index or push.
             return Some(shape);
         }
-        if let Some(key) = key {
-            self.move_address(&key, Some(old_address), Some(new.address));
-        }
+        self.move_address(Some(old_address), Some(new.address));
         touched.endpoints_of(&shape);
         Some(shape)
     }
@@ -403,21 +397,14 @@ impl ModelState {
         } else {
             self.move_host_entries(key, old, new, touched);
         }
-        self.move_address(key, old.map(|o| o.address), new.map(|n| n.address));
+        self.move_address(old.map(|o| o.address), new.map(|n| n.address));
     }
 
-    /// Moves `key`'s entry in the address index from `old` to `new` (either may be
-    /// absent); nothing when they are equal.
-    fn move_address(&mut self, key: &Arc<str>, old: Option<IpAddr>, new: Option<IpAddr>) {
-        if old == new {
-            return;
-        }
-        let hk = HKey::of(key);
-        if let Some(a) = old {
-            self.endpoints_by_addr.remove(&(AddrKey::of(a), hk));
-        }
-        if let Some(a) = new {
-            self.endpoints_by_addr.insert((AddrKey::of(a), hk));
+    /// Notes that an endpoint moved from address `old` to `new` (either may be
+    /// absent): the address index is built again when next asked for.
+    fn move_address(&mut self, old: Option<IpAddr>, new: Option<IpAddr>) {
+        if old != new {
+            self.endpoints_by_addr.invalidate();
         }
     }
 

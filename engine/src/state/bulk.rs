@@ -21,7 +21,7 @@ use std::sync::Arc;
 use imbl::{OrdMap, OrdSet};
 
 use super::canon::{self, Kind};
-use super::{AddrKey, Claim, Claims, HKey, ModelState, ServiceSlot, Written};
+use super::{Claim, Claims, HKey, ModelState, ServiceSlot, Written};
 use crate::model::{Endpoint, Hostname, Service};
 use crate::par::joined;
 
@@ -39,7 +39,7 @@ fn keep_last<T>(items: &mut Vec<T>, same: impl Fn(&T, &T) -> bool) {
 }
 
 /// Endpoints prepared for a bulk load: what each one contributes to the raw
-/// map and both indexes, computed while its record is fresh in the cache
+/// map and the hostname index, computed while its record is fresh in the cache
 /// (reading them back afterwards was a cache miss or three per endpoint). Built
 /// on any thread, in parts that are appended in input order; `usize` is each
 /// endpoint's place in the input.
@@ -47,7 +47,6 @@ fn keep_last<T>(items: &mut Vec<T>, same: impl Fn(&T, &T) -> bool) {
 pub(crate) struct EndpointBatch {
     records: Vec<(HKey, usize, u64, Arc<Written<Endpoint>>)>,
     by_host: Vec<(HKey, HKey, usize)>,
-    by_addr: Vec<(AddrKey, HKey, usize)>,
 }
 
 impl EndpointBatch {
@@ -56,7 +55,6 @@ impl EndpointBatch {
         EndpointBatch {
             records: Vec::with_capacity(n),
             by_host: Vec::with_capacity(n),
-            by_addr: Vec::with_capacity(n),
         }
     }
 
@@ -77,7 +75,6 @@ impl EndpointBatch {
         for host in hosts {
             self.by_host.push((host, hk, i));
         }
-        self.by_addr.push((AddrKey::of(ep.address), hk, i));
         let digest =
             canon::endpoint_fields_digest(&ep.key, &ep.address, ep.weight, ep.health, shape_digest);
         let key = ep.key.clone();
@@ -90,18 +87,16 @@ impl EndpointBatch {
     /// on its own thread, and the load then only merges the sorted runs.
     pub(crate) fn sort_indexes(&mut self) {
         self.by_host.sort_unstable_by_key(|e| (e.0, e.1));
-        self.by_addr.sort_unstable_by_key(|e| (e.0, e.1));
     }
 
     /// Appends `other`, whose endpoints come after this batch's in the input.
     pub(crate) fn append(&mut self, mut other: EndpointBatch) {
-        if self.records.is_empty() && self.by_host.is_empty() && self.by_addr.is_empty() {
+        if self.records.is_empty() && self.by_host.is_empty() {
             *self = other;
             return;
         }
         self.records.append(&mut other.records);
         self.by_host.append(&mut other.by_host);
-        self.by_addr.append(&mut other.by_addr);
     }
 
     /// Its endpoints in input order, with source and generation (what storing
@@ -160,8 +155,8 @@ impl ModelState {
     }
 
     /// Stores a prepared batch as `put_endpoint` in input order would: in bulk
-    /// when the state holds no endpoint yet (the raw map with the address index
-    /// on this thread, the hostname index on another), one by one otherwise.
+    /// when the state holds no endpoint yet (the raw map on this thread, the
+    /// hostname index on another), one by one otherwise.
     pub(crate) fn load_endpoint_batch(&mut self, batch: EndpointBatch) {
         if !self.raw_endpoints.is_empty() {
             self.put_endpoints(batch.into_entries());
@@ -170,7 +165,6 @@ impl ModelState {
         let EndpointBatch {
             mut records,
             mut by_host,
-            mut by_addr,
         } = batch;
         // By key hash, and for a repeated key the last write last; keep that one.
         // (A restore's input is in key-hash order already, which the sort detects.)
@@ -182,15 +176,14 @@ impl ModelState {
             let kept: std::collections::HashSet<usize> =
                 records.iter().map(|(_, i, _, _)| *i).collect();
             by_host.retain(|(_, _, i)| kept.contains(i));
-            by_addr.retain(|(_, _, i)| kept.contains(i));
         }
         for (_, _, hash, _) in &records {
             self.hash_add(*hash);
         }
 
-        // Three independent builds on three scoped threads (this one included):
-        // with two of them on one thread, that thread ran alone at the end.
-        let (raw, by_addr, by_host) = std::thread::scope(|scope| {
+        // Two independent builds on two scoped threads (this one included). The
+        // address index is built when first asked for (see `addr_index`).
+        let (raw, by_host) = std::thread::scope(|scope| {
             let hosts = scope.spawn(move || {
                 // Each hostname's keys in order, a repeated one once (the set
                 // drops it), so each set is filled front to back. A stable sort:
@@ -204,19 +197,13 @@ impl ModelState {
                 }
                 index
             });
-            let addrs = scope.spawn(move || {
-                by_addr.sort_by_key(|e| (e.0, e.1));
-                let set: OrdSet<(AddrKey, HKey)> =
-                    by_addr.into_iter().map(|(a, k, _)| (a, k)).collect();
-                set
-            });
             let raw: OrdMap<HKey, Arc<Written<Endpoint>>> =
                 records.into_iter().map(|(hk, _, _, w)| (hk, w)).collect();
-            (raw, joined(addrs), joined(hosts))
+            (raw, joined(hosts))
         });
         self.raw_endpoints = raw;
         self.endpoints_by_host = by_host;
-        self.endpoints_by_addr = by_addr;
+        self.endpoints_by_addr.invalidate();
     }
 }
 
@@ -341,7 +328,11 @@ mod tests {
             assert_eq!(bulk.hash(), one.hash(), "{n}");
             assert_eq!(bulk.hash(), bulk.recompute_hash(), "{n}");
             assert_eq!(bulk.endpoints_by_host, one.endpoints_by_host, "{n}");
-            assert_eq!(bulk.endpoints_by_addr, one.endpoints_by_addr, "{n}");
+            assert_eq!(
+                bulk.endpoints_by_addr.get(&bulk.raw_endpoints),
+                one.endpoints_by_addr.get(&one.raw_endpoints),
+                "{n}"
+            );
             assert_eq!(
                 bulk.raw_endpoints().count(),
                 distinct as usize,

@@ -22,7 +22,8 @@
 //!     of the endpoints that list it, in key order (an endpoint whose content
 //!     changes but not its hostnames leaves this index untouched);
 //!   - endpoint keys by address, for [`ModelState::proxy_service_instances`] and
-//!     [`ModelState::management_ports`].
+//!     [`ModelState::management_ports`], built when first asked for (see
+//!     `addr_index`).
 //!
 //! ## Merge rule (several sources, one hostname)
 //!
@@ -58,6 +59,7 @@
 //! What it does NOT do: decide which events are valid or apply them (see `fold`),
 //! or build xDS resources (see `xds`).
 
+mod addr_index;
 mod apply;
 mod bulk;
 pub(crate) mod canon;
@@ -75,6 +77,7 @@ use imbl::{OrdMap, OrdSet};
 
 use crate::model::{Config, Endpoint, EndpointShape, Hostname, Service};
 
+use addr_index::AddrIndex;
 pub(crate) use apply::Rewrite;
 pub(crate) use bulk::{EndpointBatch, ServiceEntry};
 pub use query::{MANAGEMENT_PORTS_LABEL, StateCounts};
@@ -276,9 +279,9 @@ pub struct ModelState {
     /// texts: sets compare integers held in their nodes instead of following
     /// each key to its text, and a lookup in `raw_endpoints` hashes nothing.
     endpoints_by_host: OrdMap<HKey, OrdSet<HKey>>,
-    /// (address, endpoint key hash) of every endpoint; by hash for the same
-    /// reasons, and so that copying a node of it takes no reference.
-    endpoints_by_addr: OrdSet<(AddrKey, HKey)>,
+    /// (address, endpoint key hash) of every endpoint, built on first use
+    /// (see `addr_index`).
+    endpoints_by_addr: AddrIndex,
     hash: u64,
 }
 

@@ -128,6 +128,7 @@ impl ModelState {
     pub fn endpoints_at(&self, addr: IpAddr) -> impl Iterator<Item = &Arc<Endpoint>> + '_ {
         let at = AddrKey::of(addr);
         self.endpoints_by_addr
+            .get(&self.raw_endpoints)
             .range((at, HKey::MIN)..)
             .take_while(move |(a, _)| *a == at)
             .filter_map(|(_, key)| self.raw_endpoints.get(key).map(|w| &w.value))

@@ -192,6 +192,69 @@ fn moving_an_endpoint_updates_address_and_host_indexes() {
     assert_eq!(st, st.rebuild());
 }
 
+/// The address index is built when first asked for and never answers for
+/// another state: a state queried before a change keeps its answers, the
+/// changed state (which shared the built index until the change) answers
+/// anew, and so does a state loaded in bulk (a checkpoint restore).
+#[test]
+fn address_queries_follow_every_change_after_the_index_was_built() {
+    let base = ModelState::from_events(&[
+        svc("a", 0, "ns", "h1", &[80]),
+        ep("a", 0, "ep/1", "10.0.0.1", &["h1"]),
+        ep("a", 0, "ep/2", "10.0.0.2", &["h1"]),
+    ]);
+    assert_eq!(keys(base.endpoints_at(ip("10.0.0.1"))), ["ep/1"]);
+    let pos = |offset| crate::log::RecordPos {
+        partition: 0,
+        offset,
+    };
+    let changes = [
+        (pos(3), ep("a", 0, "ep/1", "10.0.0.3", &["h1"])),
+        (pos(4), ep("a", 0, "ep/3", "10.0.0.1", &["h1"])),
+        (pos(5), ep_del("a", 0, "ep/2")),
+    ];
+    let after = crate::fold::fold(&base, &changes).state;
+    assert_eq!(keys(base.endpoints_at(ip("10.0.0.1"))), ["ep/1"]);
+    assert_eq!(keys(base.endpoints_at(ip("10.0.0.2"))), ["ep/2"]);
+    assert_eq!(base.endpoints_at(ip("10.0.0.3")).count(), 0);
+    assert_eq!(keys(after.endpoints_at(ip("10.0.0.1"))), ["ep/3"]);
+    assert_eq!(after.endpoints_at(ip("10.0.0.2")).count(), 0);
+    assert_eq!(keys(after.endpoints_at(ip("10.0.0.3"))), ["ep/1"]);
+
+    // Only a weight changes: the built index stays shared, and right.
+    let mut reweighted = ep("a", 0, "ep/3", "10.0.0.1", &["h1"]);
+    if let Some(deltapilot_proto::event::Payload::EndpointUpsert(u)) = &mut reweighted.payload
+        && let Some(e) = &mut u.endpoint
+    {
+        e.weight = 9;
+    }
+    let later = crate::fold::fold(&after, &[(pos(6), reweighted)]).state;
+    assert_eq!(keys(later.endpoints_at(ip("10.0.0.1"))), ["ep/3"]);
+    assert_eq!(
+        later
+            .endpoints_at(ip("10.0.0.1"))
+            .next()
+            .expect("one")
+            .weight,
+        9
+    );
+
+    let mut loaded = ModelState::default();
+    loaded.load_endpoints(
+        after
+            .raw_endpoints()
+            .map(|(_, w)| (w.source.clone(), w.generation, w.value.clone()))
+            .collect(),
+    );
+    for a in ["10.0.0.1", "10.0.0.2", "10.0.0.3"] {
+        assert_eq!(
+            keys(loaded.endpoints_at(ip(a))),
+            keys(after.endpoints_at(ip(a))),
+            "{a}"
+        );
+    }
+}
+
 #[test]
 fn equal_entity_sets_hash_equal_whatever_the_history() {
     let direct = ModelState::from_events(&[

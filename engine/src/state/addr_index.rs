@@ -1,0 +1,68 @@
+//! The address index: (address, endpoint key hash) of every endpoint, behind
+//! [`ModelState::endpoints_at`](super::ModelState::endpoints_at) and the queries
+//! built on it (`proxy_service_instances`, `management_ports`).
+//!
+//! It is built on first use, once per state, and dropped whenever an endpoint
+//! is added, removed or moves to another address. Why not kept current like the
+//! hostname index: only the admin registry view asks address queries, while
+//! every endpoint added or removed paid for an `OrdSet` path copy and a key
+//! hash in the fold, and a checkpoint restore spent a tenth of its CPU sorting
+//! and inserting 100k entries that a replay never reads. Built from the raw
+//! endpoints it equals, by construction, what keeping it current gave.
+//!
+//! The built index is shared by the clones of one state (a snapshot and the
+//! fold's copy of it), so a query on a snapshot builds it once for all of them;
+//! a change to the endpoints detaches the changed state from it.
+//!
+//! What it does NOT do: decide anything about endpoints (it is derived data, left
+//! out of equality and of the content hash).
+
+use std::sync::{Arc, OnceLock};
+
+use imbl::{OrdMap, OrdSet};
+
+use super::{AddrKey, HKey, Written};
+use crate::model::Endpoint;
+
+/// The address index of one state, built when first asked for.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct AddrIndex(Arc<OnceLock<OrdSet<(AddrKey, HKey)>>>);
+
+impl AddrIndex {
+    /// The index of `raw` (the state's endpoints), built now if this state has
+    /// not been asked before.
+    pub(crate) fn get(
+        &self,
+        raw: &OrdMap<HKey, Arc<Written<Endpoint>>>,
+    ) -> &OrdSet<(AddrKey, HKey)> {
+        self.0.get_or_init(|| {
+            let mut entries: Vec<(AddrKey, HKey)> = raw
+                .iter()
+                .map(|(hk, w)| (AddrKey::of(w.value.address), *hk))
+                .collect();
+            // Sorted first, so the set is filled front to back.
+            entries.sort_unstable();
+            entries.into_iter().collect()
+        })
+    }
+
+    /// Forgets the index after a change to which endpoints sit at which
+    /// address. Detaches from an index shared with other states (they keep
+    /// theirs); allocates nothing when this state's is already unbuilt and its
+    /// own, as after the first change of a batch.
+    pub(crate) fn invalidate(&mut self) {
+        if Arc::strong_count(&self.0) > 1 || self.0.get().is_some() {
+            self.0 = Arc::default();
+        }
+    }
+}
+
+impl PartialEq for AddrIndex {
+    /// Always equal: the index is a function of the endpoints, which the state's
+    /// equality compares.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for AddrIndex {}
