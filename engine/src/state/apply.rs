@@ -376,7 +376,9 @@ impl ModelState {
 
     /// Moves an endpoint's index entries from `old` to `new` (same key; either may
     /// be absent). Only memberships that change are written: a content update
-    /// with the same hostnames and address leaves both indexes as they are. Every
+    /// with the same hostnames and address leaves both indexes as they are (the
+    /// address index is dropped, to be built on first use, only when the
+    /// address changes). Every
     /// hostname of either version is touched (its endpoints' content changed).
     fn reindex_endpoint(
         &mut self,

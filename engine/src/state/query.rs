@@ -124,7 +124,8 @@ impl ModelState {
     }
 
     /// The endpoints at an address, in the order of their keys' hashes (the
-    /// callers that show them sort them).
+    /// callers that show them sort them). The first address query on a state
+    /// builds its address index (O(endpoints); see `addr_index`).
     pub fn endpoints_at(&self, addr: IpAddr) -> impl Iterator<Item = &Arc<Endpoint>> + '_ {
         let at = AddrKey::of(addr);
         self.endpoints_by_addr
