@@ -335,6 +335,31 @@ fn syncz_config_dump_and_the_cli_views_of_connected_proxies() {
         !inst["instances"].as_array().expect("instances").is_empty(),
         "{body}"
     );
+    // The address view (its index is built on this first address query): the
+    // endpoint of an instance is found at its address, with its instances.
+    let first = &inst["instances"][0]["endpoint"];
+    let addr = first["address"].as_str().expect("an address");
+    let (code, body) = get(server.admin, &format!("/debug/registry?ip={addr}")).expect("get");
+    assert_eq!(code, 200, "{body}");
+    let at: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let keys: Vec<&str> = at["endpoints"]
+        .as_array()
+        .expect("endpoints")
+        .iter()
+        .filter_map(|e| e["key"].as_str())
+        .collect();
+    assert!(
+        keys.contains(&first["key"].as_str().expect("key")),
+        "{body}"
+    );
+    assert!(
+        at["proxy_service_instances"]
+            .as_array()
+            .expect("instances")
+            .iter()
+            .any(|i| i["hostname"] == "reviews.default.svc.cluster.local"),
+        "{body}"
+    );
     assert_eq!(
         get(server.admin, "/debug/registry?host=nope")
             .expect("get")
