@@ -6,8 +6,9 @@
 //! Why: a replay from a checkpoint near the head is mostly these two steps, and
 //! they are independent until the checkpoint is checked against the log.
 //! Opening an embedded log scans its newest segment on one core, and a
-//! checkpoint's first steps (read, body checksum, framing) run on one core too:
-//! one after the other they leave a core idle for both.
+//! checkpoint's first steps (header, section table, reading and framing the
+//! state section) run on one core too: one after the other they leave a core
+//! idle for both.
 //!
 //! What it does NOT do: check the checkpoint against the log (its head and
 //! fingerprints are not known yet). `load_verified` checks a prefetched

@@ -201,7 +201,7 @@ pub(super) fn read_checked(
     let file = &f;
     let read = |s: Section| {
         let len =
-            usize::try_from(s.len).map_err(|_| "a section too large for memory".to_string())?;
+            usize::try_from(s.len).map_err(|_| format!("cannot read: a {}-byte section", s.len))?;
         let mut buf = vec![0u8; len];
         read_exact_at(file, &mut buf, s.offset).map_err(|e| format!("cannot read: {e}"))?;
         Ok(bytes::Bytes::from(buf))
