@@ -370,12 +370,15 @@ fn convert_shape(
     scratch.merge(payload).map_err(|e| e.to_string())?;
     let shape =
         shape_from_payload_sharing("stored shape", scratch, prev).map_err(|e| e.to_string())?;
-    let mut hosts = shape.services.iter().map(|(_, h)| HKey::of(h.as_str()));
-    // Conversion refuses a shape with no service.
-    let first = hosts
-        .next()
+    // The shape computed its first hostname's key when it was built; conversion
+    // refuses a shape with no service.
+    let first = shape
+        .first_host()
         .ok_or_else(|| "a shape that lists no service".to_string())?;
-    let rest = hosts.collect();
+    let rest = shape.services[1..]
+        .iter()
+        .map(|(_, h)| HKey::of(h.as_str()))
+        .collect();
     Ok(ShapeKeys {
         digest: shape.digest(),
         shape: Arc::new(shape),
