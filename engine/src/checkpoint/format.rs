@@ -307,16 +307,19 @@ fn intact_header(file: &[u8]) -> Result<(u32, u64), String> {
     if file[..8] != MAGIC {
         return Err("bad magic (not a deltapilot checkpoint)".into());
     }
-    let word = |at: usize| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(&file[at..at + 8]);
-        u64::from_le_bytes(a)
-    };
-    if xxh3_64(&file[..32]) != word(32) {
+    if xxh3_64(&file[..32]) != le_u64(file, 32) {
         return Err("header checksum mismatch".into());
     }
     let version = u32::from_le_bytes([file[8], file[9], file[10], file[11]]);
-    Ok((version, word(16)))
+    Ok((version, le_u64(file, 16)))
+}
+
+/// The little-endian `u64` at byte `at` of `b`, which the caller has checked
+/// holds it (the header's and the section table's fixed fields).
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
 }
 
 /// Checks the header and returns the body length it announces.
@@ -406,23 +409,18 @@ pub(super) fn layout(prefix: &[u8]) -> Result<Layout, String> {
     let table = prefix
         .get(HEADER_LEN..HEADER_LEN + TABLE_LEN)
         .ok_or_else(|| format!("file ends inside the {TABLE_LEN}-byte section table"))?;
-    let word = |b: &[u8], at: usize| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(&b[at..at + 8]);
-        u64::from_le_bytes(a)
-    };
-    if xxh3_64(table) != word(prefix, 24) {
+    if xxh3_64(table) != le_u64(prefix, 24) {
         return Err("body checksum mismatch in the section table".into());
     }
     let state = Section {
         offset: (HEADER_LEN + TABLE_LEN) as u64,
-        len: word(table, 0),
-        digest: word(table, 8),
+        len: le_u64(table, 0),
+        digest: le_u64(table, 8),
     };
     let resources = Section {
         offset: state.offset.saturating_add(state.len),
-        len: word(table, 16),
-        digest: word(table, 24),
+        len: le_u64(table, 16),
+        digest: le_u64(table, 24),
     };
     let sum = (TABLE_LEN as u64)
         .checked_add(state.len)
