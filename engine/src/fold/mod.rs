@@ -628,6 +628,7 @@ fn apply_event(
                 && let Some(address) = address
             {
                 let new = Rewrite {
+                    key: &u.key,
                     address,
                     weight: e.weight.max(1),
                     health: health_from_proto(e.health),
