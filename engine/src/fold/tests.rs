@@ -357,6 +357,20 @@ fn endpoint_stays_when_its_service_goes_and_serves_again_when_it_returns() {
     );
 }
 
+/// The rewrite path copies the tree path to a record before it compares (see
+/// `ModelState::rewrite_endpoint`): an exact repeat must still leave an equal
+/// state with an equal hash, and touch nothing.
+#[test]
+fn an_exact_repeat_of_an_endpoint_event_changes_nothing() {
+    let st = base();
+    let out = fold(&st, &at(0, vec![ep("a", 1, "ep/1", "10.0.0.1", &["h"])]));
+    assert!(out.skipped.is_empty() && out.touched.is_empty());
+    assert_eq!(out.applied, 1);
+    assert_eq!(out.state, st);
+    assert_eq!(out.state.hash(), st.hash());
+    assert_eq!(out.state, out.state.rebuild());
+}
+
 #[test]
 fn deleting_an_unknown_key_is_a_no_op() {
     let out = fold(

@@ -237,7 +237,9 @@ impl ModelState {
     /// cost 30–40 % of the fold's throughput at 100k endpoints. What the single
     /// walk gives up is small: an exact repeat of an event (same content, same
     /// generation) or a fallback to the general path leaves the state equal but
-    /// no longer sharing that one leaf with the state it was folded from.
+    /// no longer sharing that one leaf with the state it was folded from. Exact
+    /// repeats are rare: adapters append only what changed, so they come from a
+    /// log redelivering records.
     pub(crate) fn rewrite_endpoint(
         &mut self,
         hk: &HKey,
