@@ -6,6 +6,9 @@
 //! batch ≤ 1 ms; report bytes per endpoint at 100k endpoints and show that two
 //! consecutive snapshots share structure. Run with
 //! `cargo bench -p deltapilot-benches --bench fold -- --warm-up-time 1 --measurement-time 3`.
+//! Each registry is built only when a benchmark that needs it is selected, and
+//! `DELTAPILOT_FOLD_SKIP_MEMORY=1` skips the memory report, so that repeated runs
+//! of one benchmark (`scripts/bench-pair.sh`) start measuring within seconds.
 //!
 //! Memory is measured as resident set size (`/proc/self/statm`) growth, because a
 //! counting global allocator needs `unsafe impl GlobalAlloc`, which the workspace
@@ -14,6 +17,7 @@
 //! (the small per-batch figures especially). The report is printed before the
 //! timed groups.
 
+use std::cell::OnceCell;
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
@@ -142,75 +146,85 @@ fn churn(
 fn fold_throughput(c: &mut Criterion) {
     let mut group = c.benchmark_group("fold_endpoint_upserts");
     let n = FOLLOW_BATCH_MAX;
+    group.throughput(Throughput::Elements(n as u64));
     for (services, endpoints) in SIZES {
-        let base = fold(&ModelState::default(), &registry(services, endpoints)).state;
-        let batch = churn(n, services, endpoints, 2, (services + endpoints) as u64);
-        group.throughput(Throughput::Elements(n as u64));
-        group.bench_with_input(BenchmarkId::new("fold", endpoints), &batch, |b, batch| {
-            b.iter(|| black_box(fold(&base, batch)))
+        // Built on first use, so that a filter selecting other benchmarks
+        // skips this size's setup.
+        let base = OnceCell::new();
+        let base = || {
+            base.get_or_init(|| fold(&ModelState::default(), &registry(services, endpoints)).state)
+        };
+        let batch = OnceCell::new();
+        let batch = || {
+            batch.get_or_init(|| churn(n, services, endpoints, 2, (services + endpoints) as u64))
+        };
+        group.bench_function(BenchmarkId::new("fold", endpoints), |b| {
+            let (base, batch) = (base(), batch());
+            b.iter(|| black_box(fold(base, batch)))
         });
         // The share of the fold that is payload validation and conversion.
-        group.bench_with_input(
-            BenchmarkId::new("convert_only", endpoints),
-            &batch,
-            |b, batch| {
-                b.iter(|| {
-                    for (_, e) in batch {
-                        if let Some(Payload::EndpointUpsert(u)) = &e.payload
-                            && let Some(ep) = &u.endpoint
-                        {
-                            let _ = black_box(endpoint_from_proto(&u.key, ep));
-                        }
+        group.bench_function(BenchmarkId::new("convert_only", endpoints), |b| {
+            let batch = batch();
+            b.iter(|| {
+                for (_, e) in batch {
+                    if let Some(Payload::EndpointUpsert(u)) = &e.payload
+                        && let Some(ep) = &u.endpoint
+                    {
+                        let _ = black_box(endpoint_from_proto(&u.key, ep));
                     }
-                })
-            },
-        );
-        let records: Vec<Record> = batch
-            .iter()
-            .map(|(pos, e)| Record {
-                pos: *pos,
-                bytes: encode_event(e).into(),
+                }
             })
-            .collect();
-        group.bench_with_input(
-            BenchmarkId::new("decode_and_fold", endpoints),
-            &records,
-            |b, records| {
-                b.iter(|| {
-                    let events: Vec<(RecordPos, Event)> = records
-                        .iter()
-                        .filter_map(|r| r.decode().ok().map(|e| (r.pos, e)))
-                        .collect();
-                    black_box(fold(&base, &events))
-                })
-            },
-        );
+        });
+        let records = OnceCell::new();
+        group.bench_function(BenchmarkId::new("decode_and_fold", endpoints), |b| {
+            let base = base();
+            let records: &Vec<Record> = records.get_or_init(|| {
+                batch()
+                    .iter()
+                    .map(|(pos, e)| Record {
+                        pos: *pos,
+                        bytes: encode_event(e).into(),
+                    })
+                    .collect()
+            });
+            b.iter(|| {
+                let events: Vec<(RecordPos, Event)> = records
+                    .iter()
+                    .filter_map(|r| r.decode().ok().map(|e| (r.pos, e)))
+                    .collect();
+                black_box(fold(base, &events))
+            })
+        });
     }
     group.finish();
 }
 
 fn batch_of_100(c: &mut Criterion) {
     let mut group = c.benchmark_group("batch_100_endpoints");
+    group.throughput(Throughput::Elements(100));
     for (services, endpoints) in SIZES {
-        let mut engine = Engine::new(GenOptions::default());
-        engine.apply_events(&registry(services, endpoints));
         let start = (services + endpoints) as u64;
         // Alternate two batches so that every step really changes 100 endpoints.
         let batches = [
             churn(100, services, endpoints, 2, start),
             churn(100, services, endpoints, 1, start + 100),
         ];
+        // Built on first use (see `fold_throughput`).
+        let mut engine: Option<Engine> = None;
+        let registry_engine = || {
+            let mut engine = Engine::new(GenOptions::default());
+            engine.apply_events(&registry(services, endpoints));
+            engine
+        };
+        group.bench_function(BenchmarkId::new("fold_only", endpoints), |b| {
+            let base = engine.get_or_insert_with(registry_engine).model().clone();
+            b.iter(|| black_box(fold(&base, &batches[0])))
+        });
         let mut flip = 0usize;
-        group.throughput(Throughput::Elements(100));
-        let base = engine.model().clone();
-        group.bench_with_input(
-            BenchmarkId::new("fold_only", endpoints),
-            &batches[0],
-            |b, batch| b.iter(|| black_box(fold(&base, batch))),
-        );
         group.bench_function(
             BenchmarkId::new("fold_regenerate_publish", endpoints),
             |b| {
+                let engine = engine.get_or_insert_with(registry_engine);
                 b.iter(|| {
                     flip ^= 1;
                     black_box(engine.apply_events(&batches[flip]))
@@ -233,6 +247,10 @@ fn rss_bytes() -> u64 {
         .unwrap_or(0);
     pages * 4096
 }
+
+/// Environment variable that skips the memory report (three child processes,
+/// several seconds), for repeated timing runs such as `scripts/bench-pair.sh`.
+const SKIP_MEMORY_ENV: &str = "DELTAPILOT_FOLD_SKIP_MEMORY";
 
 /// Environment variable that makes this binary run one memory measurement in a
 /// fresh process (a fresh heap: no freed memory to reuse) and print its result.
@@ -404,7 +422,9 @@ fn main() {
         println!("{}", figures.join(" "));
         return;
     }
-    memory_report();
+    if std::env::var_os(SKIP_MEMORY_ENV).is_none() {
+        memory_report();
+    }
     let mut c = Criterion::default().configure_from_args();
     fold_throughput(&mut c);
     batch_of_100(&mut c);
