@@ -9,6 +9,7 @@
 //! everything runs on the calling thread; a thread costs more than they do).
 
 use std::any::Any;
+use std::sync::OnceLock;
 
 /// `f` over `items` in chunks, on up to `max_threads` threads (the calling one
 /// included) when there are at least `min` items and more than one core; the
@@ -88,10 +89,17 @@ pub(crate) fn for_each_mut<T: Send>(
 /// How many threads `len` items are split over: no more than the cores, than
 /// `max_threads`, or than the items.
 fn threads_for(len: usize, max_threads: usize) -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(max_threads)
-        .min(len)
+    cores().min(max_threads).min(len)
+}
+
+/// The cores this process may use, asked once. Why: `available_parallelism`
+/// reads the cgroup's CPU quota from `/sys` on every call (files opened and
+/// read), and a 100-endpoint batch at 100k endpoints asked it several times:
+/// 5 % of the push path's time in a profile. A quota changed while the process
+/// runs is not seen; restart to use it.
+fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// The result of a scoped thread, its panic resumed on the joining thread (a
@@ -149,7 +157,7 @@ mod tests {
 
     #[test]
     fn a_panicking_chunk_is_replaced_by_what_on_panic_gives() {
-        if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        if cores() < 2 {
             // One core: everything runs on this thread and a panic is the caller's.
             return;
         }
