@@ -622,23 +622,25 @@ fn apply_event(
             let hk = prep.hk.unwrap_or_else(|| HKey::of(&u.key));
             let digest = prep.shape_digest.unwrap_or_else(|| source_digest(e));
             // The common rewrite (same owner, same shape) first; anything else,
-            // including every error, takes the general path below.
+            // including every error, takes the general path below, with what the
+            // rewrite found stored (so the key is looked up once).
             let address = prep.address.or_else(|| e.address.parse().ok());
-            if !u.key.is_empty()
-                && let Some(address) = address
-            {
-                let new = Rewrite {
+            let rewrite = address
+                .filter(|_| !u.key.is_empty())
+                .map(|address| Rewrite {
                     key: &u.key,
                     address,
                     weight: e.weight.max(1),
                     health: health_from_proto(e.health),
                     generation: ev.generation,
-                };
-                if let Some(shape) = st.rewrite_endpoint(&hk, &ev.source, digest, new, touched) {
-                    return admit(st, cx, digest, &u.key, &shape);
-                }
-            }
-            let current = st.raw_endpoint_at(&hk).cloned();
+                });
+            let current = match rewrite {
+                Some(new) => match st.rewrite_endpoint(&hk, &ev.source, digest, new, touched) {
+                    Ok(shape) => return admit(st, cx, digest, &u.key, &shape),
+                    Err(current) => current,
+                },
+                None => st.raw_endpoint_at(&hk).cloned(),
+            };
             let prev = current.as_ref().map(|w| &*w.value);
             let like = || {
                 let first = e.services.first()?;

@@ -220,10 +220,11 @@ impl ModelState {
     /// Rewrites the endpoint stored under `hk` with `new`, when `source` wrote it and
     /// its shape was converted from a payload of source digest `shape` (so the
     /// rewrite keeps that shape): the common health, weight or address change.
-    /// Returns the kept shape when it did; `None`, with a state equal to what it
-    /// was, when the general path must decide (nothing stored, another owner,
-    /// another shape). The result is what [`ModelState::put_endpoint_over`] makes
-    /// of the same endpoint: same record, indexes, hash and touches.
+    /// Returns the kept shape when it did; otherwise, with a state equal to what
+    /// it was, what is stored under `hk` (nothing, another owner's record, or one
+    /// of another shape), for the general path to decide without looking it up
+    /// again. The result is what [`ModelState::put_endpoint_over`] makes of the
+    /// same endpoint: same record, indexes, hash and touches.
     ///
     /// Why: the general path builds a new value and a new record, takes a
     /// reference to the key and the shape and lets go of the old ones, and at 100k
@@ -247,11 +248,13 @@ impl ModelState {
         shape: u128,
         new: Rewrite<'_>,
         touched: &mut impl Touch,
-    ) -> Option<Arc<EndpointShape>> {
-        let slot = self.raw_endpoints.get_mut(hk)?;
+    ) -> Result<Arc<EndpointShape>, Option<Arc<Written<Endpoint>>>> {
+        let Some(slot) = self.raw_endpoints.get_mut(hk) else {
+            return Err(None);
+        };
         let cur = &**slot;
         if *cur.source != *source || cur.value.shape.source_digest() != shape {
-            return None;
+            return Err(Some(slot.clone()));
         }
         let old = &*cur.value;
         let digest = canon::endpoint_fields_digest(
@@ -266,7 +269,7 @@ impl ModelState {
             && old.weight == new.weight
             && old.health == new.health;
         if same && cur.generation == new.generation {
-            return Some(old.shape.clone());
+            return Ok(old.shape.clone());
         }
         let old_address = old.address;
         let old_hash = cur.entity_hash();
@@ -311,11 +314,11 @@ impl ModelState {
         self.hash_add(new_hash);
         if same {
             // Only the generation stamp moved: nothing to index or push.
-            return Some(shape);
+            return Ok(shape);
         }
         self.move_address(Some(old_address), Some(new.address));
         touched.endpoints_of(&shape);
-        Some(shape)
+        Ok(shape)
     }
 
     /// [`ModelState::put_endpoint`] when the caller has already looked up the key's
