@@ -150,13 +150,14 @@ fn fold_throughput(c: &mut Criterion) {
     for (services, endpoints) in SIZES {
         // Built on first use, so that a filter selecting other benchmarks
         // skips this size's setup.
-        let base = OnceCell::new();
+        let (base_cell, batch_cell) = (OnceCell::new(), OnceCell::new());
         let base = || {
-            base.get_or_init(|| fold(&ModelState::default(), &registry(services, endpoints)).state)
+            base_cell
+                .get_or_init(|| fold(&ModelState::default(), &registry(services, endpoints)).state)
         };
-        let batch = OnceCell::new();
         let batch = || {
-            batch.get_or_init(|| churn(n, services, endpoints, 2, (services + endpoints) as u64))
+            batch_cell
+                .get_or_init(|| churn(n, services, endpoints, 2, (services + endpoints) as u64))
         };
         group.bench_function(BenchmarkId::new("fold", endpoints), |b| {
             let (base, batch) = (base(), batch());
