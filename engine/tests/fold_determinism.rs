@@ -423,8 +423,8 @@ fn assert_touched_covers(
             svc_changed,
             "touched.services for {host}"
         );
-        let eps_before: Vec<_> = before.endpoints_of(host).cloned().collect();
-        let eps_after: Vec<_> = after.endpoints_of(host).cloned().collect();
+        let eps_before: Vec<_> = before.endpoints_of(host).collect();
+        let eps_after: Vec<_> = after.endpoints_of(host).collect();
         if eps_before != eps_after {
             assert!(
                 touched.endpoints.contains(&h),

@@ -31,7 +31,7 @@ use super::entities::labels;
 use super::format::{Reader, put_bytes, put_u32, put_u64};
 use crate::model::{Endpoint, EndpointShape, Health, shape_from_payload_sharing};
 use crate::state::canon::health_code;
-use crate::state::{EndpointBatch, HKey, ModelState};
+use crate::state::{EndpointBatch, HKey, ModelState, ShapeFacts};
 
 /// The payload a shape converts from: an `Endpoint` message with the shape's
 /// fields only (lossless: converting it back yields an equal shape).
@@ -88,8 +88,7 @@ pub(super) fn encode(model: &ModelState, body: &mut Vec<u8>) {
     let mut distinct: Vec<Vec<u8>> = Vec::new();
     let mut numbers: Vec<u32> = Vec::new();
     let mut scratch = Vec::new();
-    for (_, w) in model.raw_endpoints() {
-        let shape = &w.value.shape;
+    for (_, _, shape, _) in model.endpoint_records() {
         let n = match by_ptr.get(&Arc::as_ptr(shape)) {
             Some(n) => *n,
             None => {
@@ -122,11 +121,10 @@ pub(super) fn encode(model: &ModelState, body: &mut Vec<u8>) {
     }
 
     put_u64(body, numbers.len() as u64);
-    for ((key, w), n) in model.raw_endpoints().zip(numbers) {
-        let ep = &w.value;
+    for ((key, source, _, ep), n) in model.endpoint_records().zip(numbers) {
         put_bytes(body, key.as_bytes());
-        put_bytes(body, w.source.as_bytes());
-        put_u64(body, w.generation);
+        put_bytes(body, source.as_bytes());
+        put_u64(body, ep.generation);
         put_u32(body, n);
         match ep.address {
             IpAddr::V4(a) => {
@@ -299,7 +297,11 @@ pub(super) fn convert(framed: &Framed<'_>) -> Result<EndpointBatch, String> {
             // Each chunk holds its own copy of the source names: every endpoint
             // takes a reference to its source, and two cores counting references
             // on one shared name pass its cache line back and forth.
-            let sources: Vec<Arc<str>> = framed.sources.iter().map(|s| Arc::from(*s)).collect();
+            let sources: Vec<(Arc<str>, HKey)> = framed
+                .sources
+                .iter()
+                .map(|s| (Arc::from(*s), HKey::of(s)))
+                .collect();
             // The first part has room for every endpoint, so that appending the
             // others copies only theirs (room it never fills is never touched).
             let room = if start == 0 {
@@ -311,20 +313,20 @@ pub(super) fn convert(framed: &Framed<'_>) -> Result<EndpointBatch, String> {
             for (i, r) in chunk.iter().enumerate() {
                 // `frame` checked the shape number and numbered the source.
                 let shape = &shapes[r.shape as usize];
-                let ep = Arc::new(Endpoint {
+                let ep = Endpoint {
                     key: Arc::from(r.key),
                     address: r.address,
                     weight: r.weight,
                     health: r.health,
                     shape: shape.shape.clone(),
-                });
-                let source = sources[r.source as usize].clone();
+                };
+                let (source, source_key) = &sources[r.source as usize];
                 part.push(
                     start + i,
-                    source,
+                    (source, *source_key),
                     r.generation,
                     ep,
-                    shape.digest,
+                    shape.facts,
                     shape.hosts(),
                 );
             }
@@ -345,7 +347,8 @@ pub(super) fn convert(framed: &Framed<'_>) -> Result<EndpointBatch, String> {
 /// misses per endpoint (a third of adding one to a batch).
 struct ShapeKeys {
     shape: Arc<EndpointShape>,
-    digest: u64,
+    /// What an endpoint's stored record copies from the shape.
+    facts: ShapeFacts,
     /// The first hostname's key (every shape lists at least one).
     first: HKey,
     /// The others' keys.
@@ -380,7 +383,7 @@ fn convert_shape(
         .map(|(_, h)| HKey::of(h.as_str()))
         .collect();
     Ok(ShapeKeys {
-        digest: shape.digest(),
+        facts: ShapeFacts::of(&shape),
         shape: Arc::new(shape),
         first,
         rest,
@@ -408,7 +411,7 @@ mod tests {
         body
     }
 
-    fn restored(body: &[u8]) -> Result<Vec<Arc<Endpoint>>, String> {
+    fn restored(body: &[u8]) -> Result<Vec<Endpoint>, String> {
         let mut r = Reader::new(body);
         let framed = frame(&mut r)?;
         assert_eq!(r.remaining(), 0, "the section is read to its end");
@@ -421,7 +424,10 @@ mod tests {
         let body = section(&st);
         assert_eq!(u32::from_le_bytes([body[0], body[1], body[2], body[3]]), 2);
         let eps = restored(&body).expect("restores");
-        let original: Vec<_> = st.raw_endpoints().map(|(_, w)| w.value.clone()).collect();
+        let original: Vec<_> = st
+            .raw_endpoints()
+            .map(|(_, w)| (*w.value).clone())
+            .collect();
         assert_eq!(eps, original, "equal endpoints, in stored order");
         let by_key = |k: &str| eps.iter().find(|e| &*e.key == k).expect(k);
         assert!(Arc::ptr_eq(&by_key("ep/1").shape, &by_key("ep/2").shape));
@@ -472,7 +478,10 @@ mod tests {
             "stored in the order of their bytes"
         );
         let eps = restored(&body).expect("restores");
-        let original: Vec<_> = st.raw_endpoints().map(|(_, w)| w.value.clone()).collect();
+        let original: Vec<_> = st
+            .raw_endpoints()
+            .map(|(_, w)| (*w.value).clone())
+            .collect();
         assert_eq!(eps, original, "equal endpoints, in stored order");
         for host in ["h1", "h0"] {
             let shapes: Vec<_> = eps
@@ -522,7 +531,7 @@ mod tests {
             let mut b = body.clone();
             b[at..at + bytes.len()].copy_from_slice(&bytes);
             let e = restored(&b).expect_err(what);
-            assert!(e.contains(&**last) && e.contains(needle), "{what}: {e}");
+            assert!(e.contains(&*last) && e.contains(needle), "{what}: {e}");
         }
         let e = restored(&body[..end - 3]).expect_err("truncated");
         assert!(e.contains("ends inside endpoint weight"), "{e}");

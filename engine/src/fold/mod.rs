@@ -116,7 +116,7 @@ use crate::log::RecordPos;
 use crate::model::{
     EndpointShape, endpoint_from_digested, health_from_proto, service_from_proto, source_digest,
 };
-use crate::state::{HKey, ModelState, Rewrite, ServiceSlot, SourceGen, TouchLog, Touched};
+use crate::state::{HKey, Hot, ModelState, Rewrite, ServiceSlot, SourceGen, TouchLog, Touched};
 
 /// Why an event (or record) was skipped; one metric label each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -314,7 +314,7 @@ fn fold_from<'a>(
     } = f;
     skipped.sort_by_key(|(index, _)| *index);
     out.skipped = skipped.into_iter().map(|(_, s)| s).collect();
-    out.touched = touched.finish();
+    out.touched = touched.finish(&out.state);
     // A hostname whose merged service changed back within the batch is not touched.
     if let Some(state) = before {
         out.touched
@@ -462,6 +462,7 @@ impl ModelState {
 #[derive(Default)]
 struct Cx {
     source: Option<Arc<str>>,
+    source_key: Option<(Box<str>, HKey)>,
     partition: u32,
     /// Whether an endpoint of a shape (by its [`source_digest`]) names a service
     /// that exists. Valid while only endpoint events are applied, since they
@@ -498,6 +499,19 @@ impl Cx {
     /// service; `check` answers when this run has not seen the shape yet.
     fn admitted(&mut self, shape: u128, check: impl FnOnce() -> bool) -> bool {
         *self.admitted.entry(shape).or_insert_with(check)
+    }
+
+    /// [`HKey::of`] the source `name`, for the owner check of an endpoint's
+    /// record; computed once per run of one source's events.
+    fn source_key(&mut self, name: &str) -> HKey {
+        match &self.source_key {
+            Some((n, k)) if **n == *name => *k,
+            _ => {
+                let k = HKey::of(name);
+                self.source_key = Some((Box::from(name), k));
+                k
+            }
+        }
     }
 
     fn source(&mut self, st: &ModelState, name: &str) -> Arc<str> {
@@ -571,6 +585,26 @@ fn admit(
     ))
 }
 
+/// [`admit`] for an endpoint the rewrite path kept (stored under `hk`, its
+/// record `rec`): its first hostname's key is in the record, so a service
+/// found by it answers without reading the shape.
+fn admit_stored(
+    st: &ModelState,
+    cx: &mut Cx,
+    digest: u128,
+    key: &str,
+    hk: &HKey,
+    rec: &Hot,
+) -> Result<(), Skip> {
+    if rec.hosts > 0 && st.has_service_at(&rec.first_host) {
+        return Ok(());
+    }
+    match st.endpoint_shape_at(hk) {
+        Some(shape) => admit(st, cx, digest, key, shape),
+        None => Ok(()),
+    }
+}
+
 fn apply_event(
     st: &mut ModelState,
     ev: &Event,
@@ -635,11 +669,14 @@ fn apply_event(
                     generation: ev.generation,
                 });
             let current = match rewrite {
-                Some(new) => match st.rewrite_endpoint(&hk, &ev.source, digest, new, touched) {
-                    Ok(shape) => return admit(st, cx, digest, &u.key, &shape),
-                    Err(current) => current,
-                },
-                None => st.raw_endpoint_at(&hk).cloned(),
+                Some(new) => {
+                    let source = (ev.source.as_str(), cx.source_key(&ev.source));
+                    match st.rewrite_endpoint(&hk, source, digest, new, touched) {
+                        Ok(rec) => return admit_stored(st, cx, digest, &u.key, &hk, &rec),
+                        Err(current) => current,
+                    }
+                }
+                None => st.raw_endpoint_at(&hk),
             };
             let prev = current.as_ref().map(|w| &*w.value);
             let like = || {
@@ -655,15 +692,16 @@ fn apply_event(
                 Some(w) => w.source.clone(),
                 None => cx.source(st, &ev.source),
             };
-            let ep = Arc::new(ep);
-            st.put_endpoint_over(hk, current, source, ev.generation, ep.clone(), touched);
-            return admit(st, cx, digest, &u.key, &ep.shape);
+            let shape = ep.shape.clone();
+            st.put_endpoint_over(hk, current, source, ev.generation, ep, touched);
+            return admit(st, cx, digest, &u.key, &shape);
         }
         Payload::EndpointDelete(d) => {
             let key = nonempty_key(d)?;
             let hk = prep.hk.unwrap_or_else(|| HKey::of(key));
-            if let Some(w) = st.raw_endpoint_at(&hk)
-                && *w.source != *ev.source
+            if let Some(rec) = st.endpoint_record_at(&hk)
+                && rec.source != cx.source_key(&ev.source)
+                && let Some(w) = st.raw_endpoint_at(&hk)
             {
                 return Err(conflict(key, &w.source, &ev.source));
             }

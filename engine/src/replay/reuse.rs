@@ -54,7 +54,7 @@ impl ModelRead for Only<'_> {
         }
     }
 
-    fn for_each_endpoint(&self, host: &Hostname, f: &mut dyn FnMut(&Arc<Endpoint>)) {
+    fn for_each_endpoint(&self, host: &Hostname, f: &mut dyn FnMut(Endpoint)) {
         self.model.for_each_endpoint(host, f);
     }
 }

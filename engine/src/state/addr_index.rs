@@ -19,10 +19,10 @@
 
 use std::sync::{Arc, OnceLock};
 
-use imbl::{OrdMap, OrdSet};
+use imbl::OrdSet;
 
-use super::{AddrKey, HKey, Written};
-use crate::model::Endpoint;
+use super::endpoints::EndpointStore;
+use super::{AddrKey, HKey};
 
 /// The address index of one state, built when first asked for.
 #[derive(Debug, Clone, Default)]
@@ -31,14 +31,11 @@ pub(crate) struct AddrIndex(Arc<OnceLock<OrdSet<(AddrKey, HKey)>>>);
 impl AddrIndex {
     /// The index of `raw` (the state's endpoints), built now if this state has
     /// not been asked before.
-    pub(crate) fn get(
-        &self,
-        raw: &OrdMap<HKey, Arc<Written<Endpoint>>>,
-    ) -> &OrdSet<(AddrKey, HKey)> {
+    pub(crate) fn get(&self, raw: &EndpointStore) -> &OrdSet<(AddrKey, HKey)> {
         self.0.get_or_init(|| {
             let mut entries: Vec<(AddrKey, HKey)> = raw
-                .iter()
-                .map(|(hk, w)| (AddrKey::of(w.value.address), *hk))
+                .iter_hot()
+                .map(|(hk, h)| (AddrKey::of(h.address), *hk))
                 .collect();
             // Sorted first, so the set is filled front to back.
             entries.sort_unstable();

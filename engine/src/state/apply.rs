@@ -15,8 +15,11 @@ use std::sync::Arc;
 use imbl::OrdSet;
 
 use super::canon::{self, Kind};
-use super::{Claim, HKey, ModelState, PendingResync, ServiceSlot, SourceGen, Touch, Written};
-use crate::model::{Config, Endpoint, EndpointShape, Health, Hostname, Service};
+use super::{
+    Claim, HKey, Hot, ModelState, PendingResync, ServiceSlot, ShapeFacts, SourceGen, Touch,
+    TouchLog, Written,
+};
+use crate::model::{Config, Endpoint, Health, Hostname, Service};
 
 /// What an endpoint rewrite writes, for [`ModelState::rewrite_endpoint`]: the
 /// fields a rewrite usually changes (everything but the key and the shape), and
@@ -209,116 +212,88 @@ impl ModelState {
         &mut self,
         source: Arc<str>,
         generation: u64,
-        ep: Arc<Endpoint>,
+        ep: Endpoint,
         touched: &mut impl Touch,
     ) {
         let hk = HKey::of(&ep.key);
-        let current = self.raw_endpoints.get(&hk).cloned();
+        let current = self.raw_endpoints.written(&hk);
         self.put_endpoint_over(hk, current, source, generation, ep, touched);
     }
 
-    /// Rewrites the endpoint stored under `hk` with `new`, when `source` wrote it and
-    /// its shape was converted from a payload of source digest `shape` (so the
-    /// rewrite keeps that shape): the common health, weight or address change.
-    /// Returns the kept shape when it did; otherwise, with a state equal to what
-    /// it was, what is stored under `hk` (nothing, another owner's record, or one
-    /// of another shape), for the general path to decide without looking it up
-    /// again. The result is what [`ModelState::put_endpoint_over`] makes of the
-    /// same endpoint: same record, indexes, hash and touches.
+    /// Rewrites the endpoint stored under `hk` with `new`, when the source of key
+    /// `source` wrote it and its shape was converted from a payload of source
+    /// digest `shape` (so the rewrite keeps that shape): the common health,
+    /// weight or address change. Returns its record as now stored when it did;
+    /// otherwise, with a state equal to what it was, what is stored under `hk`
+    /// (nothing, another owner's record, or one of another shape), for the
+    /// general path to decide without looking it up again. The result is what
+    /// [`ModelState::put_endpoint_over`] makes of the same endpoint: same
+    /// records, indexes, hash and touches.
     ///
-    /// Why: the general path builds a new value and a new record, takes a
-    /// reference to the key and the shape and lets go of the old ones, and at 100k
-    /// endpoints each of those is a cache miss. When nothing else holds the record
-    /// (a replay folds into a state it owns) the fields are written in place, and
-    /// otherwise the record is replaced.
-    ///
-    /// The record is found with one mutable lookup, which copies the tree path to
-    /// it before anything is compared. A separate read-only lookup first, to spare
-    /// that copy when nothing changes, walked the tree twice for every change:
-    /// 22 % of the fold at 100k endpoints in a profile. What the single
-    /// walk gives up is small: an exact repeat of an event (same content, same
-    /// generation) or a fallback to the general path leaves the state equal but
-    /// no longer sharing that one leaf with the state it was folded from. Exact
-    /// repeats are rare: adapters append only what changed, so they come from a
-    /// log redelivering records.
+    /// Why: this reads and writes only the endpoint's plain record (see
+    /// `endpoints`), in place, found with one mutable lookup that copies the
+    /// tree path to it before anything is compared. A separate read-only lookup
+    /// first, to spare that copy when nothing changes, walked the tree twice
+    /// for every change: 22 % of the fold at 100k endpoints in a profile. What
+    /// the single walk gives up is small: an exact repeat of an event (same
+    /// content, same generation) or a fallback to the general path leaves the
+    /// state equal but no longer sharing that one leaf with the state it was
+    /// folded from. Exact repeats are rare: adapters append only what changed,
+    /// so they come from a log redelivering records.
     pub(crate) fn rewrite_endpoint(
         &mut self,
         hk: &HKey,
-        source: &str,
+        source: (&str, HKey),
         shape: u128,
         new: Rewrite<'_>,
-        touched: &mut impl Touch,
-    ) -> Result<Arc<EndpointShape>, Option<Arc<Written<Endpoint>>>> {
-        let Some(slot) = self.raw_endpoints.get_mut(hk) else {
+        touched: &mut TouchLog,
+    ) -> Result<Hot, Option<Written<Endpoint>>> {
+        let Some(rec) = self.raw_endpoints.hot_mut(hk) else {
             return Err(None);
         };
-        let cur = &**slot;
-        if *cur.source != *source || cur.value.shape.source_digest() != shape {
-            return Err(Some(slot.clone()));
+        if rec.source != source.1 || rec.shape_source() != shape {
+            return Err(self.raw_endpoints.written(hk));
         }
-        let old = &*cur.value;
         let digest = canon::endpoint_fields_digest(
             new.key,
             &new.address,
             new.weight,
             new.health,
-            old.shape.digest(),
+            rec.shape_digest,
         );
-        let same = digest == cur.digest
-            && old.address == new.address
-            && old.weight == new.weight
-            && old.health == new.health;
-        if same && cur.generation == new.generation {
-            return Ok(old.shape.clone());
+        let same = digest == rec.digest
+            && rec.address == new.address
+            && rec.weight == new.weight
+            && rec.health == new.health;
+        if same && rec.generation == new.generation {
+            return Ok(*rec);
         }
-        let old_address = old.address;
-        let old_hash = cur.entity_hash();
-        let (shape, new_hash) = match Arc::get_mut(slot) {
-            Some(w) => {
-                if !same {
-                    match Arc::get_mut(&mut w.value) {
-                        Some(v) => {
-                            v.address = new.address;
-                            v.weight = new.weight;
-                            v.health = new.health;
-                        }
-                        None => w.value = Arc::new(rewritten(&w.value, &new)),
-                    }
-                    w.digest = digest;
-                }
-                w.generation = new.generation;
-                w.hash =
-                    canon::entity_hash(Kind::Endpoint, new.key, source, new.generation, digest);
-                (w.value.shape.clone(), w.hash)
-            }
-            None => {
-                let value = if same {
-                    slot.value.clone()
-                } else {
-                    Arc::new(rewritten(&slot.value, &new))
-                };
-                let w = Written::new(
-                    Kind::Endpoint,
-                    new.key,
-                    value.clone(),
-                    slot.source.clone(),
-                    new.generation,
-                    digest,
-                );
-                let hash = w.entity_hash();
-                *slot = Arc::new(w);
-                (value.shape.clone(), hash)
-            }
-        };
+        let old_address = rec.address;
+        let old_hash = rec.hash;
+        rec.address = new.address;
+        rec.weight = new.weight;
+        rec.health = new.health;
+        rec.generation = new.generation;
+        rec.digest = digest;
+        rec.hash = canon::entity_hash(Kind::Endpoint, new.key, source.0, new.generation, digest);
+        let rec = *rec;
         self.hash_sub(old_hash);
-        self.hash_add(new_hash);
+        self.hash_add(rec.hash);
         if same {
             // Only the generation stamp moved: nothing to index or push.
-            return Ok(shape);
+            return Ok(rec);
         }
         self.move_address(Some(old_address), Some(new.address));
-        touched.endpoints_of(&shape);
-        Ok(shape)
+        match rec.hosts {
+            0 => {}
+            1 => touched.endpoints_at(rec.first_host, *hk),
+            _ => {
+                if let Some(shape) = self.endpoint_shape_at(hk) {
+                    touched.endpoints_of(shape);
+                }
+            }
+        }
+        Ok(rec)
     }
 
     /// [`ModelState::put_endpoint`] when the caller has already looked up the key's
@@ -326,64 +301,54 @@ impl ModelState {
     pub(crate) fn put_endpoint_over(
         &mut self,
         hk: HKey,
-        current: Option<Arc<Written<Endpoint>>>,
+        current: Option<Written<Endpoint>>,
         source: Arc<str>,
         generation: u64,
-        ep: Arc<Endpoint>,
+        ep: Endpoint,
         touched: &mut impl Touch,
     ) {
         let digest = canon::endpoint_digest(&ep);
         if let Some(old) = &current
             && old.digest == digest
-            && *old.value == *ep
+            && *old.value == ep
             && old.source == source
         {
-            if old.generation != generation {
-                let written = Written::new(
-                    Kind::Endpoint,
-                    &old.value.key,
-                    old.value.clone(),
-                    source,
-                    generation,
-                    digest,
-                );
-                self.replace_raw_endpoint(hk, written);
+            if old.generation != generation
+                && let Some(rec) = self.raw_endpoints.hot_mut(&hk)
+            {
+                let old_hash = rec.hash;
+                rec.generation = generation;
+                rec.hash = canon::entity_hash(Kind::Endpoint, &ep.key, &source, generation, digest);
+                let new_hash = rec.hash;
+                self.hash_sub(old_hash);
+                self.hash_add(new_hash);
             }
             return;
         }
-        let written = Written::new(
-            Kind::Endpoint,
-            &ep.key,
-            ep.clone(),
-            source,
+        let hash = canon::entity_hash(Kind::Endpoint, &ep.key, &source, generation, digest);
+        let hot = Hot::new(
+            &ep,
+            ShapeFacts::of(&ep.shape),
+            HKey::of(&source),
             generation,
             digest,
+            hash,
         );
-        let old = self.replace_raw_endpoint(hk, written);
-        self.reindex_endpoint(old.as_ref().map(|o| &*o.value), Some(&ep), touched);
-    }
-
-    fn replace_raw_endpoint(
-        &mut self,
-        hk: HKey,
-        written: Written<Endpoint>,
-    ) -> Option<Arc<Written<Endpoint>>> {
-        self.hash_add(written.entity_hash());
-        let old = self.raw_endpoints.insert(hk, Arc::new(written));
-        if let Some(o) = &old {
-            self.hash_sub(o.entity_hash());
+        self.hash_add(hash);
+        if let Some(old) = self.raw_endpoints.insert(hk, hot, &ep, &source) {
+            self.hash_sub(old.hash);
         }
-        old
+        self.reindex_endpoint(current.as_ref().map(|o| &*o.value), Some(&ep), touched);
     }
 
     /// Removes the endpoint under `hk` from the raw layer and every index. Returns
     /// whether there was one.
     pub(crate) fn remove_endpoint_at(&mut self, hk: &HKey, touched: &mut impl Touch) -> bool {
-        let Some(old) = self.raw_endpoints.remove(hk) else {
+        let Some((hot, cold)) = self.raw_endpoints.remove(hk) else {
             return false;
         };
-        self.hash_sub(old.entity_hash());
-        self.reindex_endpoint(Some(&old.value), None, touched);
+        self.hash_sub(hot.hash);
+        self.reindex_endpoint(Some(&cold.endpoint(&hot)), None, touched);
         true
     }
 
@@ -396,7 +361,7 @@ impl ModelState {
     fn reindex_endpoint(
         &mut self,
         old: Option<&Endpoint>,
-        new: Option<&Arc<Endpoint>>,
+        new: Option<&Endpoint>,
         touched: &mut impl Touch,
     ) {
         // Borrowed: taking a reference to the key is a cache miss per event, and
@@ -429,7 +394,7 @@ impl ModelState {
         &mut self,
         key: &Arc<str>,
         old: Option<&Endpoint>,
-        new: Option<&Arc<Endpoint>>,
+        new: Option<&Endpoint>,
         touched: &mut impl Touch,
     ) {
         let lists = |e: &Endpoint, host: &Hostname| e.services.iter().any(|(_, h)| h == host);
@@ -515,10 +480,11 @@ impl ModelState {
             .filter(|(_, w)| stale(&w.source, w.generation))
             .map(|(slot, _)| slot.clone())
             .collect();
+        let source_key = HKey::of(source);
         let endpoints: Vec<HKey> = self
             .raw_endpoints
-            .iter()
-            .filter(|(_, w)| stale(&w.source, w.generation))
+            .iter_hot()
+            .filter(|(_, h)| h.generation < below && h.source == source_key)
             .map(|(k, _)| *k)
             .collect();
         let configs: Vec<Arc<str>> = self
@@ -538,16 +504,5 @@ impl ModelState {
             self.remove_config(key, touched);
         }
         n
-    }
-}
-
-/// `old` with the fields of `new`: the same key and shape.
-fn rewritten(old: &Endpoint, new: &Rewrite<'_>) -> Endpoint {
-    Endpoint {
-        key: old.key.clone(),
-        address: new.address,
-        weight: new.weight,
-        health: new.health,
-        shape: old.shape.clone(),
     }
 }

@@ -22,7 +22,8 @@ use std::sync::Arc;
 use imbl::{OrdMap, OrdSet};
 
 use super::canon::{self, Kind};
-use super::{Claim, Claims, HKey, ModelState, ServiceSlot, Written};
+use super::endpoints::{Cold, EndpointStore};
+use super::{Claim, Claims, HKey, Hot, ModelState, ServiceSlot, ShapeFacts, Written};
 use crate::model::{Endpoint, Hostname, Service};
 use crate::par::joined;
 
@@ -46,7 +47,7 @@ fn keep_last<T>(items: &mut Vec<T>, same: impl Fn(&T, &T) -> bool) {
 /// endpoint's place in the input.
 #[derive(Default)]
 pub(crate) struct EndpointBatch {
-    records: Vec<(HKey, usize, u64, Arc<Written<Endpoint>>)>,
+    records: Vec<(HKey, usize, Hot, Arc<Cold>)>,
     by_host: Vec<(HKey, HKey, usize)>,
 }
 
@@ -59,17 +60,18 @@ impl EndpointBatch {
         }
     }
 
-    /// Adds the endpoint at place `i` of the input. `shape_digest` is its
-    /// shape's content digest and `hosts` the keys of the hostnames the shape
-    /// lists ([`HKey::of`] each, in order), which a caller holding many
-    /// endpoints of one shape computes once per shape and keeps at hand.
+    /// Adds the endpoint at place `i` of the input, written by `source` (its
+    /// name and [`HKey::of`] it). `shape` holds the facts of the endpoint's
+    /// shape and `hosts` the keys of the hostnames it lists ([`HKey::of`] each,
+    /// in order), which a caller holding many endpoints of one shape computes
+    /// once per shape and keeps at hand.
     pub(crate) fn push(
         &mut self,
         i: usize,
-        source: Arc<str>,
+        source: (&Arc<str>, HKey),
         generation: u64,
-        ep: Arc<Endpoint>,
-        shape_digest: u64,
+        ep: Endpoint,
+        shape: ShapeFacts,
         hosts: impl Iterator<Item = HKey>,
     ) {
         let hk = HKey::of(&ep.key);
@@ -77,10 +79,15 @@ impl EndpointBatch {
             self.by_host.push((host, hk, i));
         }
         let digest =
-            canon::endpoint_fields_digest(&ep.key, &ep.address, ep.weight, ep.health, shape_digest);
-        let key = ep.key.clone();
-        let w = Written::new(Kind::Endpoint, &key, ep, source, generation, digest);
-        self.records.push((hk, i, w.entity_hash(), Arc::new(w)));
+            canon::endpoint_fields_digest(&ep.key, &ep.address, ep.weight, ep.health, shape.digest);
+        let hash = canon::entity_hash(Kind::Endpoint, &ep.key, source.0, generation, digest);
+        let hot = Hot::new(&ep, shape, source.1, generation, digest, hash);
+        let cold = Cold {
+            key: ep.key,
+            source: source.0.clone(),
+            shape: ep.shape,
+        };
+        self.records.push((hk, i, hot, Arc::new(cold)));
     }
 
     /// Sorts its index entries as the bulk load needs them. Why here: a
@@ -102,21 +109,21 @@ impl EndpointBatch {
 
     /// Its endpoints in input order, with source and generation (what storing
     /// them one by one takes).
-    fn into_entries(mut self) -> Vec<(Arc<str>, u64, Arc<Endpoint>)> {
+    fn into_entries(mut self) -> Vec<(Arc<str>, u64, Endpoint)> {
         self.records.sort_unstable_by_key(|r| r.1);
         self.records
             .into_iter()
-            .map(|(_, _, _, w)| (w.source.clone(), w.generation, w.value.clone()))
+            .map(|(_, _, hot, cold)| (cold.source.clone(), hot.generation, cold.endpoint(&hot)))
             .collect()
     }
 
     /// The endpoints in input order (for tests of the callers that build it).
     #[cfg(test)]
-    pub(crate) fn endpoints(&self) -> Vec<Arc<Endpoint>> {
+    pub(crate) fn endpoints(&self) -> Vec<Endpoint> {
         let mut r: Vec<_> = self
             .records
             .iter()
-            .map(|r| (r.1, r.3.value.clone()))
+            .map(|(_, i, hot, cold)| (*i, cold.endpoint(hot)))
             .collect();
         r.sort_by_key(|(i, _)| *i);
         r.into_iter().map(|(_, e)| e).collect()
@@ -127,7 +134,7 @@ impl ModelState {
     /// Stores `entries` (source, generation, endpoint), in order, through a
     /// batch built in two parts (as a restore builds it on two threads).
     #[cfg(test)]
-    pub(crate) fn load_endpoints(&mut self, entries: Vec<(Arc<str>, u64, Arc<Endpoint>)>) {
+    pub(crate) fn load_endpoints(&mut self, entries: Vec<(Arc<str>, u64, Endpoint)>) {
         let half = entries.len() / 2;
         let mut all = EndpointBatch::default();
         let mut part = EndpointBatch::default();
@@ -141,14 +148,22 @@ impl ModelState {
                 .iter()
                 .map(|(_, h)| HKey::of(h.as_str()))
                 .collect();
-            let digest = ep.shape.digest();
-            part.push(i, source, generation, ep, digest, hosts.into_iter());
+            let facts = ShapeFacts::of(&ep.shape);
+            let source_key = HKey::of(&source);
+            part.push(
+                i,
+                (&source, source_key),
+                generation,
+                ep,
+                facts,
+                hosts.into_iter(),
+            );
         }
         all.append(part);
         self.load_endpoint_batch(all);
     }
 
-    fn put_endpoints(&mut self, entries: Vec<(Arc<str>, u64, Arc<Endpoint>)>) {
+    fn put_endpoints(&mut self, entries: Vec<(Arc<str>, u64, Endpoint)>) {
         let mut sink = super::Touched::default();
         for (source, generation, ep) in entries {
             self.put_endpoint(source, generation, ep, &mut sink);
@@ -178,8 +193,8 @@ impl ModelState {
                 records.iter().map(|(_, i, _, _)| *i).collect();
             by_host.retain(|(_, _, i)| kept.contains(i));
         }
-        for (_, _, hash, _) in &records {
-            self.hash_add(*hash);
+        for (_, _, hot, _) in &records {
+            self.hash_add(hot.hash);
         }
 
         // Two independent builds on two scoped threads (this one included). The
@@ -198,8 +213,12 @@ impl ModelState {
                 }
                 index
             });
-            let raw: OrdMap<HKey, Arc<Written<Endpoint>>> =
-                records.into_iter().map(|(hk, _, _, w)| (hk, w)).collect();
+            let raw = EndpointStore::from_sorted(
+                records
+                    .into_iter()
+                    .map(|(hk, _, hot, cold)| (hk, hot, cold))
+                    .collect(),
+            );
             (raw, joined(hosts))
         });
         self.raw_endpoints = raw;
@@ -265,12 +284,12 @@ mod tests {
     use super::*;
     use crate::model::{EndpointShape, Health, Hostname, Locality};
 
-    fn endpoint(key: &str, addr: &str, hosts: &[&str], weight: u32) -> Arc<Endpoint> {
+    fn endpoint(key: &str, addr: &str, hosts: &[&str], weight: u32) -> Endpoint {
         let services = hosts
             .iter()
             .map(|h| (Arc::<str>::from("ns"), Hostname::new(h)))
             .collect();
-        Arc::new(Endpoint {
+        Endpoint {
             key: key.into(),
             address: addr.parse().expect("ip"),
             weight,
@@ -283,7 +302,7 @@ mod tests {
                 services,
                 0,
             )),
-        })
+        }
     }
 
     /// Bulk loading equals putting one by one: raw map, indexes, hash; including

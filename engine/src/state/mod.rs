@@ -63,6 +63,7 @@ mod addr_index;
 mod apply;
 mod bulk;
 pub(crate) mod canon;
+mod endpoints;
 #[cfg(test)]
 pub(crate) mod mk;
 mod query;
@@ -80,6 +81,8 @@ use crate::model::{Config, Endpoint, EndpointShape, Hostname, Service};
 use addr_index::AddrIndex;
 pub(crate) use apply::Rewrite;
 pub(crate) use bulk::{EndpointBatch, ServiceEntry};
+use endpoints::EndpointStore;
+pub(crate) use endpoints::{Hot, ShapeFacts};
 pub use query::{MANAGEMENT_PORTS_LABEL, StateCounts};
 
 /// An entity as its source last wrote it.
@@ -262,9 +265,9 @@ fn hkey<Q: KeyText + ?Sized>(q: &Q) -> HKey {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ModelState {
     raw_services: OrdMap<ServiceSlot, Written<Service>>,
-    /// Endpoints by key hash; the record is shared so a copied tree node clones
-    /// one reference per entry.
-    raw_endpoints: OrdMap<HKey, Arc<Written<Endpoint>>>,
+    /// Endpoints by key hash, as plain records and their rarely written parts
+    /// (see `endpoints`).
+    raw_endpoints: EndpointStore,
     raw_configs: OrdMap<Arc<str>, Written<Config>>,
     sources: OrdMap<Arc<str>, SourceGen>,
     /// Per source, a multi-copy `COMPLETED` marker still waiting for copies.
@@ -347,6 +350,9 @@ pub(crate) struct TouchLog {
     /// two cache misses per rewrite at 100k endpoints, and a batch's rewrites
     /// share a few thousand shapes.
     shapes: Vec<Arc<EndpointShape>>,
+    /// Hostnames touched by key, each with the key of an endpoint that lists
+    /// it, named by [`TouchLog::finish`] (see [`TouchLog::endpoints_at`]).
+    hosts: Vec<(HKey, HKey)>,
     configs: bool,
 }
 
@@ -373,7 +379,41 @@ impl Touch for TouchLog {
 }
 
 impl TouchLog {
-    pub(crate) fn finish(mut self) -> Touched {
+    /// Touches the endpoints of the hostname whose key is `host`, listed by
+    /// the endpoint stored under `endpoint`. Why by key: a rewrite reads the
+    /// endpoint's plain record only, which holds its hostname's key, not its
+    /// text; [`TouchLog::finish`] names each distinct hostname once.
+    pub(crate) fn endpoints_at(&mut self, host: HKey, endpoint: HKey) {
+        if self.hosts.last().is_none_or(|(h, _)| *h != host) {
+            self.hosts.push((host, endpoint));
+        }
+    }
+
+    /// The hostname whose key is `host`: the name its service definitions
+    /// give it, or else the endpoint under `endpoint` lists. `None` when
+    /// neither does any more, when whatever removed it within the batch
+    /// touched the hostname itself (a deleted service or endpoint, or an
+    /// endpoint given another shape, touches every hostname it listed).
+    fn host_name(st: &ModelState, host: HKey, endpoint: &HKey) -> Option<Hostname> {
+        if let Some((_, svc)) = st.claims.get(&host).and_then(|c| c.first()) {
+            return Some(svc.hostname.clone());
+        }
+        st.endpoint_shape_at(endpoint)?
+            .services
+            .iter()
+            .map(|(_, h)| h)
+            .find(|h| HKey::of(h.as_str()) == host)
+            .cloned()
+    }
+
+    /// The touches, sorted and without repeats; `st` is the state the batch
+    /// was folded into, which names the hostnames touched by key.
+    pub(crate) fn finish(mut self, st: &ModelState) -> Touched {
+        self.hosts.sort_unstable_by_key(|(h, _)| *h);
+        self.hosts.dedup_by_key(|(h, _)| *h);
+        for (host, endpoint) in &self.hosts {
+            self.endpoints.extend(Self::host_name(st, *host, endpoint));
+        }
         self.services.sort_unstable();
         self.shapes
             .sort_unstable_by_key(|s| Arc::as_ptr(s) as usize);
@@ -409,9 +449,11 @@ impl ModelState {
     }
 
     /// The raw endpoints with their keys, in key-hash order (deterministic, not
-    /// alphabetical).
-    pub fn raw_endpoints(&self) -> impl Iterator<Item = (&Arc<str>, &Written<Endpoint>)> + '_ {
-        self.raw_endpoints.values().map(|w| (&w.value.key, &**w))
+    /// alphabetical). Each is assembled from its stored parts.
+    pub fn raw_endpoints(&self) -> impl Iterator<Item = (Arc<str>, Written<Endpoint>)> + '_ {
+        self.raw_endpoints
+            .iter()
+            .map(|(_, hot, cold)| (cold.key.clone(), endpoints::written(hot, cold)))
     }
 
     /// The raw config objects, by key.
@@ -420,13 +462,34 @@ impl ModelState {
     }
 
     /// The stored endpoint under `key`, with who wrote it.
-    pub fn raw_endpoint<Q: KeyText + ?Sized>(&self, key: &Q) -> Option<&Written<Endpoint>> {
-        self.raw_endpoints.get(&hkey(key)).map(|w| &**w)
+    pub fn raw_endpoint<Q: KeyText + ?Sized>(&self, key: &Q) -> Option<Written<Endpoint>> {
+        self.raw_endpoints.written(&hkey(key))
     }
 
     /// [`ModelState::raw_endpoint`] with the key already hashed (the fold's path).
-    pub(crate) fn raw_endpoint_at(&self, hk: &HKey) -> Option<&Arc<Written<Endpoint>>> {
-        self.raw_endpoints.get(hk)
+    pub(crate) fn raw_endpoint_at(&self, hk: &HKey) -> Option<Written<Endpoint>> {
+        self.raw_endpoints.written(hk)
+    }
+
+    /// The stored endpoints' parts, in key-hash order, for the checkpoint
+    /// writer: its key, source and shape (shared with the state) and the rest
+    /// by value.
+    pub(crate) fn endpoint_records(
+        &self,
+    ) -> impl Iterator<Item = (&Arc<str>, &Arc<str>, &Arc<EndpointShape>, &Hot)> + '_ {
+        self.raw_endpoints
+            .iter()
+            .map(|(_, hot, cold)| (&cold.key, &cold.source, &cold.shape, hot))
+    }
+
+    /// The plain record of the endpoint stored under `hk`.
+    pub(crate) fn endpoint_record_at(&self, hk: &HKey) -> Option<&Hot> {
+        self.raw_endpoints.hot(hk)
+    }
+
+    /// The shape of the endpoint stored under `hk`.
+    pub(crate) fn endpoint_shape_at(&self, hk: &HKey) -> Option<&Arc<EndpointShape>> {
+        self.raw_endpoints.cold(hk).map(|c| &c.shape)
     }
 
     /// A stored shape converted from a payload of digest `digest` (its
@@ -437,13 +500,17 @@ impl ModelState {
     /// sharing its sibling's saves converting and storing one more copy (about
     /// a kilobyte each, most of an endpoint's memory).
     pub(crate) fn shape_like(&self, host: &str, digest: u128) -> Option<&Arc<EndpointShape>> {
-        self.endpoints_by_host
+        let k = self
+            .endpoints_by_host
             .get(&HKey::of(host))?
             .iter()
             .take(SIBLINGS)
-            .filter_map(|k| self.raw_endpoints.get(k))
-            .map(|w| &w.value.shape)
-            .find(|s| s.source_digest() == digest)
+            .find(|k| {
+                self.raw_endpoints
+                    .hot(k)
+                    .is_some_and(|h| h.shape_source() == digest)
+            })?;
+        self.endpoint_shape_at(k)
     }
 
     /// Whether a hostname has a merged service (the fold's admission check).
@@ -489,8 +556,14 @@ impl ModelState {
         for (slot, w) in &self.raw_services {
             h = h.wrapping_add(w.fresh_entity_hash(canon::Kind::Service, &slot.key));
         }
-        for w in self.raw_endpoints.values() {
-            h = h.wrapping_add(w.fresh_entity_hash(canon::Kind::Endpoint, &w.value.key));
+        for (_, hot, cold) in self.raw_endpoints.iter() {
+            h = h.wrapping_add(canon::entity_hash(
+                canon::Kind::Endpoint,
+                &cold.key,
+                &cold.source,
+                hot.generation,
+                hot.digest,
+            ));
         }
         for (key, w) in &self.raw_configs {
             h = h.wrapping_add(w.fresh_entity_hash(canon::Kind::Config, key));
@@ -528,8 +601,13 @@ impl ModelState {
         for (_, w) in &self.raw_configs {
             fresh.put_config(w.source.clone(), w.generation, w.value.clone(), &mut sink);
         }
-        for (_, w) in &self.raw_endpoints {
-            fresh.put_endpoint(w.source.clone(), w.generation, w.value.clone(), &mut sink);
+        for (_, hot, cold) in self.raw_endpoints.iter() {
+            fresh.put_endpoint(
+                cold.source.clone(),
+                hot.generation,
+                cold.endpoint(hot),
+                &mut sink,
+            );
         }
         fresh
     }

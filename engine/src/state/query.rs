@@ -62,10 +62,10 @@ impl ModelState {
                 continue;
             }
             for key in keys {
-                let Some(w) = self.raw_endpoints.get(key) else {
+                let Some(shape) = self.endpoint_shape_at(key) else {
                     continue;
                 };
-                if w.value
+                if shape
                     .services
                     .iter()
                     .all(|(_, h)| self.get_service(h).is_none())
@@ -100,18 +100,18 @@ impl ModelState {
     pub fn endpoints_of<Q: KeyText + ?Sized>(
         &self,
         host: &Q,
-    ) -> impl Iterator<Item = &Arc<Endpoint>> + '_ {
+    ) -> impl Iterator<Item = Endpoint> + '_ {
         self.endpoints_by_host
             .get(&hkey(host))
             .into_iter()
             .flat_map(|keys| keys.iter())
-            .filter_map(|k| self.raw_endpoints.get(k).map(|w| &w.value))
+            .filter_map(|k| self.raw_endpoints.endpoint(k))
     }
 
     /// [`ModelState::endpoints_of`], sorted by endpoint key: for views people
     /// read.
-    pub fn endpoints_of_sorted<Q: KeyText + ?Sized>(&self, host: &Q) -> Vec<&Arc<Endpoint>> {
-        let mut eps: Vec<&Arc<Endpoint>> = self.endpoints_of(host).collect();
+    pub fn endpoints_of_sorted<Q: KeyText + ?Sized>(&self, host: &Q) -> Vec<Endpoint> {
+        let mut eps: Vec<Endpoint> = self.endpoints_of(host).collect();
         eps.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         eps
     }
@@ -126,13 +126,13 @@ impl ModelState {
     /// The endpoints at an address, in the order of their keys' hashes (the
     /// callers that show them sort them). The first address query on a state
     /// builds its address index (O(endpoints); see `addr_index`).
-    pub fn endpoints_at(&self, addr: IpAddr) -> impl Iterator<Item = &Arc<Endpoint>> + '_ {
+    pub fn endpoints_at(&self, addr: IpAddr) -> impl Iterator<Item = Endpoint> + '_ {
         let at = AddrKey::of(addr);
         self.endpoints_by_addr
             .get(&self.raw_endpoints)
             .range((at, HKey::MIN)..)
             .take_while(move |(a, _)| *a == at)
-            .filter_map(|(_, key)| self.raw_endpoints.get(key).map(|w| &w.value))
+            .filter_map(|(_, key)| self.raw_endpoints.endpoint(key))
     }
 
     /// Every config object, sorted by key (`cfg/<kind>/<namespace>/<name>`).
@@ -159,7 +159,7 @@ impl ModelState {
         self.endpoints_of_sorted(host)
             .into_iter()
             .filter(|ep| selector.matches(&ep.labels))
-            .map(|ep| instance(&svc, sp, ep))
+            .map(|ep| instance(&svc, sp, Arc::new(ep)))
             .collect()
     }
 
@@ -174,11 +174,12 @@ impl ModelState {
         let mut out = Vec::new();
         for ip in &proxy.ips {
             for ep in self.endpoints_at(*ip) {
+                let ep = Arc::new(ep);
                 for (_, host) in &ep.services {
                     let Some(svc) = self.get_service(host) else {
                         continue;
                     };
-                    out.extend(svc.ports.iter().map(|p| instance(&svc, p, ep)));
+                    out.extend(svc.ports.iter().map(|p| instance(&svc, p, ep.clone())));
                 }
             }
         }
@@ -206,7 +207,7 @@ impl ModelState {
     pub fn management_ports(&self, addr: IpAddr) -> Vec<Port> {
         let mut numbers: Vec<u16> = self
             .endpoints_at(addr)
-            .filter_map(|ep| ep.labels.get(MANAGEMENT_PORTS_LABEL))
+            .filter_map(|ep| ep.labels.get(MANAGEMENT_PORTS_LABEL).cloned())
             .flat_map(|v| {
                 v.split(['_', ','])
                     .filter_map(|p| p.trim().parse::<u16>().ok())
@@ -239,11 +240,11 @@ impl ModelState {
     }
 }
 
-fn instance(svc: &Arc<Service>, port: &Port, ep: &Arc<Endpoint>) -> ServiceInstance {
+fn instance(svc: &Arc<Service>, port: &Port, ep: Arc<Endpoint>) -> ServiceInstance {
     ServiceInstance {
         service: svc.clone(),
         service_port: port.clone(),
-        endpoint: ep.clone(),
         target_port: ep.target_port(port),
+        endpoint: ep,
     }
 }

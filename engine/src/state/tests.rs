@@ -12,7 +12,7 @@ fn ip(s: &str) -> IpAddr {
     s.parse().expect("ip")
 }
 
-fn keys<'a>(it: impl Iterator<Item = &'a Arc<Endpoint>>) -> Vec<String> {
+fn keys(it: impl Iterator<Item = Endpoint>) -> Vec<String> {
     it.map(|e| e.key.to_string()).collect()
 }
 
@@ -243,7 +243,7 @@ fn address_queries_follow_every_change_after_the_index_was_built() {
     loaded.load_endpoints(
         after
             .raw_endpoints()
-            .map(|(_, w)| (w.source.clone(), w.generation, w.value.clone()))
+            .map(|(_, w)| (w.source.clone(), w.generation, (*w.value).clone()))
             .collect(),
     );
     for a in ["10.0.0.1", "10.0.0.2", "10.0.0.3"] {

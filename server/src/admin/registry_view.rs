@@ -93,7 +93,7 @@ pub fn query(model: &ModelState, q: &RegistryQuery) -> Result<Value, (bool, Stri
         at.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         return Ok(json!({
             "ip": ip,
-            "endpoints": at.into_iter().map(|e| endpoint(e)).collect::<Vec<_>>(),
+            "endpoints": at.iter().map(endpoint).collect::<Vec<_>>(),
             "proxy_service_instances": model.proxy_service_instances(&proxy).iter().map(instance).collect::<Vec<_>>(),
             "management_ports": model.management_ports(addr).iter().map(port).collect::<Vec<_>>(),
         }));
@@ -131,7 +131,7 @@ pub fn query(model: &ModelState, q: &RegistryQuery) -> Result<Value, (bool, Stri
         return Ok(json!({
             "service": service(&svc),
             "definitions": model.service_definitions(host.as_str()).iter().map(|(src, s)| json!({"source": &**src, "service": service(s)})).collect::<Vec<_>>(),
-            "endpoints": model.endpoints_of_sorted(host.as_str()).into_iter().map(|e| endpoint(e)).collect::<Vec<_>>(),
+            "endpoints": model.endpoints_of_sorted(host.as_str()).iter().map(endpoint).collect::<Vec<_>>(),
         }));
     }
     let c = model.counts();

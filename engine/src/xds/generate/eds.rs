@@ -23,7 +23,6 @@
 //! priority 0), subset metadata. Those come with DestinationRule support.
 
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::{
@@ -89,13 +88,13 @@ pub(crate) fn health_status(h: Health) -> HealthStatus {
 
 /// The endpoints of one service, collected from the model once and shared by the
 /// assignments of all its ports.
-pub(crate) struct HostEndpoints(Vec<Arc<Endpoint>>);
+pub(crate) struct HostEndpoints(Vec<Endpoint>);
 
 impl HostEndpoints {
-    /// Every endpoint of `host` (shared, not copied).
+    /// Every endpoint of `host` (its parts shared, not copied).
     pub(crate) fn collect<M: ModelRead + ?Sized>(model: &M, host: &Hostname) -> Self {
         let mut eps = Vec::new();
-        model.for_each_endpoint(host, &mut |e| eps.push(e.clone()));
+        model.for_each_endpoint(host, &mut |e| eps.push(e));
         HostEndpoints(eps)
     }
 }
@@ -180,7 +179,7 @@ fn members<'a>(eps: &'a HostEndpoints, port: &Port) -> Vec<(IpAddr, u16, &'a End
     let mut members: Vec<(IpAddr, u16, &Endpoint)> = eps
         .0
         .iter()
-        .map(|e| (e.address, e.target_port(port), &**e))
+        .map(|e| (e.address, e.target_port(port), e))
         .collect();
     members.sort_unstable_by(|a, b| (a.0, a.1, &a.2.key).cmp(&(b.0, b.1, &b.2.key)));
     members.dedup_by(|later, first| later.0 == first.0 && later.1 == first.1);
@@ -190,6 +189,8 @@ fn members<'a>(eps: &'a HostEndpoints, port: &Port) -> Vec<(IpAddr, u16, &'a End
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use envoy_types::pb::envoy::config::core::v3::Locality as PbLocality;
     use envoy_types::pb::envoy::config::endpoint::v3::{
@@ -242,7 +243,7 @@ mod tests {
         })
     }
 
-    fn endpoint(i: usize) -> Arc<Endpoint> {
+    fn endpoint(i: usize) -> Endpoint {
         let localities = [
             ("", "", ""),
             ("us-east1", "b", ""),
@@ -261,7 +262,7 @@ mod tests {
         if i.is_multiple_of(3) {
             ports.insert(Arc::from("http"), 8080 + (i % 2) as u16);
         }
-        Arc::new(Endpoint {
+        Endpoint {
             key: Arc::from(format!("ep/{i}")),
             address: addresses[i % addresses.len()].parse().expect("ip"),
             weight: [1, 2, 300, 70_000, 0][i % 5],
@@ -283,7 +284,7 @@ mod tests {
                 Vec::new(),
                 0,
             )),
-        })
+        }
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub trait ModelRead: Sync {
     /// Calls `f` once for every endpoint that belongs to `host` (the union over
     /// sources, any order). An endpoint serving several services is visited for
     /// each of them.
-    fn for_each_endpoint(&self, host: &Hostname, f: &mut dyn FnMut(&Arc<Endpoint>));
+    fn for_each_endpoint(&self, host: &Hostname, f: &mut dyn FnMut(Endpoint));
 }
 
 /// The folded state, as the generator reads it: its merged view (one service per
@@ -44,7 +44,7 @@ impl ModelRead for crate::state::ModelState {
         }
     }
 
-    fn for_each_endpoint(&self, host: &Hostname, f: &mut dyn FnMut(&Arc<Endpoint>)) {
+    fn for_each_endpoint(&self, host: &Hostname, f: &mut dyn FnMut(Endpoint)) {
         for e in self.endpoints_of(host) {
             f(e);
         }
