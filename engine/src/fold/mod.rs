@@ -102,6 +102,8 @@ mod resync_tests;
 pub mod runner;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod touch_tests;
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};

@@ -16,7 +16,7 @@ use imbl::OrdSet;
 
 use super::canon::{self, Kind};
 use super::{
-    Claim, HKey, Hot, ModelState, PendingResync, ServiceSlot, ShapeFacts, SourceGen, Touch,
+    Claim, Claims, HKey, Hot, ModelState, PendingResync, ServiceSlot, ShapeFacts, SourceGen, Touch,
     TouchLog, Written,
 };
 use crate::model::{Config, Endpoint, Health, Hostname, Service};
@@ -149,15 +149,19 @@ impl ModelState {
         let hk = HKey::of(host.as_str());
         let claim = Self::claim_of(&svc, slot);
         match self.claims.get_mut(&hk) {
-            Some(list) => {
-                let list = Arc::make_mut(list);
+            Some(claims) => {
+                let list = Arc::make_mut(&mut claims.list);
                 match list.binary_search_by(|(c, _)| c.cmp(&claim)) {
                     Ok(i) => list[i].1 = svc,
                     Err(i) => list.insert(i, (claim, svc)),
                 }
             }
             None => {
-                self.claims.insert(hk, Arc::new(vec![(claim, svc)]));
+                let claims = Claims {
+                    host: host.clone(),
+                    list: Arc::new(vec![(claim, svc)]),
+                };
+                self.claims.insert(hk, claims);
             }
         }
         self.refresh_winner(&hk, &host, touched);
@@ -168,8 +172,8 @@ impl ModelState {
         let host = &svc.hostname;
         let hk = HKey::of(host.as_str());
         let now_empty = match self.claims.get_mut(&hk) {
-            Some(list) => {
-                let list = Arc::make_mut(list);
+            Some(claims) => {
+                let list = Arc::make_mut(&mut claims.list);
                 if let Ok(i) = list.binary_search_by(|(c, _)| c.cmp(&claim)) {
                     list.remove(i);
                 }
@@ -286,7 +290,12 @@ impl ModelState {
         self.move_address(Some(old_address), Some(new.address));
         match rec.hosts {
             0 => {}
-            1 => touched.endpoints_at(rec.first_host, *hk),
+            // Named now when it has a service (the fold's admission check reads
+            // the same entry next, so it stays in the cache), else at the end.
+            1 => match self.claims.get(&rec.first_host) {
+                Some(claims) => touched.endpoints(&claims.host),
+                None => touched.endpoints_at(rec.first_host, *hk),
+            },
             _ => {
                 if let Some(shape) = self.endpoint_shape_at(hk) {
                     touched.endpoints_of(shape);

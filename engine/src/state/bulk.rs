@@ -270,8 +270,10 @@ impl ModelState {
                 .iter()
                 .map(|(_, c, s)| (c.clone(), s.clone()))
                 .collect();
-            winners.push((list[0].1.hostname.clone(), list[0].1.clone()));
-            by_host.insert(group[0].0, Arc::new(list));
+            let host = list[0].1.hostname.clone();
+            winners.push((host.clone(), list[0].1.clone()));
+            let list = Arc::new(list);
+            by_host.insert(group[0].0, Claims { host, list });
         }
         self.claims = by_host;
         winners.sort_unstable_by(|a, b| a.0.cmp(&b.0));
