@@ -31,7 +31,7 @@ use super::entities::labels;
 use super::format::{Reader, put_bytes, put_u32, put_u64};
 use crate::model::{Endpoint, EndpointShape, Health, shape_from_payload_sharing};
 use crate::state::canon::health_code;
-use crate::state::{EndpointBatch, HKey, ModelState, ShapeFacts};
+use crate::state::{EndpointBatch, HKey, ModelState, ShapeFacts, source_key};
 
 /// The payload a shape converts from: an `Endpoint` message with the shape's
 /// fields only (lossless: converting it back yields an equal shape).
@@ -297,10 +297,10 @@ pub(super) fn convert(framed: &Framed<'_>) -> Result<EndpointBatch, String> {
             // Each chunk holds its own copy of the source names: every endpoint
             // takes a reference to its source, and two cores counting references
             // on one shared name pass its cache line back and forth.
-            let sources: Vec<(Arc<str>, HKey)> = framed
+            let sources: Vec<(Arc<str>, u64)> = framed
                 .sources
                 .iter()
-                .map(|s| (Arc::from(*s), HKey::of(s)))
+                .map(|s| (Arc::from(*s), source_key(s)))
                 .collect();
             // The first part has room for every endpoint, so that appending the
             // others copies only theirs (room it never fills is never touched).

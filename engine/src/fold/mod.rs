@@ -118,7 +118,9 @@ use crate::log::RecordPos;
 use crate::model::{
     EndpointShape, endpoint_from_digested, health_from_proto, service_from_proto, source_digest,
 };
-use crate::state::{HKey, Hot, ModelState, Rewrite, ServiceSlot, SourceGen, TouchLog, Touched};
+use crate::state::{
+    HKey, Hot, ModelState, Rewrite, ServiceSlot, SourceGen, TouchLog, Touched, source_key,
+};
 
 /// Why an event (or record) was skipped; one metric label each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -464,7 +466,7 @@ impl ModelState {
 #[derive(Default)]
 struct Cx {
     source: Option<Arc<str>>,
-    source_key: Option<(Box<str>, HKey)>,
+    source_key: Option<(Box<str>, u64)>,
     partition: u32,
     /// Whether an endpoint of a shape (by its [`source_digest`]) names a service
     /// that exists. Valid while only endpoint events are applied, since they
@@ -503,13 +505,13 @@ impl Cx {
         *self.admitted.entry(shape).or_insert_with(check)
     }
 
-    /// [`HKey::of`] the source `name`, for the owner check of an endpoint's
-    /// record; computed once per run of one source's events.
-    fn source_key(&mut self, name: &str) -> HKey {
+    /// [`source_key`] of the source `name`, for the owner check of an
+    /// endpoint's record; computed once per run of one source's events.
+    fn source_key(&mut self, name: &str) -> u64 {
         match &self.source_key {
             Some((n, k)) if **n == *name => *k,
             _ => {
-                let k = HKey::of(name);
+                let k = source_key(name);
                 self.source_key = Some((Box::from(name), k));
                 k
             }

@@ -17,7 +17,7 @@ use imbl::OrdSet;
 use super::canon::{self, Kind};
 use super::{
     Claim, Claims, HKey, Hot, ModelState, PendingResync, ServiceSlot, ShapeFacts, SourceGen, Touch,
-    TouchLog, Written,
+    TouchLog, Written, source_key,
 };
 use crate::model::{Config, Endpoint, Health, Hostname, Service};
 
@@ -247,7 +247,7 @@ impl ModelState {
     pub(crate) fn rewrite_endpoint(
         &mut self,
         hk: &HKey,
-        source: (&str, HKey),
+        source: (&str, u64),
         shape: u128,
         new: Rewrite<'_>,
         touched: &mut TouchLog,
@@ -258,6 +258,12 @@ impl ModelState {
         if rec.source != source.1 || rec.shape_source() != shape {
             return Err(self.raw_endpoints.written(hk));
         }
+        // Same key and shape: the content is the same exactly when these are.
+        let same =
+            rec.address == new.address && rec.weight == new.weight && rec.health == new.health;
+        if same && rec.generation == new.generation {
+            return Ok(*rec);
+        }
         let digest = canon::endpoint_fields_digest(
             new.key,
             &new.address,
@@ -265,20 +271,12 @@ impl ModelState {
             new.health,
             rec.shape_digest,
         );
-        let same = digest == rec.digest
-            && rec.address == new.address
-            && rec.weight == new.weight
-            && rec.health == new.health;
-        if same && rec.generation == new.generation {
-            return Ok(*rec);
-        }
         let old_address = rec.address;
         let old_hash = rec.hash;
         rec.address = new.address;
         rec.weight = new.weight;
         rec.health = new.health;
         rec.generation = new.generation;
-        rec.digest = digest;
         rec.hash = canon::entity_hash(Kind::Endpoint, new.key, source.0, new.generation, digest);
         let rec = *rec;
         self.hash_sub(old_hash);
@@ -338,9 +336,8 @@ impl ModelState {
         let hot = Hot::new(
             &ep,
             ShapeFacts::of(&ep.shape),
-            HKey::of(&source),
+            source_key(&source),
             generation,
-            digest,
             hash,
         );
         self.hash_add(hash);
@@ -489,11 +486,11 @@ impl ModelState {
             .filter(|(_, w)| stale(&w.source, w.generation))
             .map(|(slot, _)| slot.clone())
             .collect();
-        let source_key = HKey::of(source);
+        let owner = source_key(source);
         let endpoints: Vec<HKey> = self
             .raw_endpoints
             .iter_hot()
-            .filter(|(_, h)| h.generation < below && h.source == source_key)
+            .filter(|(_, h)| h.generation < below && h.source == owner)
             .map(|(k, _)| *k)
             .collect();
         let configs: Vec<Arc<str>> = self

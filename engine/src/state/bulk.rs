@@ -47,7 +47,11 @@ fn keep_last<T>(items: &mut Vec<T>, same: impl Fn(&T, &T) -> bool) {
 /// endpoint's place in the input.
 #[derive(Default)]
 pub(crate) struct EndpointBatch {
-    records: Vec<(HKey, usize, Hot, Arc<Cold>)>,
+    records: Vec<(HKey, usize, Hot)>,
+    /// The rarely written part of each record, at the same index. Apart, so
+    /// that the load builds the two maps on two threads, each from a vector of
+    /// its own.
+    colds: Vec<Arc<Cold>>,
     by_host: Vec<(HKey, HKey, usize)>,
 }
 
@@ -56,6 +60,7 @@ impl EndpointBatch {
     pub(crate) fn with_capacity(n: usize) -> Self {
         EndpointBatch {
             records: Vec::with_capacity(n),
+            colds: Vec::with_capacity(n),
             by_host: Vec::with_capacity(n),
         }
     }
@@ -68,7 +73,7 @@ impl EndpointBatch {
     pub(crate) fn push(
         &mut self,
         i: usize,
-        source: (&Arc<str>, HKey),
+        source: (&Arc<str>, u64),
         generation: u64,
         ep: Endpoint,
         shape: ShapeFacts,
@@ -81,13 +86,14 @@ impl EndpointBatch {
         let digest =
             canon::endpoint_fields_digest(&ep.key, &ep.address, ep.weight, ep.health, shape.digest);
         let hash = canon::entity_hash(Kind::Endpoint, &ep.key, source.0, generation, digest);
-        let hot = Hot::new(&ep, shape, source.1, generation, digest, hash);
+        let hot = Hot::new(&ep, shape, source.1, generation, hash);
         let cold = Cold {
             key: ep.key,
             source: source.0.clone(),
             shape: ep.shape,
         };
-        self.records.push((hk, i, hot, Arc::new(cold)));
+        self.records.push((hk, i, hot));
+        self.colds.push(Arc::new(cold));
     }
 
     /// Sorts its index entries as the bulk load needs them. Why here: a
@@ -104,16 +110,22 @@ impl EndpointBatch {
             return;
         }
         self.records.append(&mut other.records);
+        self.colds.append(&mut other.colds);
         self.by_host.append(&mut other.by_host);
+    }
+
+    /// Its records, each with its cold part.
+    fn zipped(self) -> Vec<((HKey, usize, Hot), Arc<Cold>)> {
+        self.records.into_iter().zip(self.colds).collect()
     }
 
     /// Its endpoints in input order, with source and generation (what storing
     /// them one by one takes).
-    fn into_entries(mut self) -> Vec<(Arc<str>, u64, Endpoint)> {
-        self.records.sort_unstable_by_key(|r| r.1);
-        self.records
-            .into_iter()
-            .map(|(_, _, hot, cold)| (cold.source.clone(), hot.generation, cold.endpoint(&hot)))
+    fn into_entries(self) -> Vec<(Arc<str>, u64, Endpoint)> {
+        let mut all = self.zipped();
+        all.sort_unstable_by_key(|((_, i, _), _)| *i);
+        all.into_iter()
+            .map(|((_, _, hot), cold)| (cold.source.clone(), hot.generation, cold.endpoint(&hot)))
             .collect()
     }
 
@@ -123,10 +135,34 @@ impl EndpointBatch {
         let mut r: Vec<_> = self
             .records
             .iter()
-            .map(|(_, i, hot, cold)| (*i, cold.endpoint(hot)))
+            .zip(&self.colds)
+            .map(|((_, i, hot), cold)| (*i, cold.endpoint(hot)))
             .collect();
         r.sort_by_key(|(i, _)| *i);
         r.into_iter().map(|(_, e)| e).collect()
+    }
+
+    /// Sorts the records by key hash and, of a key written more than once,
+    /// keeps the last write (with its index entries). A restore's input is in
+    /// key-hash order with no key repeated, which is checked first and left as
+    /// it is.
+    fn sort_and_keep_last(&mut self) {
+        if self.records.windows(2).all(|w| w[0].0 < w[1].0) {
+            return;
+        }
+        let by_host = std::mem::take(&mut self.by_host);
+        let mut all = std::mem::take(self).zipped();
+        all.sort_unstable_by_key(|((hk, i, _), _)| (*hk, *i));
+        let before = all.len();
+        keep_last(&mut all, |a, b| a.0.0 == b.0.0);
+        self.by_host = by_host;
+        if all.len() < before {
+            // Index entries of the overwritten writes go too.
+            let kept: std::collections::HashSet<usize> =
+                all.iter().map(|((_, i, _), _)| *i).collect();
+            self.by_host.retain(|(_, _, i)| kept.contains(i));
+        }
+        (self.records, self.colds) = all.into_iter().unzip();
     }
 }
 
@@ -149,10 +185,10 @@ impl ModelState {
                 .map(|(_, h)| HKey::of(h.as_str()))
                 .collect();
             let facts = ShapeFacts::of(&ep.shape);
-            let source_key = HKey::of(&source);
+            let owner = super::source_key(&source);
             part.push(
                 i,
-                (&source, source_key),
+                (&source, owner),
                 generation,
                 ep,
                 facts,
@@ -178,29 +214,24 @@ impl ModelState {
             self.put_endpoints(batch.into_entries());
             return;
         }
+        let mut batch = batch;
+        batch.sort_and_keep_last();
         let EndpointBatch {
-            mut records,
+            records,
+            colds,
             mut by_host,
         } = batch;
-        // By key hash, and for a repeated key the last write last; keep that one.
-        // (A restore's input is in key-hash order already, which the sort detects.)
-        records.sort_unstable_by_key(|(hk, i, _, _)| (*hk, *i));
-        let before = records.len();
-        keep_last(&mut records, |a, b| a.0 == b.0);
-        if records.len() < before {
-            // Index entries of the overwritten writes go too.
-            let kept: std::collections::HashSet<usize> =
-                records.iter().map(|(_, i, _, _)| *i).collect();
-            by_host.retain(|(_, _, i)| kept.contains(i));
-        }
-        for (_, _, hot, _) in &records {
+        for (_, _, hot) in &records {
             self.hash_add(hot.hash);
         }
 
-        // Two independent builds on two scoped threads (this one included). The
-        // address index is built when first asked for (see `addr_index`).
-        let (raw, by_host) = std::thread::scope(|scope| {
-            let hosts = scope.spawn(move || {
+        // The hot map on this thread; the hostname index and then the cold map
+        // on another (together about as long). Each map is filled front to
+        // back. The address index is built when first asked for (see
+        // `addr_index`).
+        let records = &records;
+        let (hot, (by_host, cold)) = std::thread::scope(|scope| {
+            let other = scope.spawn(move || {
                 // Each hostname's keys in order, a repeated one once (the set
                 // drops it), so each set is filled front to back. A stable sort:
                 // it merges the runs of parts sorted on their own threads
@@ -211,16 +242,14 @@ impl ModelState {
                     let keys: OrdSet<HKey> = group.iter().map(|(_, k, _)| *k).collect();
                     index.insert(group[0].0, keys);
                 }
-                index
+                let cold: OrdMap<HKey, Arc<Cold>> =
+                    records.iter().map(|(hk, _, _)| *hk).zip(colds).collect();
+                (index, cold)
             });
-            let raw = EndpointStore::from_sorted(
-                records
-                    .into_iter()
-                    .map(|(hk, _, hot, cold)| (hk, hot, cold))
-                    .collect(),
-            );
-            (raw, joined(hosts))
+            let hot: OrdMap<HKey, Hot> = records.iter().map(|(hk, _, hot)| (*hk, *hot)).collect();
+            (hot, joined(other))
         });
+        let raw = EndpointStore::from_maps(hot, cold);
         self.raw_endpoints = raw;
         self.endpoints_by_host = by_host;
         self.endpoints_by_addr.invalidate();

@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use imbl::OrdMap;
 
+use super::canon;
 use super::{HKey, Written};
 use crate::model::{Endpoint, EndpointShape, Health};
 
@@ -39,17 +40,18 @@ pub(crate) struct Hot {
     /// exactly one, `first_host` names every hostname the endpoint serves.
     pub(crate) hosts: u8,
     pub(crate) generation: u64,
-    /// [`Written`]'s digest of the endpoint's content.
-    pub(crate) digest: u64,
-    /// [`Written`]'s term in the state's content hash.
+    /// [`Written`]'s term in the state's content hash. (The content digest
+    /// it is made from is not kept: a rewrite that changes nothing is found by
+    /// comparing fields, and readers compute it; 8 bytes less per record is 8
+    /// bytes less to copy per record of every leaf a fold copies.)
     pub(crate) hash: u64,
     /// The shape's [`EndpointShape::source_digest`], as two halves (a `u128`
     /// would align the record to 16 bytes and grow it).
     shape_source: [u64; 2],
     /// The shape's [`EndpointShape::digest`].
     pub(crate) shape_digest: u64,
-    /// [`HKey::of`] the source's name: the owner check compares integers.
-    pub(crate) source: HKey,
+    /// [`source_key`] of the source's name: the owner check compares integers.
+    pub(crate) source: u64,
     /// The key of the shape's first hostname ([`HKey::MIN`] when it lists none).
     pub(crate) first_host: HKey,
 }
@@ -63,7 +65,6 @@ impl PartialEq for Hot {
             && self.health == o.health
             && self.hosts == o.hosts
             && self.generation == o.generation
-            && self.digest == o.digest
             && self.hash == o.hash
             && self.shape_digest == o.shape_digest
             && self.source == o.source
@@ -98,14 +99,13 @@ impl ShapeFacts {
 }
 
 impl Hot {
-    /// The record of `ep` (whose shape's facts are `shape`) as `source` wrote it
-    /// at `generation`, with its content digest and hash term.
+    /// The record of `ep` (whose shape's facts are `shape`) as the source of
+    /// key `source` wrote it at `generation`, with its hash term.
     pub(crate) fn new(
         ep: &Endpoint,
         shape: ShapeFacts,
-        source: HKey,
+        source: u64,
         generation: u64,
-        digest: u64,
         hash: u64,
     ) -> Self {
         Hot {
@@ -114,7 +114,6 @@ impl Hot {
             health: ep.health,
             hosts: shape.hosts.min(2) as u8,
             generation,
-            digest,
             hash,
             shape_source: [
                 shape.source_digest as u64,
@@ -124,6 +123,17 @@ impl Hot {
             source,
             first_host: shape.first_host.unwrap_or(HKey::MIN),
         }
+    }
+
+    /// The digest of the content of the endpoint `key` whose record this is.
+    pub(crate) fn digest(&self, key: &str) -> u64 {
+        canon::endpoint_fields_digest(
+            key,
+            &self.address,
+            self.weight,
+            self.health,
+            self.shape_digest,
+        )
     }
 
     /// The shape's [`EndpointShape::source_digest`].
@@ -167,10 +177,9 @@ pub(crate) struct EndpointStore {
 }
 
 impl EndpointStore {
-    /// A store of `records`, sorted by key with no key repeated.
-    pub(crate) fn from_sorted(records: Vec<(HKey, Hot, Arc<Cold>)>) -> Self {
-        let hot = records.iter().map(|(k, h, _)| (*k, *h)).collect();
-        let cold = records.into_iter().map(|(k, _, c)| (k, c)).collect();
+    /// A store of the two maps, which must hold the same keys.
+    pub(crate) fn from_maps(hot: OrdMap<HKey, Hot>, cold: OrdMap<HKey, Arc<Cold>>) -> Self {
+        debug_assert_eq!(hot.len(), cold.len());
         EndpointStore { hot, cold }
     }
 
@@ -248,13 +257,21 @@ impl EndpointStore {
     }
 }
 
+/// The key of a source's name in a [`Hot`] record: the top 64 bits of
+/// [`HKey::of`] it. Why not all 128: a handful of sources share a state, so 64
+/// bits leave no practical chance of two sharing a key, and a smaller record
+/// is cheaper to copy.
+pub(crate) fn source_key(name: &str) -> u64 {
+    HKey::of(name).prefix()
+}
+
 /// The record `hot` and `cold` make, as [`Written`].
 pub(crate) fn written(hot: &Hot, cold: &Cold) -> Written<Endpoint> {
     Written {
         value: Arc::new(cold.endpoint(hot)),
         source: cold.source.clone(),
         generation: hot.generation,
-        digest: hot.digest,
+        digest: hot.digest(&cold.key),
         hash: hot.hash,
     }
 }

@@ -82,7 +82,7 @@ use addr_index::AddrIndex;
 pub(crate) use apply::Rewrite;
 pub(crate) use bulk::{EndpointBatch, ServiceEntry};
 use endpoints::EndpointStore;
-pub(crate) use endpoints::{Hot, ShapeFacts};
+pub(crate) use endpoints::{Hot, ShapeFacts, source_key};
 pub use query::{MANAGEMENT_PORTS_LABEL, StateCounts};
 
 /// An entity as its source last wrote it.
@@ -580,7 +580,7 @@ impl ModelState {
                 &cold.key,
                 &cold.source,
                 hot.generation,
-                hot.digest,
+                hot.digest(&cold.key),
             ));
         }
         for (key, w) in &self.raw_configs {
