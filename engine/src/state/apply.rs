@@ -12,13 +12,12 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use imbl::OrdSet;
-
 use super::canon::{self, Kind};
 use super::{
     Claim, Claims, HKey, Hot, ModelState, PendingResync, ServiceSlot, ShapeFacts, SourceGen, Touch,
     TouchLog, Written, source_key,
 };
+use super::endpoints::{Cold, host_keys};
 use crate::model::{Config, Endpoint, Health, Hostname, Service};
 
 /// What an endpoint rewrite writes, for [`ModelState::rewrite_endpoint`]: the
@@ -341,49 +340,42 @@ impl ModelState {
             hash,
         );
         self.hash_add(hash);
-        if let Some(old) = self.raw_endpoints.insert(hk, hot, &ep, &source) {
+        if let Some(old) = self.raw_endpoints.put_hot(hk, hot) {
             self.hash_sub(old.hash);
         }
-        self.reindex_endpoint(current.as_ref().map(|o| &*o.value), Some(&ep), touched);
+        let old = current.as_ref().map(|o| &*o.value);
+        let kept = current
+            .as_ref()
+            .is_some_and(|o| Arc::ptr_eq(&o.value.shape, &ep.shape) && o.source == source);
+        if kept {
+            // The same key, source and shape: the cold part listed under each
+            // hostname stays, and only their content is touched.
+            touched.endpoints_of(&ep.shape);
+        } else {
+            let cold = Arc::new(Cold {
+                key: ep.key.clone(),
+                source,
+                shape: ep.shape.clone(),
+            });
+            self.relist(hk, old, Some((&ep, cold)), touched);
+        }
+        self.move_address(old.map(|o| o.address), Some(ep.address));
     }
 
     /// Removes the endpoint under `hk` from the raw layer and every index. Returns
     /// whether there was one.
     pub(crate) fn remove_endpoint_at(&mut self, hk: &HKey, touched: &mut impl Touch) -> bool {
-        let Some((hot, cold)) = self.raw_endpoints.remove(hk) else {
+        let Some(cold) = self.raw_endpoints.cold(hk).cloned() else {
+            return false;
+        };
+        let Some(hot) = self.raw_endpoints.remove_hot(hk) else {
             return false;
         };
         self.hash_sub(hot.hash);
-        self.reindex_endpoint(Some(&cold.endpoint(&hot)), None, touched);
+        let old = cold.endpoint(&hot);
+        self.relist(*hk, Some(&old), None, touched);
+        self.move_address(Some(old.address), None);
         true
-    }
-
-    /// Moves an endpoint's index entries from `old` to `new` (same key; either may
-    /// be absent). Only memberships that change are written: a content update
-    /// with the same hostnames and address leaves both indexes as they are (the
-    /// address index is dropped, to be built on first use, only when the
-    /// address changes). Every
-    /// hostname of either version is touched (its endpoints' content changed).
-    fn reindex_endpoint(
-        &mut self,
-        old: Option<&Endpoint>,
-        new: Option<&Endpoint>,
-        touched: &mut impl Touch,
-    ) {
-        // Borrowed: taking a reference to the key is a cache miss per event, and
-        // a content update with the same address stores none.
-        let Some(key) = new.map(|n| &n.key).or(old.map(|o| &o.key)) else {
-            return;
-        };
-        if let (Some(o), Some(n)) = (old, new)
-            && Arc::ptr_eq(&o.shape, &n.shape)
-        {
-            // One shape: the same hostnames, so only their content is touched.
-            touched.endpoints_of(&n.shape);
-        } else {
-            self.move_host_entries(key, old, new, touched);
-        }
-        self.move_address(old.map(|o| o.address), new.map(|n| n.address));
     }
 
     /// Notes that an endpoint moved from address `old` to `new` (either may be
@@ -394,48 +386,35 @@ impl ModelState {
         }
     }
 
-    /// The hostname index part of [`ModelState::reindex_endpoint`] for two
-    /// versions with different shapes.
-    fn move_host_entries(
+    /// Moves the endpoint `ek` from the hostnames `old` lists to those `new`
+    /// lists, with `new`'s cold part (either version may be absent; the cold
+    /// part changed, so each hostname of `new` is listed again even when `old`
+    /// listed it too). Every hostname of either version is touched (its
+    /// endpoints' content changed).
+    fn relist(
         &mut self,
-        key: &Arc<str>,
+        ek: HKey,
         old: Option<&Endpoint>,
-        new: Option<&Endpoint>,
+        new: Option<(&Endpoint, Arc<Cold>)>,
         touched: &mut impl Touch,
     ) {
         let lists = |e: &Endpoint, host: &Hostname| e.services.iter().any(|(_, h)| h == host);
-        let ek = HKey::of(key);
         if let Some(o) = old {
             for (_, host) in &o.services {
-                if !new.is_some_and(|n| lists(n, host)) {
-                    let hk = HKey::of(host.as_str());
-                    let now_empty = match self.endpoints_by_host.get_mut(&hk) {
-                        Some(set) => {
-                            set.remove(&ek);
-                            set.is_empty()
-                        }
-                        None => false,
-                    };
-                    if now_empty {
-                        self.endpoints_by_host.remove(&hk);
-                    }
+                if !new.as_ref().is_some_and(|(n, _)| lists(n, host)) {
+                    self.raw_endpoints.unlist(&HKey::of(host.as_str()), &ek);
                 }
                 touched.endpoints(host);
             }
+            if o.services.is_empty() {
+                self.raw_endpoints.unlist(&HKey::MIN, &ek);
+            }
         }
-        if let Some(n) = new {
+        if let Some((n, cold)) = new {
+            for host in host_keys(&n.shape) {
+                self.raw_endpoints.list(host, ek, cold.clone());
+            }
             for (_, host) in &n.services {
-                if !old.is_some_and(|o| lists(o, host)) {
-                    let hk = HKey::of(host.as_str());
-                    match self.endpoints_by_host.get_mut(&hk) {
-                        Some(set) => {
-                            set.insert(ek);
-                        }
-                        None => {
-                            self.endpoints_by_host.insert(hk, OrdSet::unit(ek));
-                        }
-                    }
-                }
                 touched.endpoints(host);
             }
         }

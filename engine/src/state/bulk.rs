@@ -19,10 +19,10 @@
 
 use std::sync::Arc;
 
-use imbl::{OrdMap, OrdSet};
+use imbl::OrdMap;
 
 use super::canon::{self, Kind};
-use super::endpoints::{Cold, EndpointStore};
+use super::endpoints::{Cold, EndpointStore, Listing};
 use super::{Claim, Claims, HKey, Hot, ModelState, ServiceSlot, ShapeFacts, Written};
 use crate::model::{Endpoint, Hostname, Service};
 use crate::par::joined;
@@ -40,19 +40,24 @@ fn keep_last<T>(items: &mut Vec<T>, same: impl Fn(&T, &T) -> bool) {
     });
 }
 
-/// Endpoints prepared for a bulk load: what each one contributes to the raw
-/// map and the hostname index, computed while its record is fresh in the cache
-/// (reading them back afterwards was a cache miss or three per endpoint). Built
-/// on any thread, in parts that are appended in input order; `usize` is each
-/// endpoint's place in the input.
+/// Endpoints prepared for a bulk load: what each one contributes to the
+/// records and the hostname index, computed while its record is fresh in the
+/// cache (reading them back afterwards was a cache miss or three per
+/// endpoint). Built on any thread, in parts that are appended in input order;
+/// `usize` is each endpoint's place in the input.
 #[derive(Default)]
 pub(crate) struct EndpointBatch {
     records: Vec<(HKey, usize, Hot)>,
-    /// The rarely written part of each record, at the same index. Apart, so
-    /// that the load builds the two maps on two threads, each from a vector of
-    /// its own.
-    colds: Vec<Arc<Cold>>,
-    by_host: Vec<(HKey, HKey, usize)>,
+    /// (hostname key, endpoint key, place in the input, cold part): one entry
+    /// per hostname an endpoint lists, each with the endpoint's one cold part.
+    by_host: Vec<(HKey, HKey, usize, Arc<Cold>)>,
+    /// Whether some record's key is not above the one before it (so the load
+    /// must sort and drop repeats). Tracked as records come, because a pass
+    /// over 100k records of 112 bytes to check, and another to sum their hash
+    /// terms, cost a restore a millisecond each.
+    unsorted: bool,
+    /// The sum of the records' hash terms.
+    hash: u64,
 }
 
 impl EndpointBatch {
@@ -60,16 +65,16 @@ impl EndpointBatch {
     pub(crate) fn with_capacity(n: usize) -> Self {
         EndpointBatch {
             records: Vec::with_capacity(n),
-            colds: Vec::with_capacity(n),
             by_host: Vec::with_capacity(n),
+            ..Default::default()
         }
     }
 
     /// Adds the endpoint at place `i` of the input, written by `source` (its
-    /// name and [`HKey::of`] it). `shape` holds the facts of the endpoint's
-    /// shape and `hosts` the keys of the hostnames it lists ([`HKey::of`] each,
-    /// in order), which a caller holding many endpoints of one shape computes
-    /// once per shape and keeps at hand.
+    /// name and [`source_key`](super::source_key) of it). `shape` holds the
+    /// facts of the endpoint's shape and `hosts` the keys of the hostnames it
+    /// lists ([`HKey::of`] each, in order), which a caller holding many
+    /// endpoints of one shape computes once per shape and keeps at hand.
     pub(crate) fn push(
         &mut self,
         i: usize,
@@ -80,20 +85,35 @@ impl EndpointBatch {
         hosts: impl Iterator<Item = HKey>,
     ) {
         let hk = HKey::of(&ep.key);
-        for host in hosts {
-            self.by_host.push((host, hk, i));
-        }
         let digest =
             canon::endpoint_fields_digest(&ep.key, &ep.address, ep.weight, ep.health, shape.digest);
         let hash = canon::entity_hash(Kind::Endpoint, &ep.key, source.0, generation, digest);
-        let hot = Hot::new(&ep, shape, source.1, generation, hash);
-        let cold = Cold {
+        self.unsorted |= self.records.last().is_some_and(|(last, _, _)| *last >= hk);
+        self.hash = self.hash.wrapping_add(hash);
+        self.records
+            .push((hk, i, Hot::new(&ep, shape, source.1, generation, hash)));
+        let cold = Arc::new(Cold {
             key: ep.key,
             source: source.0.clone(),
             shape: ep.shape,
-        };
-        self.records.push((hk, i, hot));
-        self.colds.push(Arc::new(cold));
+        });
+        // The last hostname takes the cold part itself, the others a
+        // reference each; one that lists none is kept under the hostless key
+        // (see `EndpointStore`).
+        let mut hosts = hosts.peekable();
+        let mut cold = Some(cold);
+        while let Some(host) = hosts.next() {
+            let part = match hosts.peek() {
+                Some(_) => cold.clone(),
+                None => cold.take(),
+            };
+            if let Some(part) = part {
+                self.by_host.push((host, hk, i, part));
+            }
+        }
+        if let Some(cold) = cold {
+            self.by_host.push((HKey::MIN, hk, i, cold));
+        }
     }
 
     /// Sorts its index entries as the bulk load needs them. Why here: a
@@ -109,34 +129,45 @@ impl EndpointBatch {
             *self = other;
             return;
         }
+        self.unsorted |= other.unsorted
+            || self
+                .records
+                .last()
+                .zip(other.records.first())
+                .is_some_and(|(last, first)| last.0 >= first.0);
+        self.hash = self.hash.wrapping_add(other.hash);
         self.records.append(&mut other.records);
-        self.colds.append(&mut other.colds);
         self.by_host.append(&mut other.by_host);
-    }
-
-    /// Its records, each with its cold part.
-    fn zipped(self) -> Vec<((HKey, usize, Hot), Arc<Cold>)> {
-        self.records.into_iter().zip(self.colds).collect()
     }
 
     /// Its endpoints in input order, with source and generation (what storing
     /// them one by one takes).
     fn into_entries(self) -> Vec<(Arc<str>, u64, Endpoint)> {
-        let mut all = self.zipped();
-        all.sort_unstable_by_key(|((_, i, _), _)| *i);
-        all.into_iter()
-            .map(|((_, _, hot), cold)| (cold.source.clone(), hot.generation, cold.endpoint(&hot)))
+        let mut colds: std::collections::HashMap<usize, Arc<Cold>> = self
+            .by_host
+            .into_iter()
+            .map(|(_, _, i, cold)| (i, cold))
+            .collect();
+        let mut records = self.records;
+        records.sort_unstable_by_key(|(_, i, _)| *i);
+        records
+            .into_iter()
+            .filter_map(|(_, i, hot)| {
+                let cold = colds.remove(&i)?;
+                Some((cold.source.clone(), hot.generation, cold.endpoint(&hot)))
+            })
             .collect()
     }
 
     /// The endpoints in input order (for tests of the callers that build it).
     #[cfg(test)]
     pub(crate) fn endpoints(&self) -> Vec<Endpoint> {
+        let colds: std::collections::HashMap<usize, &Arc<Cold>> =
+            self.by_host.iter().map(|(_, _, i, c)| (*i, c)).collect();
         let mut r: Vec<_> = self
             .records
             .iter()
-            .zip(&self.colds)
-            .map(|((_, i, hot), cold)| (*i, cold.endpoint(hot)))
+            .filter_map(|(_, i, hot)| Some((*i, colds.get(i)?.endpoint(hot))))
             .collect();
         r.sort_by_key(|(i, _)| *i);
         r.into_iter().map(|(_, e)| e).collect()
@@ -147,22 +178,23 @@ impl EndpointBatch {
     /// key-hash order with no key repeated, which is checked first and left as
     /// it is.
     fn sort_and_keep_last(&mut self) {
-        if self.records.windows(2).all(|w| w[0].0 < w[1].0) {
+        if !self.unsorted {
             return;
         }
-        let by_host = std::mem::take(&mut self.by_host);
-        let mut all = std::mem::take(self).zipped();
-        all.sort_unstable_by_key(|((hk, i, _), _)| (*hk, *i));
-        let before = all.len();
-        keep_last(&mut all, |a, b| a.0.0 == b.0.0);
-        self.by_host = by_host;
-        if all.len() < before {
+        self.records.sort_unstable_by_key(|(hk, i, _)| (*hk, *i));
+        let before = self.records.len();
+        keep_last(&mut self.records, |a, b| a.0 == b.0);
+        if self.records.len() < before {
             // Index entries of the overwritten writes go too.
             let kept: std::collections::HashSet<usize> =
-                all.iter().map(|((_, i, _), _)| *i).collect();
-            self.by_host.retain(|(_, _, i)| kept.contains(i));
+                self.records.iter().map(|(_, i, _)| *i).collect();
+            self.by_host.retain(|(_, _, i, _)| kept.contains(i));
+            self.hash = self
+                .records
+                .iter()
+                .fold(0, |h, (_, _, hot)| h.wrapping_add(hot.hash));
         }
-        (self.records, self.colds) = all.into_iter().unzip();
+        self.unsorted = false;
     }
 }
 
@@ -218,40 +250,38 @@ impl ModelState {
         batch.sort_and_keep_last();
         let EndpointBatch {
             records,
-            colds,
             mut by_host,
+            hash,
+            ..
         } = batch;
-        for (_, _, hot) in &records {
-            self.hash_add(hot.hash);
-        }
+        self.hash_add(hash);
 
-        // The hot map on this thread; the hostname index and then the cold map
-        // on another (together about as long). Each map is filled front to
-        // back. The address index is built when first asked for (see
-        // `addr_index`).
-        let records = &records;
-        let (hot, (by_host, cold)) = std::thread::scope(|scope| {
-            let other = scope.spawn(move || {
-                // Each hostname's keys in order, a repeated one once (the set
-                // drops it), so each set is filled front to back. A stable sort:
-                // it merges the runs of parts sorted on their own threads
-                // (`sort_indexes`) in one pass.
+        // The records on this thread, the hostname index on another; each map
+        // is filled front to back. The address index is built when first
+        // asked for (see `addr_index`).
+        let (hot, by_host) = std::thread::scope(|scope| {
+            let index = scope.spawn(move || {
+                // Each hostname's endpoints in key order, so each listing is
+                // filled front to back. A stable sort: it merges the runs of
+                // parts sorted on their own threads (`sort_indexes`) in one
+                // pass.
                 by_host.sort_by_key(|e| (e.0, e.1));
-                let mut index: OrdMap<HKey, OrdSet<HKey>> = OrdMap::new();
-                for group in by_host.chunk_by(|a, b| a.0 == b.0) {
-                    let keys: OrdSet<HKey> = group.iter().map(|(_, k, _)| *k).collect();
-                    index.insert(group[0].0, keys);
+                let mut index: OrdMap<HKey, Listing> = OrdMap::new();
+                let mut entries = by_host.into_iter().peekable();
+                while let Some((host, ek, _, cold)) = entries.next() {
+                    let mut listing = OrdMap::unit(ek, cold);
+                    while let Some((_, ek, _, cold)) = entries.next_if(|e| e.0 == host) {
+                        listing.insert(ek, cold);
+                    }
+                    index.insert(host, listing);
                 }
-                let cold: OrdMap<HKey, Arc<Cold>> =
-                    records.iter().map(|(hk, _, _)| *hk).zip(colds).collect();
-                (index, cold)
+                index
             });
             let hot: OrdMap<HKey, Hot> = records.iter().map(|(hk, _, hot)| (*hk, *hot)).collect();
-            (hot, joined(other))
+            (hot, joined(index))
         });
-        let raw = EndpointStore::from_maps(hot, cold);
+        let raw = EndpointStore::from_parts(hot, by_host);
         self.raw_endpoints = raw;
-        self.endpoints_by_host = by_host;
         self.endpoints_by_addr.invalidate();
     }
 }
@@ -375,10 +405,8 @@ mod tests {
                 want.put_endpoint(s, g, e, &mut sink);
             }
             assert_eq!(onto, want, "{n}: loaded onto endpoints");
-            assert_eq!(onto.endpoints_by_host, want.endpoints_by_host, "{n}");
             assert_eq!(bulk.hash(), one.hash(), "{n}");
             assert_eq!(bulk.hash(), bulk.recompute_hash(), "{n}");
-            assert_eq!(bulk.endpoints_by_host, one.endpoints_by_host, "{n}");
             assert_eq!(
                 bulk.endpoints_by_addr.get(&bulk.raw_endpoints),
                 one.endpoints_by_addr.get(&one.raw_endpoints),

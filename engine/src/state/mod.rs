@@ -74,7 +74,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use imbl::{OrdMap, OrdSet};
+use imbl::OrdMap;
 
 use crate::model::{Config, Endpoint, EndpointShape, Hostname, Service};
 
@@ -283,8 +283,8 @@ fn hkey<Q: KeyText + ?Sized>(q: &Q) -> HKey {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ModelState {
     raw_services: OrdMap<ServiceSlot, Written<Service>>,
-    /// Endpoints by key hash, as plain records and their rarely written parts
-    /// (see `endpoints`).
+    /// Endpoints by key hash, as plain records, and the endpoints of each
+    /// hostname (by hash) with their rarely written parts (see `endpoints`).
     raw_endpoints: EndpointStore,
     raw_configs: OrdMap<Arc<str>, Written<Config>>,
     sources: OrdMap<Arc<str>, SourceGen>,
@@ -294,12 +294,6 @@ pub struct ModelState {
     claims: OrdMap<HKey, Claims>,
     /// The winning definitions, by hostname (alphabetical, for `services()`).
     services: OrdMap<Hostname, Arc<Service>>,
-    /// Hostname (by hash) → the keys (by hash, as `raw_endpoints` holds them)
-    /// of the endpoints that list it. Keys only: an endpoint whose content
-    /// changes but not its hostnames leaves this index untouched. Hashes, not
-    /// texts: sets compare integers held in their nodes instead of following
-    /// each key to its text, and a lookup in `raw_endpoints` hashes nothing.
-    endpoints_by_host: OrdMap<HKey, OrdSet<HKey>>,
     /// (address, endpoint key hash) of every endpoint, built on first use
     /// (see `addr_index`).
     endpoints_by_addr: AddrIndex,
@@ -518,17 +512,12 @@ impl ModelState {
     /// sharing its sibling's saves converting and storing one more copy (about
     /// a kilobyte each, most of an endpoint's memory).
     pub(crate) fn shape_like(&self, host: &str, digest: u128) -> Option<&Arc<EndpointShape>> {
-        let k = self
-            .endpoints_by_host
-            .get(&HKey::of(host))?
-            .iter()
+        self.raw_endpoints
+            .listing(&HKey::of(host))?
+            .values()
             .take(SIBLINGS)
-            .find(|k| {
-                self.raw_endpoints
-                    .hot(k)
-                    .is_some_and(|h| h.shape_source() == digest)
-            })?;
-        self.endpoint_shape_at(k)
+            .map(|c| &c.shape)
+            .find(|s| s.source_digest() == digest)
     }
 
     /// Whether a hostname has a merged service (the fold's admission check).

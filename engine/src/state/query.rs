@@ -57,15 +57,13 @@ impl ModelState {
     /// never defines. Cost: the hostnames without a service, not the whole state.
     pub fn held_endpoints(&self) -> usize {
         let mut held = std::collections::BTreeSet::new();
-        for (hk, keys) in &self.endpoints_by_host {
-            if self.claims.get(hk).is_some_and(|c| !c.is_empty()) {
+        for (hk, listing) in self.raw_endpoints.listings() {
+            if *hk == HKey::MIN || self.claims.get(hk).is_some_and(|c| !c.is_empty()) {
                 continue;
             }
-            for key in keys {
-                let Some(shape) = self.endpoint_shape_at(key) else {
-                    continue;
-                };
-                if shape
+            for (key, cold) in listing {
+                if cold
+                    .shape
                     .services
                     .iter()
                     .all(|(_, h)| self.get_service(h).is_none())
@@ -101,11 +99,11 @@ impl ModelState {
         &self,
         host: &Q,
     ) -> impl Iterator<Item = Endpoint> + '_ {
-        self.endpoints_by_host
-            .get(&hkey(host))
+        self.raw_endpoints
+            .listing(&hkey(host))
             .into_iter()
-            .flat_map(|keys| keys.iter())
-            .filter_map(|k| self.raw_endpoints.endpoint(k))
+            .flat_map(|listing| listing.iter())
+            .filter_map(|(k, cold)| Some(cold.endpoint(self.raw_endpoints.hot(k)?)))
     }
 
     /// [`ModelState::endpoints_of`], sorted by endpoint key: for views people
@@ -118,8 +116,8 @@ impl ModelState {
 
     /// Number of endpoints of a hostname.
     pub fn endpoint_count<Q: KeyText + ?Sized>(&self, host: &Q) -> usize {
-        self.endpoints_by_host
-            .get(&hkey(host))
+        self.raw_endpoints
+            .listing(&hkey(host))
             .map_or(0, |m| m.len())
     }
 
@@ -233,7 +231,7 @@ impl ModelState {
             services: self.services.len(),
             service_definitions: self.raw_services.len(),
             endpoints: self.raw_endpoints.len(),
-            hostnames_with_endpoints: self.endpoints_by_host.len(),
+            hostnames_with_endpoints: self.raw_endpoints.host_count(),
             configs: self.raw_configs.len(),
             sources: self.sources.len(),
         }

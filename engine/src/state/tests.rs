@@ -325,7 +325,9 @@ fn address_keys_order_as_addresses_do() {
 }
 
 /// Hash keys order as the 128-bit hashes they split, and a map entry of a key
-/// and a pointer stays 24 bytes (the reason they are split).
+/// and a pointer stays 24 bytes (the reason they are split); an endpoint
+/// record's entry is 104 bytes (a fold copies every leaf it writes into, so
+/// a record grown by a field makes every write dearer).
 #[test]
 fn hash_keys_order_as_their_128_bit_hashes() {
     let texts: Vec<String> = (0..500).map(|i| format!("ep/{i}")).collect();
@@ -336,4 +338,52 @@ fn hash_keys_order_as_their_128_bit_hashes() {
     assert_eq!(by_key, by_hash);
     assert_eq!(std::mem::size_of::<(HKey, Arc<str>)>(), 32);
     assert_eq!(std::mem::size_of::<(HKey, Arc<Endpoint>)>(), 24);
+    assert_eq!(std::mem::size_of::<(HKey, Hot)>(), 104);
+}
+
+/// An endpoint is listed under each hostname it names, with its current
+/// shape, and found by key through its first hostname: through a shape change
+/// that keeps its hostnames, one that drops its first hostname, and a delete.
+/// Each step equals a rebuild (which lists it from scratch).
+#[test]
+fn an_endpoint_of_several_hostnames_is_listed_under_each_with_its_shape() {
+    let labels = |st: &ModelState, host: &str| -> Vec<String> {
+        st.endpoints_of(host)
+            .map(|e| e.labels.get("v").map_or("-".to_string(), |v| v.to_string()))
+            .collect()
+    };
+    let mut st = ModelState::from_events(&[
+        svc("a", 0, "ns", "h1", &[80]),
+        svc("a", 0, "ns", "h2", &[80]),
+        svc("a", 0, "ns", "h3", &[80]),
+        ep_labeled("a", 0, "ep/1", "10.0.0.1", &["h1", "h2"], &[("v", "1")]),
+    ]);
+    let steps: [(deltapilot_proto::Event, [&[&str]; 3]); 3] = [
+        (
+            ep_labeled("a", 0, "ep/1", "10.0.0.1", &["h1", "h2"], &[("v", "2")]),
+            [&["2"], &["2"], &[]],
+        ),
+        (
+            ep_labeled("a", 0, "ep/1", "10.0.0.1", &["h2", "h3"], &[("v", "3")]),
+            [&[], &["3"], &["3"]],
+        ),
+        (ep_del("a", 0, "ep/1"), [&[], &[], &[]]),
+    ];
+    for (i, (event, want)) in steps.into_iter().enumerate() {
+        let deleted = matches!(event.payload, Some(deltapilot_proto::event::Payload::EndpointDelete(_)));
+        st = crate::fold::fold(&st, &at(10 + i as u64, vec![event])).state;
+        for (host, want) in ["h1", "h2", "h3"].iter().zip(want) {
+            assert_eq!(labels(&st, host), want, "step {i}, {host}");
+        }
+        let stored = st.raw_endpoint("ep/1").map(|w| labels_of(&w.value));
+        let want = (!deleted).then(|| format!("{}", i + 2));
+        assert_eq!(stored, want, "step {i}: found by key");
+        assert_eq!(st, st.rebuild(), "step {i}");
+        assert_eq!(st.hash(), st.recompute_hash(), "step {i}");
+    }
+    assert_eq!(st.counts().hostnames_with_endpoints, 0);
+}
+
+fn labels_of(e: &Endpoint) -> String {
+    e.labels.get("v").map_or("-".to_string(), |v| v.to_string())
 }
