@@ -13,11 +13,11 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::canon::{self, Kind};
+use super::endpoints::{Cold, host_keys};
 use super::{
     Claim, Claims, HKey, Hot, ModelState, PendingResync, ServiceSlot, ShapeFacts, SourceGen, Touch,
     TouchLog, Written, source_key,
 };
-use super::endpoints::{Cold, host_keys};
 use crate::model::{Config, Endpoint, Health, Hostname, Service};
 
 /// What an endpoint rewrite writes, for [`ModelState::rewrite_endpoint`]: the

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use imbl::OrdMap;
 
 use super::canon::{self, Kind};
-use super::endpoints::{Cold, EndpointStore, Listing};
+use super::endpoints::{Cold, EndpointStore, Listing, SHARDS, shard};
 use super::{Claim, Claims, HKey, Hot, ModelState, ServiceSlot, ShapeFacts, Written};
 use crate::model::{Endpoint, Hostname, Service};
 use crate::par::joined;
@@ -40,6 +40,10 @@ fn keep_last<T>(items: &mut Vec<T>, same: impl Fn(&T, &T) -> bool) {
     });
 }
 
+/// An entry of the hostname index for a bulk load: hostname key, endpoint
+/// key, the endpoint's place in the input, its cold part.
+type IndexEntry = (HKey, HKey, usize, Arc<Cold>);
+
 /// Endpoints prepared for a bulk load: what each one contributes to the
 /// records and the hostname index, computed while its record is fresh in the
 /// cache (reading them back afterwards was a cache miss or three per
@@ -48,9 +52,9 @@ fn keep_last<T>(items: &mut Vec<T>, same: impl Fn(&T, &T) -> bool) {
 #[derive(Default)]
 pub(crate) struct EndpointBatch {
     records: Vec<(HKey, usize, Hot)>,
-    /// (hostname key, endpoint key, place in the input, cold part): one entry
-    /// per hostname an endpoint lists, each with the endpoint's one cold part.
-    by_host: Vec<(HKey, HKey, usize, Arc<Cold>)>,
+    /// One entry per hostname an endpoint lists, each with the endpoint's one
+    /// cold part, in the hostname's [`shard`] of the store.
+    by_host: [Vec<IndexEntry>; SHARDS],
     /// Whether some record's key is not above the one before it (so the load
     /// must sort and drop repeats). Tracked as records come, because a pass
     /// over 100k records of 112 bytes to check, and another to sum their hash
@@ -65,7 +69,7 @@ impl EndpointBatch {
     pub(crate) fn with_capacity(n: usize) -> Self {
         EndpointBatch {
             records: Vec::with_capacity(n),
-            by_host: Vec::with_capacity(n),
+            by_host: [Vec::with_capacity(n / 2), Vec::with_capacity(n / 2)],
             ..Default::default()
         }
     }
@@ -108,11 +112,11 @@ impl EndpointBatch {
                 None => cold.take(),
             };
             if let Some(part) = part {
-                self.by_host.push((host, hk, i, part));
+                self.by_host[shard(&host)].push((host, hk, i, part));
             }
         }
         if let Some(cold) = cold {
-            self.by_host.push((HKey::MIN, hk, i, cold));
+            self.by_host[shard(&HKey::MIN)].push((HKey::MIN, hk, i, cold));
         }
     }
 
@@ -120,12 +124,14 @@ impl EndpointBatch {
     /// caller that builds a batch in parts on several threads sorts each part
     /// on its own thread, and the load then only merges the sorted runs.
     pub(crate) fn sort_indexes(&mut self) {
-        self.by_host.sort_unstable_by_key(|e| (e.0, e.1));
+        for entries in &mut self.by_host {
+            entries.sort_unstable_by_key(|e| (e.0, e.1));
+        }
     }
 
     /// Appends `other`, whose endpoints come after this batch's in the input.
     pub(crate) fn append(&mut self, mut other: EndpointBatch) {
-        if self.records.is_empty() && self.by_host.is_empty() {
+        if self.records.is_empty() && self.by_host.iter().all(Vec::is_empty) {
             *self = other;
             return;
         }
@@ -137,7 +143,9 @@ impl EndpointBatch {
                 .is_some_and(|(last, first)| last.0 >= first.0);
         self.hash = self.hash.wrapping_add(other.hash);
         self.records.append(&mut other.records);
-        self.by_host.append(&mut other.by_host);
+        for (entries, more) in self.by_host.iter_mut().zip(&mut other.by_host) {
+            entries.append(more);
+        }
     }
 
     /// Its endpoints in input order, with source and generation (what storing
@@ -146,6 +154,7 @@ impl EndpointBatch {
         let mut colds: std::collections::HashMap<usize, Arc<Cold>> = self
             .by_host
             .into_iter()
+            .flatten()
             .map(|(_, _, i, cold)| (i, cold))
             .collect();
         let mut records = self.records;
@@ -162,8 +171,12 @@ impl EndpointBatch {
     /// The endpoints in input order (for tests of the callers that build it).
     #[cfg(test)]
     pub(crate) fn endpoints(&self) -> Vec<Endpoint> {
-        let colds: std::collections::HashMap<usize, &Arc<Cold>> =
-            self.by_host.iter().map(|(_, _, i, c)| (*i, c)).collect();
+        let colds: std::collections::HashMap<usize, &Arc<Cold>> = self
+            .by_host
+            .iter()
+            .flatten()
+            .map(|(_, _, i, c)| (*i, c))
+            .collect();
         let mut r: Vec<_> = self
             .records
             .iter()
@@ -188,7 +201,9 @@ impl EndpointBatch {
             // Index entries of the overwritten writes go too.
             let kept: std::collections::HashSet<usize> =
                 self.records.iter().map(|(_, i, _)| *i).collect();
-            self.by_host.retain(|(_, _, i, _)| kept.contains(i));
+            for entries in &mut self.by_host {
+                entries.retain(|(_, _, i, _)| kept.contains(i));
+            }
             self.hash = self
                 .records
                 .iter()
@@ -239,8 +254,8 @@ impl ModelState {
     }
 
     /// Stores a prepared batch as `put_endpoint` in input order would: in bulk
-    /// when the state holds no endpoint yet (the raw map on this thread, the
-    /// hostname index on another), one by one otherwise.
+    /// when the state holds no endpoint yet (each shard of the store on a
+    /// thread of its own), one by one otherwise.
     pub(crate) fn load_endpoint_batch(&mut self, batch: EndpointBatch) {
         if !self.raw_endpoints.is_empty() {
             self.put_endpoints(batch.into_entries());
@@ -250,40 +265,51 @@ impl ModelState {
         batch.sort_and_keep_last();
         let EndpointBatch {
             records,
-            mut by_host,
+            by_host,
             hash,
             ..
         } = batch;
         self.hash_add(hash);
 
-        // The records on this thread, the hostname index on another; each map
-        // is filled front to back. The address index is built when first
-        // asked for (see `addr_index`).
-        let (hot, by_host) = std::thread::scope(|scope| {
-            let index = scope.spawn(move || {
-                // Each hostname's endpoints in key order, so each listing is
-                // filled front to back. A stable sort: it merges the runs of
-                // parts sorted on their own threads (`sort_indexes`) in one
-                // pass.
-                by_host.sort_by_key(|e| (e.0, e.1));
-                let mut index: OrdMap<HKey, Listing> = OrdMap::new();
-                let mut entries = by_host.into_iter().peekable();
-                while let Some((host, ek, _, cold)) = entries.next() {
-                    let mut listing = OrdMap::unit(ek, cold);
-                    while let Some((_, ek, _, cold)) = entries.next_if(|e| e.0 == host) {
-                        listing.insert(ek, cold);
-                    }
-                    index.insert(host, listing);
-                }
-                index
-            });
-            let hot: OrdMap<HKey, Hot> = records.iter().map(|(hk, _, hot)| (*hk, *hot)).collect();
-            (hot, joined(index))
+        // Each shard's records are a contiguous run of the sorted records;
+        // its index entries are taken out in order (so the parts' sorted runs
+        // stay runs). Shard 1 on another thread, shard 0 on this one.
+        let split = records.partition_point(|(hk, _, _)| shard(hk) == 0);
+        let (low, high) = records.split_at(split);
+        let [low_hosts, high_hosts] = by_host;
+        let ((hot0, index0), (hot1, index1)) = std::thread::scope(|scope| {
+            let other = scope.spawn(move || load_shard(high, high_hosts));
+            let this = load_shard(low, low_hosts);
+            (this, joined(other))
         });
-        let raw = EndpointStore::from_parts(hot, by_host);
-        self.raw_endpoints = raw;
+        self.raw_endpoints = EndpointStore::from_parts([hot0, hot1], [index0, index1]);
         self.endpoints_by_addr.invalidate();
     }
+}
+
+/// One shard of an [`EndpointStore`]: the map of `records` (sorted by key, no
+/// key repeated) and the hostname index of `by_host`. Each map is filled
+/// front to back. The address index is built when first asked for (see
+/// `addr_index`).
+fn load_shard(
+    records: &[(HKey, usize, Hot)],
+    mut by_host: Vec<IndexEntry>,
+) -> (OrdMap<HKey, Hot>, OrdMap<HKey, Listing>) {
+    let hot: OrdMap<HKey, Hot> = records.iter().map(|(hk, _, hot)| (*hk, *hot)).collect();
+    // Each hostname's endpoints in key order, so each listing is filled
+    // front to back. A stable sort: it merges the runs of parts sorted on
+    // their own threads (`sort_indexes`) in one pass.
+    by_host.sort_by_key(|e| (e.0, e.1));
+    let mut index: OrdMap<HKey, Listing> = OrdMap::new();
+    let mut entries = by_host.into_iter().peekable();
+    while let Some((host, ek, _, cold)) = entries.next() {
+        let mut listing = OrdMap::unit(ek, cold);
+        while let Some((_, ek, _, cold)) = entries.next_if(|e| e.0 == host) {
+            listing.insert(ek, cold);
+        }
+        index.insert(host, listing);
+    }
+    (hot, index)
 }
 
 /// A service definition to load: where it is stored, its generation, its value.

@@ -176,14 +176,28 @@ impl Cold {
 /// checkpoint replay). A lookup by endpoint key goes through the record's
 /// first hostname (every endpoint lists at least one; one that lists none
 /// would sit under [`HKey::MIN`]).
+///
+/// Both maps are split in [`SHARDS`] by the top bit of the key, so that a
+/// restore builds them on two threads, one shard each (one thread built the
+/// records' map while the other, done with the index, waited). A shard holds
+/// a contiguous range of keys, so walking the shards in order walks the keys
+/// in order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct EndpointStore {
-    hot: OrdMap<HKey, Hot>,
+    hot: [OrdMap<HKey, Hot>; SHARDS],
     /// Hostname (by key) → the endpoints that list it (by key), with their
     /// cold parts. An endpoint of several hostnames is under each, sharing one
     /// cold part. Keys only in the order, not names: sets compare integers held
     /// in their nodes instead of following each key to its text.
-    by_host: OrdMap<HKey, Listing>,
+    by_host: [OrdMap<HKey, Listing>; SHARDS],
+}
+
+/// How many shards each map of an [`EndpointStore`] is split in.
+pub(crate) const SHARDS: usize = 2;
+
+/// The shard of `key`: its top bit.
+pub(crate) fn shard(key: &HKey) -> usize {
+    (key.prefix() >> 63) as usize
 }
 
 /// The endpoints of one hostname, by key, with their cold parts.
@@ -201,106 +215,115 @@ pub(crate) fn host_keys(shape: &EndpointShape) -> impl Iterator<Item = HKey> + '
 }
 
 impl EndpointStore {
-    /// A store of the records and the index, which must agree (each record's
-    /// endpoint listed under each of its hostnames, with its cold part).
-    pub(crate) fn from_parts(hot: OrdMap<HKey, Hot>, by_host: OrdMap<HKey, Listing>) -> Self {
+    /// A store of the records and the index, each in [`SHARDS`] (each key in
+    /// its [`shard`]), which must agree (each record's endpoint listed under
+    /// each of its hostnames, with its cold part).
+    pub(crate) fn from_parts(
+        hot: [OrdMap<HKey, Hot>; SHARDS],
+        by_host: [OrdMap<HKey, Listing>; SHARDS],
+    ) -> Self {
         EndpointStore { hot, by_host }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.hot.len()
+        self.hot.iter().map(OrdMap::len).sum()
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.hot.is_empty()
+        self.hot.iter().all(OrdMap::is_empty)
     }
 
     pub(crate) fn hot(&self, hk: &HKey) -> Option<&Hot> {
-        self.hot.get(hk)
+        self.hot[shard(hk)].get(hk)
     }
 
     /// The record under `hk`, to write in place (copies the path to it if
     /// another state shares it).
     pub(crate) fn hot_mut(&mut self, hk: &HKey) -> Option<&mut Hot> {
-        self.hot.get_mut(hk)
+        self.hot[shard(hk)].get_mut(hk)
     }
 
-    /// The cold part of the endpoint under `hk`, found under its first
-    /// hostname.
+    /// The cold part of the endpoint under `hk`, listed under its record's
+    /// first hostname.
     pub(crate) fn cold(&self, hk: &HKey) -> Option<&Arc<Cold>> {
-        let first = self.hot.get(hk)?.first_host;
-        self.by_host.get(&first)?.get(hk)
+        self.listed(hk, self.hot(hk)?)
+    }
+
+    /// The cold part of the endpoint under `hk` whose record is `hot`.
+    fn listed(&self, hk: &HKey, hot: &Hot) -> Option<&Arc<Cold>> {
+        self.listing(&hot.first_host)?.get(hk)
     }
 
     /// The endpoint under `hk`.
     pub(crate) fn endpoint(&self, hk: &HKey) -> Option<Endpoint> {
-        let hot = self.hot.get(hk)?;
-        Some(self.by_host.get(&hot.first_host)?.get(hk)?.endpoint(hot))
+        let hot = self.hot(hk)?;
+        Some(self.listed(hk, hot)?.endpoint(hot))
     }
 
     /// The endpoint under `hk` with who wrote it.
     pub(crate) fn written(&self, hk: &HKey) -> Option<Written<Endpoint>> {
-        let hot = self.hot.get(hk)?;
-        Some(written(hot, self.by_host.get(&hot.first_host)?.get(hk)?))
+        let hot = self.hot(hk)?;
+        Some(written(hot, self.listed(hk, hot)?))
     }
 
     /// Every record with its cold part, in key-hash order (a lookup of each
     /// cold part: for whole-state passes, not hot paths).
     pub(crate) fn iter(&self) -> impl Iterator<Item = (HKey, &Hot, &Arc<Cold>)> + '_ {
-        self.hot.iter().filter_map(|(k, h)| {
-            let cold = self.by_host.get(&h.first_host)?.get(k)?;
-            Some((*k, h, cold))
-        })
+        self.iter_hot()
+            .filter_map(|(k, h)| Some((*k, h, self.listed(k, h)?)))
     }
 
     /// Every record's key and hot part, in key-hash order.
     pub(crate) fn iter_hot(&self) -> impl Iterator<Item = (&HKey, &Hot)> + '_ {
-        self.hot.iter()
+        self.hot.iter().flat_map(OrdMap::iter)
     }
 
     /// The endpoints that list the hostname of key `host`.
     pub(crate) fn listing(&self, host: &HKey) -> Option<&Listing> {
-        self.by_host.get(host)
+        self.by_host[shard(host)].get(host)
     }
 
     /// Every hostname's listing, by hostname key (the hostless bucket
     /// [`HKey::MIN`] included, if any).
     pub(crate) fn listings(&self) -> impl Iterator<Item = (&HKey, &Listing)> + '_ {
-        self.by_host.iter()
+        self.by_host.iter().flat_map(OrdMap::iter)
     }
 
     /// How many hostnames at least one endpoint lists.
     pub(crate) fn host_count(&self) -> usize {
-        self.by_host.len() - usize::from(self.by_host.contains_key(&HKey::MIN))
+        let hostless = self.listing(&HKey::MIN).is_some();
+        self.by_host.iter().map(OrdMap::len).sum::<usize>() - usize::from(hostless)
     }
 
     /// Stores the record under `hk`, returning the one it replaces. The
     /// caller lists the endpoint (see [`EndpointStore::list`]).
     pub(crate) fn put_hot(&mut self, hk: HKey, hot: Hot) -> Option<Hot> {
-        self.hot.insert(hk, hot)
+        self.hot[shard(&hk)].insert(hk, hot)
     }
 
     /// Removes the record under `hk`. The caller unlists the endpoint.
     pub(crate) fn remove_hot(&mut self, hk: &HKey) -> Option<Hot> {
-        self.hot.remove(hk)
+        self.hot[shard(hk)].remove(hk)
     }
 
     /// Lists the endpoint `ek` under the hostname of key `host` with its cold
     /// part (replacing the one listed, if any).
     pub(crate) fn list(&mut self, host: HKey, ek: HKey, cold: Arc<Cold>) {
-        match self.by_host.get_mut(&host) {
+        let by_host = &mut self.by_host[shard(&host)];
+        match by_host.get_mut(&host) {
             Some(listing) => {
                 listing.insert(ek, cold);
             }
             None => {
-                self.by_host.insert(host, OrdMap::unit(ek, cold));
+                by_host.insert(host, OrdMap::unit(ek, cold));
             }
         }
     }
 
     /// Takes the endpoint `ek` off the hostname of key `host`.
     pub(crate) fn unlist(&mut self, host: &HKey, ek: &HKey) {
-        let now_empty = match self.by_host.get_mut(host) {
+        let by_host = &mut self.by_host[shard(host)];
+        let now_empty = match by_host.get_mut(host) {
             Some(listing) => {
                 listing.remove(ek);
                 listing.is_empty()
@@ -308,7 +331,7 @@ impl EndpointStore {
             None => false,
         };
         if now_empty {
-            self.by_host.remove(host);
+            by_host.remove(host);
         }
     }
 }

@@ -370,7 +370,10 @@ fn an_endpoint_of_several_hostnames_is_listed_under_each_with_its_shape() {
         (ep_del("a", 0, "ep/1"), [&[], &[], &[]]),
     ];
     for (i, (event, want)) in steps.into_iter().enumerate() {
-        let deleted = matches!(event.payload, Some(deltapilot_proto::event::Payload::EndpointDelete(_)));
+        let deleted = matches!(
+            event.payload,
+            Some(deltapilot_proto::event::Payload::EndpointDelete(_))
+        );
         st = crate::fold::fold(&st, &at(10 + i as u64, vec![event])).state;
         for (host, want) in ["h1", "h2", "h3"].iter().zip(want) {
             assert_eq!(labels(&st, host), want, "step {i}, {host}");
