@@ -466,6 +466,7 @@ impl ModelState {
 #[derive(Default)]
 struct Cx {
     source: Option<Arc<str>>,
+    /// The last source name whose record key was asked for, and that key.
     source_key: Option<(Box<str>, u64)>,
     partition: u32,
     /// Whether an endpoint of a shape (by its [`source_digest`]) names a service

@@ -1,14 +1,14 @@
 //! Loading many endpoints (or services) into a state that holds none yet (a
-//! checkpoint restore), building the raw map and the hostname index (or the
-//! claims and the merged view) from sorted runs. The address index is built on
-//! first use (see `addr_index`).
+//! checkpoint restore), building the endpoint records and the hostname index
+//! (or the claims and the merged view) from sorted runs. The address index is
+//! built on first use (see `addr_index`).
 //!
 //! Why: restoring 110k endpoints one [`ModelState::put_endpoint`] at a time was
-//! half of a restore, mostly `OrdSet` inserts into the endpoint indexes that
-//! compare strings at random places (a cache miss or two per level). Sorted
-//! first, each map and set is filled front to back, and every hostname's key set
-//! is built in one go. The two are independent, so each is built on a thread of
-//! its own (scoped, and joined here).
+//! half of a restore, mostly inserts into the endpoint indexes at random places
+//! (a cache miss or two per level). Sorted first, each map is filled front to
+//! back, and every hostname's listing is built in one go. The store's two
+//! shards are independent, so each is built on a thread of its own (scoped, and
+//! joined here).
 //!
 //! The result equals what `put_endpoint` in the same order gives: same raw map
 //! (the last write of a repeated key wins), same indexes, same hash (a test

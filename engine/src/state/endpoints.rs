@@ -14,7 +14,8 @@
 //! of an endpoint, same owner and shape) touches only this map. Reading the
 //! record also no longer follows record → value → shape, three dependent cache
 //! misses. The probe `benches/benches/record_layout.rs` measured this layout
-//! at 1.30–1.72× the reference-counted one; the real fold measured 1.2–1.4×.
+//! at 1.30–1.72× the reference-counted one; the real fold measured 1.25–1.42×
+//! side by side with it (BENCHMARKS.md).
 //!
 //! Readers assemble an [`Endpoint`] from the two parts, which takes two
 //! references (key and shape).

@@ -10,7 +10,8 @@
 //!   - services by `(entity key, source)`: several sources may define the same key;
 //!   - endpoints by entity key (one owner at a time; the large maps are keyed by a
 //!     128-bit hash of the key or hostname, see `HKey`, because string comparisons
-//!     and string clones dominated the fold's cost);
+//!     and string clones dominated the fold's cost), as plain records whose
+//!     key text, source and shape the hostname index holds (see `endpoints`);
 //!   - config objects by entity key (one owner at a time);
 //!   - per source, the last resync generation started and completed ([`SourceGen`]),
 //!     and a `COMPLETED` marker whose copies on a multi-partition log have not all
@@ -19,8 +20,9 @@
 //!   maintained incrementally:
 //!   - one [`Service`] per hostname, chosen by the merge rule below;
 //!   - the endpoints of each hostname, as the union over all sources: the keys
-//!     of the endpoints that list it, in key order (an endpoint whose content
-//!     changes but not its hostnames leaves this index untouched);
+//!     of the endpoints that list it, in key order, each with the parts of the
+//!     endpoint that change only with its shape (a rewrite of address, weight
+//!     or health leaves this index untouched);
 //!   - endpoint keys by address, for [`ModelState::proxy_service_instances`] and
 //!     [`ModelState::management_ports`], built when first asked for (see
 //!     `addr_index`).
