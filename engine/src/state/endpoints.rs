@@ -268,10 +268,18 @@ impl EndpointStore {
     }
 
     /// Every record with its cold part, in key-hash order (a lookup of each
-    /// cold part: for whole-state passes, not hot paths).
+    /// cold part: for whole-state passes, not hot paths). A record without a
+    /// listing would be a broken invariant: debug builds (the tests) stop on
+    /// it rather than let a checkpoint leave the endpoint out.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (HKey, &Hot, &Arc<Cold>)> + '_ {
-        self.iter_hot()
-            .filter_map(|(k, h)| Some((*k, h, self.listed(k, h)?)))
+        self.iter_hot().filter_map(|(k, h)| {
+            let cold = self.listed(k, h);
+            debug_assert!(
+                cold.is_some(),
+                "record {k:?} is not listed under its first hostname"
+            );
+            Some((*k, h, cold?))
+        })
     }
 
     /// Every record's key and hot part, in key-hash order.
