@@ -466,8 +466,6 @@ impl ModelState {
 #[derive(Default)]
 struct Cx {
     source: Option<Arc<str>>,
-    /// The last source name whose record key was asked for, and that key.
-    source_key: Option<(Box<str>, u64)>,
     partition: u32,
     /// Whether an endpoint of a shape (by its [`source_digest`]) names a service
     /// that exists. Valid while only endpoint events are applied, since they
@@ -504,19 +502,6 @@ impl Cx {
     /// service; `check` answers when this run has not seen the shape yet.
     fn admitted(&mut self, shape: u128, check: impl FnOnce() -> bool) -> bool {
         *self.admitted.entry(shape).or_insert_with(check)
-    }
-
-    /// [`source_key`] of the source `name`, for the owner check of an
-    /// endpoint's record; computed once per run of one source's events.
-    fn source_key(&mut self, name: &str) -> u64 {
-        match &self.source_key {
-            Some((n, k)) if **n == *name => *k,
-            _ => {
-                let k = source_key(name);
-                self.source_key = Some((Box::from(name), k));
-                k
-            }
-        }
     }
 
     fn source(&mut self, st: &ModelState, name: &str) -> Arc<str> {
@@ -675,7 +660,7 @@ fn apply_event(
                 });
             let current = match rewrite {
                 Some(new) => {
-                    let source = (ev.source.as_str(), cx.source_key(&ev.source));
+                    let source = (ev.source.as_str(), source_key(&ev.source));
                     match st.rewrite_endpoint(&hk, source, digest, new, touched) {
                         Ok(rec) => return admit_stored(st, cx, digest, &u.key, &hk, &rec),
                         Err(current) => current,
@@ -705,7 +690,7 @@ fn apply_event(
             let key = nonempty_key(d)?;
             let hk = prep.hk.unwrap_or_else(|| HKey::of(key));
             if let Some(rec) = st.endpoint_record_at(&hk)
-                && rec.source != cx.source_key(&ev.source)
+                && rec.source != source_key(&ev.source)
                 && let Some(w) = st.raw_endpoint_at(&hk)
             {
                 return Err(conflict(key, &w.source, &ev.source));

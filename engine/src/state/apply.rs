@@ -365,10 +365,7 @@ impl ModelState {
     /// Removes the endpoint under `hk` from the raw layer and every index. Returns
     /// whether there was one.
     pub(crate) fn remove_endpoint_at(&mut self, hk: &HKey, touched: &mut impl Touch) -> bool {
-        let Some(cold) = self.raw_endpoints.cold(hk).cloned() else {
-            return false;
-        };
-        let Some(hot) = self.raw_endpoints.remove_hot(hk) else {
+        let Some((hot, cold)) = self.raw_endpoints.remove(hk) else {
             return false;
         };
         self.hash_sub(hot.hash);

@@ -101,21 +101,14 @@ impl EndpointBatch {
             source: source.0.clone(),
             shape: ep.shape,
         });
-        // The last hostname takes the cold part itself, the others a
-        // reference each; one that lists none is kept under the hostless key
-        // (see `EndpointStore`).
-        let mut hosts = hosts.peekable();
-        let mut cold = Some(cold);
-        while let Some(host) = hosts.next() {
-            let part = match hosts.peek() {
-                Some(_) => cold.clone(),
-                None => cold.take(),
-            };
-            if let Some(part) = part {
-                self.by_host[shard(&host)].push((host, hk, i, part));
-            }
+        // Under each hostname; one that lists none is kept under the
+        // hostless key (see `EndpointStore`).
+        let mut listed = false;
+        for host in hosts {
+            self.by_host[shard(&host)].push((host, hk, i, cold.clone()));
+            listed = true;
         }
-        if let Some(cold) = cold {
+        if !listed {
             self.by_host[shard(&HKey::MIN)].push((HKey::MIN, hk, i, cold));
         }
     }

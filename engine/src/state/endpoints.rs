@@ -310,9 +310,12 @@ impl EndpointStore {
         self.hot[shard(&hk)].insert(hk, hot)
     }
 
-    /// Removes the record under `hk`. The caller unlists the endpoint.
-    pub(crate) fn remove_hot(&mut self, hk: &HKey) -> Option<Hot> {
-        self.hot[shard(hk)].remove(hk)
+    /// Removes the record under `hk`, returning it with the cold part listed
+    /// for it. The caller unlists the endpoint.
+    pub(crate) fn remove(&mut self, hk: &HKey) -> Option<(Hot, Arc<Cold>)> {
+        let hot = self.hot[shard(hk)].remove(hk)?;
+        let cold = self.listed(hk, &hot)?.clone();
+        Some((hot, cold))
     }
 
     /// Lists the endpoint `ek` under the hostname of key `host` with its cold
