@@ -7,6 +7,7 @@ use deltapilot_proto::event::Payload;
 use super::tests::{h, reasons};
 use super::*;
 use crate::log::RecordPos;
+use crate::state::SourceGen;
 use crate::state::mk::*;
 
 /// A `COMPLETED` marker at `generation` that says it was written to `copies`

@@ -1,12 +1,15 @@
 //! Unit tests of the fold rules and the runner (see `state::mk` for the builders).
 
+use std::sync::Arc;
+
 use bytes::Bytes;
-use deltapilot_proto::{Event, SCHEMA_VERSION};
+use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION};
 
 use super::runner::Engine;
 use super::*;
 use crate::log::{Record, encode_event};
 use crate::model::Hostname;
+use crate::state::SourceGen;
 use crate::state::mk::*;
 use crate::xds::generate::GenOptions;
 

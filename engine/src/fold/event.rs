@@ -1,0 +1,348 @@
+//! One event applied to the state: the rules of the module doc, event by event
+//! ([`apply_event`]), with the admission check of endpoints and the per-batch
+//! scratch ([`Cx`]) they share.
+//!
+//! What it does NOT do: order events (runs are sorted by the caller, see
+//! [`super::fold_iter`]) or collect what was skipped.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+use deltapilot_proto::event::Payload;
+use deltapilot_proto::resync_marker::Phase;
+use deltapilot_proto::{self as pb, Event};
+
+use super::{Prepared, SkipReason, config};
+use crate::model::{
+    EndpointShape, endpoint_from_digested, health_from_proto, service_from_proto, source_digest,
+};
+use crate::state::{HKey, Hot, ModelState, Rewrite, ServiceSlot, SourceGen, TouchLog, source_key};
+
+/// Per-batch scratch: the last source name seen, so a batch from one adapter
+/// allocates its name once; the partition of the event being applied (a
+/// multi-copy resync marker counts the partitions its copies came from); and the
+/// admission check's answers for the current run of endpoint events.
+#[derive(Default)]
+pub(super) struct Cx {
+    source: Option<Arc<str>>,
+    pub(super) partition: u32,
+    /// Whether an endpoint of a shape (by its [`source_digest`]) names a service
+    /// that exists. Valid while only endpoint events are applied, since they
+    /// leave the merged services as they are; cleared before any other event.
+    /// Why: the check read the shape's services and hashed their hostnames, two
+    /// cache misses per event at 100k endpoints, while the endpoints of a run
+    /// mostly share a few thousand shapes. At most one entry per event of a batch.
+    admitted: HashMap<u128, bool, BuildHasherDefault<DigestHasher>>,
+}
+
+/// A [`Hasher`] for keys that are already uniform digests: their low 64 bits.
+#[derive(Default)]
+struct DigestHasher(u64);
+
+impl Hasher for DigestHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Not used by u128 keys; kept correct for any other.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u128(&mut self, n: u128) {
+        self.0 = n as u64;
+    }
+}
+
+impl Cx {
+    /// Forgets the admission answers: the event about to be applied may change
+    /// the merged services.
+    pub(super) fn forget_admissions(&mut self) {
+        self.admitted.clear();
+    }
+
+    /// Whether an endpoint whose shape has the digest `shape` names an existing
+    /// service; `check` answers when this run has not seen the shape yet.
+    fn admitted(&mut self, shape: u128, check: impl FnOnce() -> bool) -> bool {
+        *self.admitted.entry(shape).or_insert_with(check)
+    }
+
+    fn source(&mut self, st: &ModelState, name: &str) -> Arc<str> {
+        if let Some(s) = &self.source
+            && &**s == name
+        {
+            return s.clone();
+        }
+        let s = st
+            .sources()
+            .find(|(k, _)| &***k == name)
+            .map_or_else(|| Arc::from(name), |(k, _)| k.clone());
+        self.source = Some(s.clone());
+        s
+    }
+}
+
+type Skip = (SkipReason, String);
+
+fn invalid(e: impl std::fmt::Display) -> Skip {
+    (SkipReason::Invalid, e.to_string())
+}
+
+fn conflict(key: &str, owner: &str, writer: &str) -> Skip {
+    (
+        SkipReason::KeyConflict,
+        format!(
+            "key {key} is owned by source {owner:?}; source {writer:?} may not write or delete it"
+        ),
+    )
+}
+
+fn nonempty_key(d: &pb::EntityDelete) -> Result<&str, Skip> {
+    if d.key.is_empty() {
+        Err(invalid("delete with an empty key"))
+    } else {
+        Ok(&d.key)
+    }
+}
+
+/// The admission check of a stored endpoint (of shape `shape`, converted from
+/// a payload of source digest `digest`): `Err` (reported, but the endpoint stays
+/// stored, see the module doc) when none of its services exists yet.
+///
+/// Why the shape's first hostname key first: when it names a service, one
+/// lookup in the small, cache-resident claims map answers, without reading the
+/// shape's hostnames and hashing them (two cache misses per event at 100k
+/// endpoints, where most events of a batch have a shape of their own, so the
+/// per-run cache rarely hits). Otherwise every hostname is checked, as before.
+fn admit(
+    st: &ModelState,
+    cx: &mut Cx,
+    digest: u128,
+    key: &str,
+    shape: &EndpointShape,
+) -> Result<(), Skip> {
+    let services = &shape.services;
+    if shape.first_host().is_some_and(|h| st.has_service_at(&h))
+        || cx.admitted(digest, || services.iter().any(|(_, h)| st.has_service(h)))
+    {
+        return Ok(());
+    }
+    let names: Vec<&str> = services.iter().map(|(_, h)| h.as_str()).collect();
+    Err((
+        SkipReason::UnknownService,
+        format!(
+            "endpoint {key}: none of its services exists yet: {}; held, and served once one \
+             does",
+            names.join(", ")
+        ),
+    ))
+}
+
+/// [`admit`] for an endpoint the rewrite path kept (stored under `hk`, its
+/// record `rec`): its first hostname's key is in the record, so a service
+/// found by it answers without reading the shape.
+fn admit_stored(
+    st: &ModelState,
+    cx: &mut Cx,
+    digest: u128,
+    key: &str,
+    hk: &HKey,
+    rec: &Hot,
+) -> Result<(), Skip> {
+    if rec.hosts > 0 && st.has_service_at(&rec.first_host) {
+        return Ok(());
+    }
+    match st.endpoint_shape_at(hk) {
+        Some(shape) => admit(st, cx, digest, key, shape),
+        None => Ok(()),
+    }
+}
+
+pub(super) fn apply_event(
+    st: &mut ModelState,
+    ev: &Event,
+    prep: &Prepared,
+    cx: &mut Cx,
+    touched: &mut TouchLog,
+) -> Result<(), Skip> {
+    let Some(payload) = &ev.payload else {
+        return Err((
+            SkipReason::EmptyPayload,
+            "event has no payload (empty, or an entity kind newer than this build)".into(),
+        ));
+    };
+    let gen_state = st.source_gen(&ev.source);
+    if ev.generation < gen_state.completed {
+        return Err((
+            SkipReason::StaleGeneration,
+            format!(
+                "generation {} of source {:?} is below its completed resync generation {}",
+                ev.generation, ev.source, gen_state.completed
+            ),
+        ));
+    }
+    match payload {
+        Payload::ServiceUpsert(u) => {
+            let s = u
+                .service
+                .as_ref()
+                .ok_or_else(|| invalid("service_upsert without a service"))?;
+            let svc = service_from_proto(s).map_err(invalid)?;
+            let slot = ServiceSlot {
+                key: Arc::from(pb::service_key(&s.namespace, &s.hostname).as_str()),
+                source: cx.source(st, &ev.source),
+            };
+            st.put_service(slot, ev.generation, Arc::new(svc), touched);
+        }
+        Payload::ServiceDelete(d) => {
+            let slot = ServiceSlot {
+                key: Arc::from(nonempty_key(d)?),
+                source: cx.source(st, &ev.source),
+            };
+            st.remove_service(&slot, touched);
+        }
+        Payload::EndpointUpsert(u) => {
+            let e = u
+                .endpoint
+                .as_ref()
+                .ok_or_else(|| invalid("endpoint_upsert without an endpoint"))?;
+            let hk = prep.hk.unwrap_or_else(|| HKey::of(&u.key));
+            let digest = prep.shape_digest.unwrap_or_else(|| source_digest(e));
+            // The common rewrite (same owner, same shape) first; anything else,
+            // including every error, takes the general path below, with what the
+            // rewrite found stored (so the key is looked up once).
+            let address = prep.address.or_else(|| e.address.parse().ok());
+            let rewrite = address
+                .filter(|_| !u.key.is_empty())
+                .map(|address| Rewrite {
+                    key: &u.key,
+                    address,
+                    weight: e.weight.max(1),
+                    health: health_from_proto(e.health),
+                    generation: ev.generation,
+                });
+            let current = match rewrite {
+                Some(new) => {
+                    let source = (ev.source.as_str(), source_key(&ev.source));
+                    match st.rewrite_endpoint(&hk, source, digest, new, touched) {
+                        Ok(rec) => return admit_stored(st, cx, digest, &u.key, &hk, &rec),
+                        Err(current) => current,
+                    }
+                }
+                None => st.raw_endpoint_at(&hk),
+            };
+            let prev = current.as_ref().map(|w| &*w.value);
+            let like = || {
+                let first = e.services.first()?;
+                st.shape_like(&first.hostname, digest).cloned()
+            };
+            let ep = endpoint_from_digested(&u.key, e, digest, prep.address, prev, like)
+                .map_err(invalid)?;
+            let source = match &current {
+                Some(w) if *w.source != *ev.source => {
+                    return Err(conflict(&u.key, &w.source, &ev.source));
+                }
+                Some(w) => w.source.clone(),
+                None => cx.source(st, &ev.source),
+            };
+            let shape = ep.shape.clone();
+            st.put_endpoint_over(hk, current, source, ev.generation, ep, touched);
+            return admit(st, cx, digest, &u.key, &shape);
+        }
+        Payload::EndpointDelete(d) => {
+            let key = nonempty_key(d)?;
+            let hk = prep.hk.unwrap_or_else(|| HKey::of(key));
+            if let Some(rec) = st.endpoint_record_at(&hk)
+                && rec.source != source_key(&ev.source)
+                && let Some(w) = st.raw_endpoint_at(&hk)
+            {
+                return Err(conflict(key, &w.source, &ev.source));
+            }
+            st.remove_endpoint_at(&hk, touched);
+        }
+        Payload::ConfigUpsert(u) => {
+            let c = u
+                .config
+                .as_ref()
+                .ok_or_else(|| invalid("config_upsert without a config"))?;
+            let cfg = config::config_from_proto(c).map_err(invalid)?;
+            let source = match st.raw_config(&cfg.key) {
+                Some(w) if *w.source != *ev.source => {
+                    return Err(conflict(&cfg.key, &w.source, &ev.source));
+                }
+                Some(w) => w.source.clone(),
+                None => cx.source(st, &ev.source),
+            };
+            st.put_config(source, ev.generation, Arc::new(cfg), touched);
+        }
+        Payload::ConfigDelete(d) => {
+            let key = nonempty_key(d)?;
+            if let Some(w) = st.raw_config(key)
+                && *w.source != *ev.source
+            {
+                return Err(conflict(key, &w.source, &ev.source));
+            }
+            st.remove_config(key, touched);
+        }
+        Payload::Resync(m) => {
+            let g = ev.generation;
+            let source = cx.source(st, &ev.source);
+            match m.phase() {
+                Phase::Started => st.set_source_gen(
+                    source,
+                    SourceGen {
+                        started: g,
+                        completed: gen_state.completed,
+                    },
+                ),
+                Phase::Completed => {
+                    // Several copies (one per partition): sweep only once `copies`
+                    // distinct partitions have delivered one (see the module doc).
+                    if m.copies > 1 {
+                        if g == gen_state.completed {
+                            // A late copy of a generation already completed (a
+                            // retried append writes its copies again).
+                            return Ok(());
+                        }
+                        let mut pending = match st.pending_resync(&source) {
+                            // A newer generation is pending: it supersedes this one.
+                            Some(p) if p.generation > g => return Ok(()),
+                            Some(p) if p.generation == g => p.clone(),
+                            _ => crate::state::PendingResync {
+                                generation: g,
+                                ..Default::default()
+                            },
+                        };
+                        pending.copies = pending.copies.max(m.copies);
+                        pending.partitions.insert(cx.partition);
+                        if !pending.is_complete() {
+                            st.set_pending_resync(source, Some(pending));
+                            return Ok(());
+                        }
+                    }
+                    if st
+                        .pending_resync(&source)
+                        .is_some_and(|p| p.generation <= g)
+                    {
+                        st.set_pending_resync(source.clone(), None);
+                    }
+                    st.set_source_gen(
+                        source.clone(),
+                        SourceGen {
+                            started: gen_state.started.max(g),
+                            completed: g,
+                        },
+                    );
+                    st.sweep(&source, g, touched);
+                }
+                Phase::Unspecified => {
+                    return Err(invalid("resync marker with an unspecified phase"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
