@@ -112,10 +112,11 @@ use deltapilot_proto::Event;
 use deltapilot_proto::event::Payload;
 
 use crate::log::RecordPos;
+use crate::model::Hostname;
 use crate::model::source_digest;
-use crate::state::{HKey, ModelState, TouchLog, Touched};
+use crate::state::{HKey, ModelState, Touch, TouchLog, Touched};
 
-use event::{Cx, apply_event};
+use event::{Applied, Cx, apply_event, held_event};
 
 /// Why an event (or record) was skipped; one metric label each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -288,6 +289,7 @@ fn fold_from<'a>(
         cx: Cx::default(),
         touched: TouchLog::default(),
         skipped: Vec::new(),
+        later: Vec::new(),
     };
     let mut run: Vec<Pending<'a>> = Vec::new();
     for (index, (pos, ev, prep)) in events.into_iter().enumerate() {
@@ -301,7 +303,8 @@ fn fold_from<'a>(
             run.push(pending);
         } else {
             f.apply_run(&mut run);
-            f.apply(&pending);
+            let later = f.apply(&pending);
+            debug_assert!(later.is_none(), "only endpoint events leave admissions");
         }
     }
     f.apply_run(&mut run);
@@ -382,11 +385,16 @@ struct Folding {
     touched: TouchLog,
     /// Skipped events with their index in the batch (runs apply out of order).
     skipped: Vec<(usize, Skipped)>,
+    /// What the current run's events left to check: hostname key, the
+    /// event's place in the run, whether to touch the hostname (see
+    /// [`Folding::admit_later`]).
+    later: Vec<(HKey, u32, bool)>,
 }
 
 impl Folding {
     /// Applies a run of endpoint events in key-hash order (log order within a
-    /// key) and empties it.
+    /// key), checks the admissions they left (see [`Applied::AdmitLater`]),
+    /// and empties it.
     fn apply_run(&mut self, run: &mut Vec<Pending<'_>>) {
         if run.len() >= SORTED_RUN_MIN {
             // Sort small (top 64 bits of the hash, place in the run) pairs rather
@@ -400,41 +408,101 @@ impl Folding {
                 .collect();
             order.sort_unstable();
             for (_, i) in order {
-                self.apply(&run[i as usize]);
+                self.apply_in_run(run, i);
             }
         } else {
-            for p in run.iter() {
-                self.apply(p);
+            for i in 0..run.len() {
+                self.apply_in_run(run, i as u32);
             }
         }
+        self.admit_later(run);
         run.clear();
     }
 
-    /// Applies one event, counting it or recording why it was skipped.
-    fn apply(&mut self, p: &Pending<'_>) {
+    /// Applies the event at `i` in `run`, noting what it leaves to check.
+    fn apply_in_run(&mut self, run: &[Pending<'_>], i: u32) {
+        if let Some((host, touch)) = self.apply(&run[i as usize]) {
+            self.later.push((host, i, touch));
+        }
+    }
+
+    /// Checks the admissions the events of `run` left and touches their
+    /// hostnames (see [`Applied::Later`]): in hostname order, one lookup per
+    /// hostname, so that the lookups walk the claims map front to back. A run
+    /// changes no service, so the answers are those at each event. Each
+    /// endpoint held for a hostname without a service is reported as applying
+    /// it would have; such a hostname is named at the end of the batch, by an
+    /// endpoint that lists it (see `TouchLog::endpoints_at`).
+    fn admit_later(&mut self, run: &[Pending<'_>]) {
+        let Folding {
+            out,
+            touched,
+            skipped,
+            later,
+            ..
+        } = self;
+        later.sort_unstable();
+        let mut last: Option<(HKey, Option<&Hostname>)> = None;
+        for &(host, i, touch) in later.iter() {
+            let name = match last {
+                Some((h, name)) if h == host => name,
+                _ => out.state.service_host_at(&host),
+            };
+            last = Some((host, name));
+            let p = &run[i as usize];
+            match (name, touch) {
+                (Some(name), true) => touched.endpoints(name),
+                (None, true) => touched.endpoints_at(host, p.prep.hk.unwrap_or(HKey::MIN)),
+                (_, false) => {}
+            }
+            if name.is_none() {
+                let (reason, detail) = held_event(p.ev);
+                out.applied -= 1;
+                skipped.push((p.index, skipped_at(p, reason, detail)));
+            }
+        }
+        later.clear();
+    }
+
+    /// Applies one event, counting it or recording why it was skipped. Returns
+    /// what it leaves to check (see [`Applied::Later`]), counted as applied
+    /// meanwhile.
+    fn apply(&mut self, p: &Pending<'_>) -> Option<(HKey, bool)> {
         self.cx.partition = p.pos.partition;
         if p.prep.hk.is_none() {
             // Only endpoint events leave the merged services as they are.
             self.cx.forget_admissions();
         }
-        match apply_event(
+        let applied = apply_event(
             &mut self.out.state,
             p.ev,
             &p.prep,
             &mut self.cx,
             &mut self.touched,
-        ) {
-            Ok(()) => self.out.applied += 1,
-            Err((reason, detail)) => self.skipped.push((
-                p.index,
-                Skipped {
-                    pos: p.pos,
-                    key: p.ev.key(),
-                    reason,
-                    detail,
-                },
-            )),
+        );
+        match applied {
+            Ok(later) => {
+                self.out.applied += 1;
+                match later {
+                    Applied::Done => None,
+                    Applied::Later { host, touch } => Some((host, touch)),
+                }
+            }
+            Err((reason, detail)) => {
+                self.skipped.push((p.index, skipped_at(p, reason, detail)));
+                None
+            }
         }
+    }
+}
+
+/// The report of `p`, skipped (or, for [`SkipReason::UnknownService`], held).
+fn skipped_at(p: &Pending<'_>, reason: SkipReason, detail: String) -> Skipped {
+    Skipped {
+        pos: p.pos,
+        key: p.ev.key(),
+        reason,
+        detail,
     }
 }
 

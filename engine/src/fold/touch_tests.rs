@@ -1,9 +1,11 @@
-//! Unit tests of what a rewrite touches. The rewrite path reads only an
-//! endpoint's plain record, which holds its first hostname's key, not its
-//! text: a hostname with a service is named at once, any other at the end of
-//! the batch (see `TouchLog::endpoints_at`). These tests pin down every way a
-//! hostname is named, including the ones whose service or endpoint goes away
-//! within the batch.
+//! Unit tests of what a rewrite touches and admits. The rewrite path reads
+//! only an endpoint's plain record, which holds its first hostname's key, not
+//! its text: the fold names that hostname, and checks that it has a service,
+//! at the end of the run of endpoint events (see `Folding::admit_later`); a
+//! hostname without a service is named at the end of the batch (see
+//! `TouchLog::endpoints_at`). These tests pin down every way a hostname is
+//! named, including the ones whose service or endpoint goes away within the
+//! batch, and that a run reports and counts exactly what log order does.
 
 use std::collections::BTreeSet;
 
@@ -121,4 +123,66 @@ fn a_sorted_run_touches_what_log_order_touches() {
         .iter()
         .fold(st.clone(), |s, e| fold(&s, &at(10, vec![e.clone()])).state);
     assert_eq!(after, one_by_one);
+}
+
+/// A run long enough to be sorted, mixing every kind of endpoint event the
+/// run may leave to check later and the ones it checks at once: held and
+/// served rewrites, a held restamp (generation only), an endpoint of two
+/// hostnames, new held endpoints (general path) and a delete of a held one
+/// after its rewrites. Its reports (position, key, reason, text), count of
+/// applied events, touches and state must be those of the same events folded
+/// one at a time, in log order.
+#[test]
+fn a_sorted_run_reports_and_counts_what_log_order_does() {
+    let st = base();
+    let mut events = Vec::new();
+    let mut held_addr = String::from("10.0.0.4");
+    for i in 0..(2 * SORTED_RUN_MIN) as u32 {
+        let addr = format!("10.3.{}.{}", i / 200, i % 200);
+        events.push(match i % 6 {
+            0 => {
+                held_addr = addr.clone();
+                ep("a", 1, "ep/held", &addr, &["nosvc"])
+            }
+            1 => ep("a", 1, "ep/1", &addr, &["h"]),
+            2 => ep("a", 2, "ep/held", &held_addr, &["nosvc"]),
+            3 => ep("a", 1, "ep/g", &addr, &["g"]),
+            4 => ep("a", 1, "ep/two", &addr, &["h", "h2"]),
+            _ => ep("a", 1, &format!("ep/new{i}"), &addr, &["nosvc", "other"]),
+        });
+    }
+    events.push(ep_del("a", 1, "ep/held"));
+    let batched = fold(&st, &at(10, events.clone()));
+    assert_eq!(
+        batched.applied + batched.skipped.len(),
+        events.len(),
+        "every event is either counted or reported"
+    );
+
+    let (mut state, mut applied) = (st, 0);
+    let (mut skipped, mut touched) = (Vec::new(), BTreeSet::new());
+    for (i, e) in events.into_iter().enumerate() {
+        let out = fold(&state, &at(10 + i as u64, vec![e]));
+        applied += out.applied;
+        skipped.extend(out.skipped);
+        touched.extend(out.touched.endpoints);
+        state = out.state;
+    }
+    let held = skipped
+        .iter()
+        .filter(|s| s.reason == SkipReason::UnknownService)
+        .count();
+    let held_events = (0..2 * SORTED_RUN_MIN)
+        .filter(|i| [0, 2, 5].contains(&(i % 6)))
+        .count();
+    assert_eq!(held, held_events, "held rewrites, restamps and new");
+    assert_eq!(batched.skipped, skipped);
+    assert_eq!(batched.applied, applied);
+    assert_eq!(batched.touched.endpoints, touched);
+    assert_eq!(batched.state, state);
+    assert!(
+        skipped[0].detail.contains("none of its services exists yet: nosvc;"),
+        "{:?}",
+        skipped[0]
+    );
 }

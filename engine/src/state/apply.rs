@@ -36,6 +36,14 @@ pub(crate) struct Rewrite<'a> {
     pub generation: u64,
 }
 
+/// What [`ModelState::rewrite_endpoint`] did: the record as now stored, and
+/// whether the endpoint's content changed (not only its generation stamp).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rewritten {
+    pub rec: Hot,
+    pub changed: bool,
+}
+
 impl ModelState {
     pub(super) fn hash_add(&mut self, h: u64) {
         self.hash = self.hash.wrapping_add(h);
@@ -231,7 +239,11 @@ impl ModelState {
     /// (nothing, another owner's record, or one of another shape), for the
     /// general path to decide without looking it up again. The result is what
     /// [`ModelState::put_endpoint_over`] makes of the same endpoint: same
-    /// records, indexes, hash and touches.
+    /// records, indexes, hash and touches, but for one: when the endpoint
+    /// lists exactly one hostname (`rec.hosts == 1`) and its content changed,
+    /// touching that hostname (key `rec.first_host`) is left to the caller.
+    /// Why: the fold then names it with the admission check, one lookup for
+    /// both, in hostname order for a whole run (see `fold::Folding::admit_later`).
     ///
     /// Why: this reads and writes only the endpoint's plain record (see
     /// `endpoints`), in place, found with one mutable lookup that copies the
@@ -250,7 +262,7 @@ impl ModelState {
         shape: u128,
         new: Rewrite<'_>,
         touched: &mut TouchLog,
-    ) -> Result<Hot, Option<Written<Endpoint>>> {
+    ) -> Result<Rewritten, Option<Written<Endpoint>>> {
         let Some(rec) = self.raw_endpoints.hot_mut(hk) else {
             return Err(None);
         };
@@ -261,7 +273,11 @@ impl ModelState {
         let same =
             rec.address == new.address && rec.weight == new.weight && rec.health == new.health;
         if same && rec.generation == new.generation {
-            return Ok(*rec);
+            let rec = *rec;
+            return Ok(Rewritten {
+                rec,
+                changed: false,
+            });
         }
         let digest = canon::endpoint_fields_digest(
             new.key,
@@ -282,24 +298,18 @@ impl ModelState {
         self.hash_add(rec.hash);
         if same {
             // Only the generation stamp moved: nothing to index or push.
-            return Ok(rec);
+            return Ok(Rewritten {
+                rec,
+                changed: false,
+            });
         }
         self.move_address(Some(old_address), Some(new.address));
-        match rec.hosts {
-            0 => {}
-            // Named now when it has a service (the fold's admission check reads
-            // the same entry next, so it stays in the cache), else at the end.
-            1 => match self.claims.get(&rec.first_host) {
-                Some(claims) => touched.endpoints(&claims.host),
-                None => touched.endpoints_at(rec.first_host, *hk),
-            },
-            _ => {
-                if let Some(shape) = self.endpoint_shape_at(hk) {
-                    touched.endpoints_of(shape);
-                }
-            }
+        if rec.hosts > 1
+            && let Some(shape) = self.endpoint_shape_at(hk)
+        {
+            touched.endpoints_of(shape);
         }
-        Ok(rec)
+        Ok(Rewritten { rec, changed: true })
     }
 
     /// [`ModelState::put_endpoint`] when the caller has already looked up the key's

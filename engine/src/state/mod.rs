@@ -532,6 +532,12 @@ impl ModelState {
         self.claims.contains_key(host)
     }
 
+    /// The hostname of key `host` when a service defines it (so exactly when
+    /// [`ModelState::has_service_at`]).
+    pub(crate) fn service_host_at(&self, host: &HKey) -> Option<&Hostname> {
+        self.claims.get(host).map(|c| &c.host)
+    }
+
     /// The stored config object under `key`, with who wrote it.
     pub fn raw_config(&self, key: &str) -> Option<&Written<Config>> {
         self.raw_configs.get(key)
