@@ -442,11 +442,12 @@ impl Folding {
             ..
         } = self;
         later.sort_unstable();
+        let mut hosts = ServiceHosts::new(&out.state, later.len());
         let mut last: Option<(HKey, Option<&Hostname>)> = None;
         for &(host, i, touch) in later.iter() {
             let name = match last {
                 Some((h, name)) if h == host => name,
-                _ => out.state.service_host_at(&host),
+                _ => hosts.find(&host),
             };
             last = Some((host, name));
             let p = &run[i as usize];
@@ -493,6 +494,45 @@ impl Folding {
                 None
             }
         }
+    }
+}
+
+/// Finds the hostnames that have a service, for keys asked in increasing
+/// order: by walking the claims map alongside when there are many, otherwise
+/// one lookup each.
+///
+/// Why walk: the lookups of a 4,096-event run at 100k endpoints cost about
+/// 100 ns each, a cache miss or two per tree level, 8 % of the fold; walking
+/// the map in order reads its nodes once each, front to back. Why not always:
+/// a walk reads the whole map (10k entries), which a short run would pay for
+/// a handful of hostnames.
+struct ServiceHosts<'a> {
+    st: &'a ModelState,
+    /// The walk, when walking.
+    walk: Option<std::iter::Peekable<crate::state::ServiceHostIter<'a>>>,
+}
+
+/// A run walks the claims map when it asks for at least one hostname per this
+/// many services.
+const WALK_PER_PROBE: usize = 8;
+
+impl<'a> ServiceHosts<'a> {
+    fn new(st: &'a ModelState, probes: usize) -> Self {
+        let walk = (probes * WALK_PER_PROBE >= st.service_host_count())
+            .then(|| st.service_hosts().peekable());
+        ServiceHosts { st, walk }
+    }
+
+    /// The hostname of key `host` when a service defines it; `host` is at
+    /// least the key asked before.
+    fn find(&mut self, host: &HKey) -> Option<&'a Hostname> {
+        let Some(walk) = &mut self.walk else {
+            return self.st.service_host_at(host);
+        };
+        while walk.next_if(|(k, _)| *k < host).is_some() {}
+        walk.peek()
+            .filter(|(k, _)| *k == host)
+            .map(|(_, name)| *name)
     }
 }
 

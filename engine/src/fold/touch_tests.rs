@@ -181,7 +181,9 @@ fn a_sorted_run_reports_and_counts_what_log_order_does() {
     assert_eq!(batched.touched.endpoints, touched);
     assert_eq!(batched.state, state);
     assert!(
-        skipped[0].detail.contains("none of its services exists yet: nosvc;"),
+        skipped[0]
+            .detail
+            .contains("none of its services exists yet: nosvc;"),
         "{:?}",
         skipped[0]
     );

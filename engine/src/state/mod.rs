@@ -149,7 +149,7 @@ impl PendingResync {
 
 /// One definition competing for a hostname; the lowest claim wins (see module doc).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Claim {
+pub(crate) struct Claim {
     source: Arc<str>,
     namespace: Arc<str>,
     key: Arc<str>,
@@ -164,7 +164,7 @@ struct Claim {
 /// cache misses per hostname, a quarter of the fold at 100k endpoints; held
 /// in the map's entry, the name is one lookup away.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Claims {
+pub(crate) struct Claims {
     host: Hostname,
     list: Arc<Vec<(Claim, Arc<Service>)>>,
 }
@@ -176,6 +176,12 @@ impl std::ops::Deref for Claims {
         &self.list
     }
 }
+
+/// The iterator of [`ModelState::service_hosts`].
+pub(crate) type ServiceHostIter<'a> = std::iter::Map<
+    imbl::ordmap::Iter<'a, HKey, Claims, imbl::shared_ptr::DefaultSharedPtr>,
+    fn((&'a HKey, &'a Claims)) -> (&'a HKey, &'a Hostname),
+>;
 
 /// The key of a hostname or endpoint key in the large maps: the 128-bit xxh3 hash
 /// of its text. Lookups then compare integers held inside the tree nodes, and
@@ -536,6 +542,16 @@ impl ModelState {
     /// [`ModelState::has_service_at`]).
     pub(crate) fn service_host_at(&self, host: &HKey) -> Option<&Hostname> {
         self.claims.get(host).map(|c| &c.host)
+    }
+
+    /// Every hostname a service defines, with its key, in key order.
+    pub(crate) fn service_hosts(&self) -> ServiceHostIter<'_> {
+        self.claims.iter().map(|(k, c)| (k, &c.host))
+    }
+
+    /// How many hostnames a service defines.
+    pub(crate) fn service_host_count(&self) -> usize {
+        self.claims.len()
     }
 
     /// The stored config object under `key`, with who wrote it.
