@@ -266,7 +266,7 @@ impl ModelState {
         let Some(rec) = self.raw_endpoints.hot_mut(hk) else {
             return Err(None);
         };
-        if rec.source != source.1 || rec.shape_source() != shape {
+        if rec.source != source.1 || !rec.same_shape_source(shape) {
             return Err(self.raw_endpoints.written(hk));
         }
         // Same key and shape: the content is the same exactly when these are.

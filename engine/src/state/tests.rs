@@ -338,7 +338,7 @@ fn hash_keys_order_as_their_128_bit_hashes() {
     assert_eq!(by_key, by_hash);
     assert_eq!(std::mem::size_of::<(HKey, Arc<str>)>(), 32);
     assert_eq!(std::mem::size_of::<(HKey, Arc<Endpoint>)>(), 24);
-    assert_eq!(std::mem::size_of::<(HKey, Hot)>(), 104);
+    assert_eq!(std::mem::size_of::<(HKey, Hot)>(), 96);
 }
 
 /// An endpoint is listed under each hostname it names, with its current
