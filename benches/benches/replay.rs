@@ -268,9 +268,7 @@ async fn phases(dir: &Path) {
         let mut touched = Touched::default();
         for chunk in events.chunks(batch) {
             let out = fold(&model, chunk);
-            touched.services.extend(out.touched.services);
-            touched.endpoints.extend(out.touched.endpoints);
-            touched.configs |= out.touched.configs;
+            touched.extend(out.touched);
             model = out.state;
         }
         let fold_t = t.elapsed();

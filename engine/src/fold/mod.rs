@@ -114,7 +114,7 @@ use deltapilot_proto::event::Payload;
 use crate::log::RecordPos;
 use crate::model::Hostname;
 use crate::model::source_digest;
-use crate::state::{HKey, ModelState, Touch, TouchLog, Touched};
+use crate::state::{HKey, ModelState, TouchLog, Touched};
 
 use event::{Applied, Cx, apply_event, held_event};
 
@@ -452,7 +452,7 @@ impl Folding {
             last = Some((host, name));
             let p = &run[i as usize];
             match (name, touch) {
-                (Some(name), true) => touched.endpoints(name),
+                (Some(_), true) => touched.endpoints_by_key(host),
                 (None, true) => touched.endpoints_at(host, p.prep.hk.unwrap_or(HKey::MIN)),
                 (_, false) => {}
             }

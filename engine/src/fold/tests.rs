@@ -42,7 +42,7 @@ fn touched_names_what_changed_and_nothing_else() {
         ),
     );
     assert_eq!(out.touched.services, [h("h")].into());
-    assert_eq!(out.touched.endpoints, [h("h")].into());
+    assert_eq!(out.touched.endpoint_names(&out.state), [h("h")].into());
     assert!(!out.touched.configs);
     assert_eq!(out.applied, 2);
 
@@ -280,7 +280,7 @@ fn completed_resync_sweeps_older_generations_of_that_source_only() {
     assert!(st2.raw_endpoint("ep/b").is_some());
     assert_eq!(st2.configs().count(), 0);
     assert_eq!(out.touched.services, [h("gone")].into());
-    assert_eq!(out.touched.endpoints, [h("h")].into());
+    assert_eq!(out.touched.endpoint_names(&st2), [h("h")].into());
     assert!(out.touched.configs);
     assert_eq!(
         st2.source_gen("a"),
@@ -501,13 +501,13 @@ fn a_sorted_run_of_endpoint_events_equals_log_order() {
     for e in &batch {
         let out = fold(&one_by_one, std::slice::from_ref(e));
         skipped.extend(out.skipped);
-        touched_eps.extend(out.touched.endpoints);
+        touched_eps.extend(out.touched.endpoint_names(&out.state));
         one_by_one = out.state;
     }
     assert_eq!(sorted.state, one_by_one);
     assert_eq!(sorted.state.hash(), one_by_one.hash());
     assert_eq!(sorted.skipped, skipped, "skips are reported in log order");
-    assert_eq!(sorted.touched.endpoints, touched_eps);
+    assert_eq!(sorted.touched.endpoint_names(&sorted.state), touched_eps);
     let reasons: std::collections::BTreeSet<_> = sorted.skipped.iter().map(|s| s.reason).collect();
     assert_eq!(
         reasons,
@@ -623,7 +623,10 @@ fn prepared_events_fold_exactly_like_plain_ones() {
         assert_eq!(owned.state.hash(), owned.state.recompute_hash());
         assert_eq!(owned.skipped, plain.skipped);
         assert_eq!(owned.applied, plain.applied);
-        assert_eq!(owned.touched.endpoints, plain.touched.endpoints);
+        assert_eq!(
+            owned.touched.endpoint_names(&owned.state),
+            plain.touched.endpoint_names(&plain.state)
+        );
         assert!(owned.touched.services.is_superset(&plain.touched.services));
     }
     assert!(
@@ -701,7 +704,10 @@ fn endpoint_rewrites_in_place_equal_rewrites_by_replacement() {
     assert_eq!(in_place.state.hash(), in_place.state.recompute_hash());
     assert_eq!(in_place.state, in_place.state.rebuild());
     assert_eq!(in_place.skipped, replaced.skipped);
-    assert_eq!(in_place.touched.endpoints, replaced.touched.endpoints);
+    assert_eq!(
+        in_place.touched.endpoint_names(&in_place.state),
+        replaced.touched.endpoint_names(&replaced.state)
+    );
     assert_eq!(
         reasons(&replaced)
             .iter()

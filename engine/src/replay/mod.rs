@@ -208,7 +208,7 @@ impl Replayer {
                 &mut self.resources,
                 self.resources_hash.as_mut(),
                 &self.model,
-                &touched.endpoints,
+                &touched.endpoint_names(&self.model),
             ),
             None => self.build_generator(),
         };
@@ -294,10 +294,7 @@ impl Replayer {
         }
         self.stats.records += events.len() as u64;
         self.stats.skipped += out.skipped.len() as u64;
-        let t = out.touched;
-        self.pending.services.extend(t.services);
-        self.pending.endpoints.extend(t.endpoints);
-        self.pending.configs |= t.configs;
+        self.pending.extend(out.touched);
         self.model = out.state;
         self.dropper.drop(decoded);
     }

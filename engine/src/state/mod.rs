@@ -319,7 +319,16 @@ pub struct Touched {
     pub services: BTreeSet<Hostname>,
     /// Hostnames whose set of endpoints (or any endpoint's content) changed. May
     /// name hostnames that have no merged service (endpoints listing them are kept).
+    /// More are in `endpoint_keys`; [`Touched::endpoint_names`] names them all.
     pub endpoints: BTreeSet<Hostname>,
+    /// More hostnames whose endpoints changed, by key, sorted, each once: those
+    /// the fold's rewrite path touched, each of which had a service then (see
+    /// `fold::Folding::admit_later`). Why keys: naming them (a reference to
+    /// each hostname's text at a scattered address, then a sort of the texts)
+    /// was a sixth of the fold at 100k endpoints, and the generator, which
+    /// holds every hostname with a service by key, names them from its own
+    /// index, skipping any without one.
+    pub(crate) endpoint_keys: Vec<HKey>,
     /// Whether any config object changed (traffic rules may affect any resource).
     pub configs: bool,
 }
@@ -327,7 +336,31 @@ pub struct Touched {
 impl Touched {
     /// Whether nothing was touched.
     pub fn is_empty(&self) -> bool {
-        self.services.is_empty() && self.endpoints.is_empty() && !self.configs
+        self.services.is_empty()
+            && self.endpoints.is_empty()
+            && self.endpoint_keys.is_empty()
+            && !self.configs
+    }
+
+    /// Every hostname whose endpoints changed, by name: `endpoints` and the
+    /// ones touched by key, named by `st` (the state the touches were folded
+    /// into, or a later one). A key `st` no longer names (no service defines
+    /// it and no endpoint lists it) is left out: whatever removed it touched
+    /// it by name.
+    pub fn endpoint_names(&self, st: &ModelState) -> BTreeSet<Hostname> {
+        let mut names = self.endpoints.clone();
+        names.extend(self.endpoint_keys.iter().filter_map(|k| st.host_name_at(k)));
+        names
+    }
+
+    /// Adds the touches of a later batch (a replay regenerates once for many).
+    pub fn extend(&mut self, later: Touched) {
+        self.services.extend(later.services);
+        self.endpoints.extend(later.endpoints);
+        self.endpoint_keys.extend(later.endpoint_keys);
+        self.endpoint_keys.sort_unstable();
+        self.endpoint_keys.dedup();
+        self.configs |= later.configs;
     }
 }
 
@@ -373,6 +406,9 @@ pub(crate) struct TouchLog {
     /// Hostnames touched by key, each with the key of an endpoint that lists
     /// it, named by [`TouchLog::finish`] (see [`TouchLog::endpoints_at`]).
     hosts: Vec<(HKey, HKey)>,
+    /// Hostnames touched by key that had a service (see
+    /// [`TouchLog::endpoints_by_key`]).
+    keys: Vec<HKey>,
     configs: bool,
 }
 
@@ -406,6 +442,14 @@ impl TouchLog {
     pub(crate) fn endpoints_at(&mut self, host: HKey, endpoint: HKey) {
         if self.hosts.last().is_none_or(|(h, _)| *h != host) {
             self.hosts.push((host, endpoint));
+        }
+    }
+
+    /// Touches the endpoints of the hostname whose key is `host`, which has a
+    /// service: left by key in [`Touched::endpoint_keys`].
+    pub(crate) fn endpoints_by_key(&mut self, host: HKey) {
+        if self.keys.last() != Some(&host) {
+            self.keys.push(host);
         }
     }
 
@@ -448,9 +492,12 @@ impl TouchLog {
             .sort_unstable_by_key(|h| Arc::as_ptr(&h.0).cast::<u8>() as usize);
         self.endpoints.dedup_by(|a, b| Arc::ptr_eq(&a.0, &b.0));
         self.endpoints.sort_unstable();
+        self.keys.sort_unstable();
+        self.keys.dedup();
         Touched {
             services: self.services.into_iter().collect(),
             endpoints: self.endpoints.into_iter().collect(),
+            endpoint_keys: self.keys,
             configs: self.configs,
         }
     }
@@ -542,6 +589,21 @@ impl ModelState {
     /// [`ModelState::has_service_at`]).
     pub(crate) fn service_host_at(&self, host: &HKey) -> Option<&Hostname> {
         self.claims.get(host).map(|c| &c.host)
+    }
+
+    /// The hostname of key `host`: the name its service definitions give it,
+    /// or else an endpoint that lists it; `None` when neither exists.
+    pub(crate) fn host_name_at(&self, host: &HKey) -> Option<Hostname> {
+        if let Some(name) = self.service_host_at(host) {
+            return Some(name.clone());
+        }
+        let (_, cold) = self.raw_endpoints.listing(host)?.iter().next()?;
+        cold.shape
+            .services
+            .iter()
+            .map(|(_, h)| h)
+            .find(|h| HKey::of(h.as_str()) == *host)
+            .cloned()
     }
 
     /// Every hostname a service defines, with its key, in key order.

@@ -28,7 +28,7 @@ use super::common::{cluster_name, grpc_name, port_route_name, sidecar_listener_n
 use super::rds::PortRoutes;
 use super::{GenError, GenOptions, ModelRead, cds, eds, lds, rds, served_ports};
 use crate::model::{Hostname, Resolution, Service};
-use crate::state::Touched;
+use crate::state::{HKey, Touched};
 use crate::xds::{ChangeSet, Resource, ResourceMap, ResourceSet, ResourceType, TypeChanges};
 
 /// What a service contributed to the indexes at the last regeneration.
@@ -53,6 +53,9 @@ struct HostEntry {
 pub struct Generator {
     opts: GenOptions,
     hosts: HashMap<Hostname, HostEntry>,
+    /// The hostnames of `hosts` by key, to name what a batch touched by key
+    /// ([`Touched::endpoint_keys`](crate::state::Touched)).
+    host_keys: HashMap<HKey, Hostname>,
     tcp: BTreeMap<u16, BTreeSet<Hostname>>,
     http: BTreeMap<u16, PortRoutes>,
 }
@@ -168,6 +171,7 @@ impl Generator {
         Generator {
             opts,
             hosts: HashMap::new(),
+            host_keys: HashMap::new(),
             tcp: BTreeMap::new(),
             http: BTreeMap::new(),
         }
@@ -208,7 +212,13 @@ impl Generator {
             self.reindex(model, h, &mut dirty);
         }
         self.apply_route_ops(std::mem::take(&mut dirty.route_ops));
-        for h in &touched.endpoints {
+        // Touched by key: a hostname without an entry has no assignment to
+        // recompute, so it needs no name.
+        let by_key = touched
+            .endpoint_keys
+            .iter()
+            .filter_map(|k| self.host_keys.get(k));
+        for h in touched.endpoints.iter().chain(by_key) {
             if touched.services.contains(h) {
                 continue;
             }
@@ -262,7 +272,13 @@ impl Generator {
     /// marking every resource either state feeds. A port's listener and route
     /// configuration are marked only when its membership actually changes.
     fn reindex<M: ModelRead + ?Sized>(&mut self, model: &M, h: &Hostname, dirty: &mut Dirty) {
-        let old = self.hosts.remove(h).map_or_else(Vec::new, |e| e.ports);
+        let old = match self.hosts.remove(h) {
+            Some(e) => {
+                self.host_keys.remove(&HKey::of(h.as_str()));
+                e.ports
+            }
+            None => Vec::new(),
+        };
         let svc = model.service(h);
         let new: Vec<(u16, bool)> = svc.as_deref().map_or_else(Vec::new, |svc| {
             served_ports(svc)
@@ -306,6 +322,7 @@ impl Generator {
         }
         if let (Some(svc), false) = (svc, new.is_empty()) {
             self.hosts.insert(h.clone(), HostEntry { svc, ports: new });
+            self.host_keys.insert(HKey::of(h.as_str()), h.clone());
         }
     }
 
