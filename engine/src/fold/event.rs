@@ -176,14 +176,15 @@ pub(super) enum Applied {
     /// not an endpoint's. Why later: done at once, it was a lookup in the
     /// claims map at a random place per event, 11 % of the fold at 100k
     /// endpoints, where the leaf copies of the records' map keep evicting that
-    /// map from the cache; done for a run at once, in hostname order, one
-    /// lookup per hostname answers both, walking the map front to back.
+    /// map from the cache; done for a run at once, in hostname order, the
+    /// claims map is read front to back (see `Folding::admit_later`).
     Later { host: HKey, touch: bool },
 }
 
-/// [`admit`] for an endpoint the rewrite path kept (stored under `hk`, its
-/// record `rec`): its first hostname's key is in the record, so a service
-/// found by it answers without reading the shape.
+/// [`admit`] for an endpoint of several hostnames (or none) the rewrite path
+/// kept (stored under `hk`, its record `rec`; one of exactly one hostname is
+/// checked later, see [`Applied::Later`]): its first hostname's key is in the
+/// record, so a service found by it answers without reading the shape.
 fn admit_stored(
     st: &ModelState,
     cx: &mut Cx,

@@ -112,8 +112,7 @@ use deltapilot_proto::Event;
 use deltapilot_proto::event::Payload;
 
 use crate::log::RecordPos;
-use crate::model::Hostname;
-use crate::model::source_digest;
+use crate::model::{Hostname, source_digest};
 use crate::state::{HKey, ModelState, TouchLog, Touched};
 
 use event::{Applied, Cx, apply_event, held_event};
@@ -393,8 +392,8 @@ struct Folding {
 
 impl Folding {
     /// Applies a run of endpoint events in key-hash order (log order within a
-    /// key), checks the admissions they left (see [`Applied::AdmitLater`]),
-    /// and empties it.
+    /// key), checks the admissions they left (see [`Applied::Later`]), and
+    /// empties it.
     fn apply_run(&mut self, run: &mut Vec<Pending<'_>>) {
         if run.len() >= SORTED_RUN_MIN {
             // Sort small (top 64 bits of the hash, place in the run) pairs rather
@@ -427,12 +426,13 @@ impl Folding {
     }
 
     /// Checks the admissions the events of `run` left and touches their
-    /// hostnames (see [`Applied::Later`]): in hostname order, one lookup per
-    /// hostname, so that the lookups walk the claims map front to back. A run
-    /// changes no service, so the answers are those at each event. Each
-    /// endpoint held for a hostname without a service is reported as applying
-    /// it would have; such a hostname is named at the end of the batch, by an
-    /// endpoint that lists it (see `TouchLog::endpoints_at`).
+    /// hostnames (see [`Applied::Later`]): in hostname order, so that finding
+    /// them walks the claims map front to back (see [`ServiceHosts`]). A run
+    /// changes no service, so the answers are those at each event. A hostname
+    /// with a service is touched by key ([`Touched::endpoint_keys`]); one
+    /// without is named at the end of the batch, by an endpoint that lists it
+    /// (see `TouchLog::endpoints_at`), and each endpoint held for it is
+    /// reported as applying it would have.
     fn admit_later(&mut self, run: &[Pending<'_>]) {
         let Folding {
             out,
@@ -443,20 +443,20 @@ impl Folding {
         } = self;
         later.sort_unstable();
         let mut hosts = ServiceHosts::new(&out.state, later.len());
-        let mut last: Option<(HKey, Option<&Hostname>)> = None;
+        let mut last: Option<(HKey, bool)> = None;
         for &(host, i, touch) in later.iter() {
-            let name = match last {
-                Some((h, name)) if h == host => name,
-                _ => hosts.find(&host),
+            let served = match last {
+                Some((h, served)) if h == host => served,
+                _ => hosts.find(&host).is_some(),
             };
-            last = Some((host, name));
+            last = Some((host, served));
             let p = &run[i as usize];
-            match (name, touch) {
-                (Some(_), true) => touched.endpoints_by_key(host),
-                (None, true) => touched.endpoints_at(host, p.prep.hk.unwrap_or(HKey::MIN)),
+            match (served, touch) {
+                (true, true) => touched.endpoints_by_key(host),
+                (false, true) => touched.endpoints_at(host, p.prep.hk.unwrap_or(HKey::MIN)),
                 (_, false) => {}
             }
-            if name.is_none() {
+            if !served {
                 let (reason, detail) = held_event(p.ev);
                 out.applied -= 1;
                 skipped.push((p.index, skipped_at(p, reason, detail)));

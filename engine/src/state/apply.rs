@@ -242,8 +242,8 @@ impl ModelState {
     /// records, indexes, hash and touches, but for one: when the endpoint
     /// lists exactly one hostname (`rec.hosts == 1`) and its content changed,
     /// touching that hostname (key `rec.first_host`) is left to the caller.
-    /// Why: the fold then names it with the admission check, one lookup for
-    /// both, in hostname order for a whole run (see `fold::Folding::admit_later`).
+    /// Why: the fold then touches it (by key) with the admission check, in
+    /// hostname order for a whole run (see `fold::Folding::admit_later`).
     ///
     /// Why: this reads and writes only the endpoint's plain record (see
     /// `endpoints`), in place, found with one mutable lookup that copies the
