@@ -85,6 +85,15 @@ enum Op {
         src: usize,
         key: usize,
     },
+    /// The last `Ep` of this key again, same source and shape, with another
+    /// address, weight and health: the fold's rewrite path (an endpoint of
+    /// one hostname is touched by key), which a random `Ep` rarely takes.
+    EpAgain {
+        key: usize,
+        addr: usize,
+        weight: usize,
+        health: usize,
+    },
     ResyncStart {
         src: usize,
     },
@@ -113,6 +122,8 @@ fn op() -> impl Strategy<Value = Op> {
         )
             .prop_map(|(src, key, addr, refs, weight, health, loc, target)| Op::Ep { src, key, addr, refs, weight, health, loc, target }),
         2 => (src.clone(), 0..6usize).prop_map(|(src, key)| Op::EpDel { src, key }),
+        6 => (0..6usize, 0..ADDRESSES.len(), 0..WEIGHTS.len(), 0..HEALTHS.len())
+            .prop_map(|(key, addr, weight, health)| Op::EpAgain { key, addr, weight, health }),
         1 => src.clone().prop_map(|src| Op::ResyncStart { src }),
         1 => src.prop_map(|src| Op::ResyncDone { src }),
     ]
@@ -122,7 +133,44 @@ fn op() -> impl Strategy<Value = Op> {
 fn events(ops: &[Op]) -> Vec<Event> {
     let mut gens = [0u64; SOURCES.len()];
     let mut out = Vec::with_capacity(ops.len());
+    // Per key index, the last `Ep` written for it (for `EpAgain`).
+    let mut last: HashMap<usize, Op> = HashMap::new();
     for op in ops {
+        let again;
+        let op = match op {
+            Op::EpAgain {
+                key,
+                addr,
+                weight,
+                health,
+            } => match last.get(key) {
+                Some(Op::Ep {
+                    src,
+                    refs,
+                    loc,
+                    target,
+                    ..
+                }) => {
+                    again = Op::Ep {
+                        src: *src,
+                        key: *key,
+                        addr: *addr,
+                        refs: refs.clone(),
+                        weight: *weight,
+                        health: *health,
+                        loc: *loc,
+                        target: *target,
+                    };
+                    &again
+                }
+                _ => continue,
+            },
+            Op::Ep { key, .. } => {
+                last.insert(*key, op.clone());
+                op
+            }
+            _ => op,
+        };
         let ev = match op {
             Op::Svc {
                 src,
@@ -187,6 +235,7 @@ fn events(ops: &[Op]) -> Vec<Event> {
                 resync(SOURCES[*src], gens[*src], false)
             }
             Op::ResyncDone { src } => resync(SOURCES[*src], gens[*src], true),
+            Op::EpAgain { .. } => unreachable!("replaced by the Ep it repeats"),
         };
         out.push(ev);
     }
