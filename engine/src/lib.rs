@@ -13,6 +13,7 @@ pub mod fold;
 pub mod log;
 pub mod model;
 mod par;
+mod release;
 pub mod replay;
 pub mod snapshot;
 pub mod state;

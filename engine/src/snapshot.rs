@@ -107,9 +107,11 @@ impl SnapshotWriter {
     }
 
     /// Publishes `next`. Readers are woken only if its sequence moved on.
-    pub fn publish(&self, next: Snapshot) {
+    /// Returns the snapshot it replaces, so that the caller may free it off its
+    /// own thread (the engine does; readers may still hold it).
+    pub fn publish(&self, next: Snapshot) -> Arc<Snapshot> {
         let seq = next.seq;
-        self.current.store(Arc::new(next));
+        let replaced = self.current.swap(Arc::new(next));
         self.tick.send_if_modified(|s| {
             if *s != seq {
                 *s = seq;
@@ -118,6 +120,7 @@ impl SnapshotWriter {
                 false
             }
         });
+        replaced
     }
 
     /// A new reader.

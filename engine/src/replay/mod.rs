@@ -51,6 +51,7 @@ use crate::checkpoint::{Checkpoint, generator_id};
 use crate::fold::runner::{resources_hash, snapshot_hash, update_resources_hash};
 use crate::fold::{Prepared, Skipped, fold_iter, fold_prepared_owned};
 use crate::log::{Position, Record, RecordPos};
+use crate::release::Releaser;
 use crate::snapshot::Snapshot;
 use crate::state::{ModelState, Touched};
 pub use crate::xds::ResourceKind;
@@ -115,8 +116,9 @@ pub struct ReplayStats {
 #[derive(Debug)]
 pub struct Replayer {
     model: ModelState,
-    /// Frees folded batches off the fold's thread (see [`Dropper`]).
-    dropper: Dropper,
+    /// Frees folded batches of decoded events off the fold's thread (see
+    /// `crate::release`).
+    dropper: Releaser<Decoded>,
     /// `None` while `resources` came from a checkpoint and nothing needed a
     /// generator yet (see `reuse`).
     generator: Option<Generator>,
@@ -139,7 +141,7 @@ impl Replayer {
     pub fn new(opts: GenOptions) -> Self {
         Replayer {
             model: ModelState::default(),
-            dropper: Dropper::default(),
+            dropper: Releaser::new("replay-drop"),
             generator: Some(Generator::new(opts.clone())),
             opts,
             resources: ResourceSet::default(),
@@ -176,7 +178,7 @@ impl Replayer {
         };
         Replayer {
             model: cp.model,
-            dropper: Dropper::default(),
+            dropper: Releaser::new("replay-drop"),
             generator,
             opts,
             resources,
@@ -296,7 +298,7 @@ impl Replayer {
         self.stats.skipped += out.skipped.len() as u64;
         self.pending.extend(out.touched);
         self.model = out.state;
-        self.dropper.drop(decoded);
+        self.dropper.release(decoded);
     }
 
     /// Folds one event at `pos` and reports every resource it changed.
@@ -354,43 +356,6 @@ impl Replayer {
         self.model = out.state;
         self.replace_resources(set, &changes);
         report
-    }
-}
-
-/// Batches the dropper thread may hold before a fold drops one itself: one being
-/// dropped and one waiting is enough to keep that thread busy, and bounds the
-/// memory of what awaits freeing.
-const DROP_QUEUE: usize = 1;
-
-/// Drops folded batches of decoded events on a thread of its own: freeing a
-/// batch's strings and maps is a good part of a fast replay's time, and on a
-/// second core it overlaps the next batch's fold. When the thread is busy, or
-/// cannot be started, the value is dropped in place.
-#[derive(Debug, Default)]
-struct Dropper {
-    tx: Option<std::sync::mpsc::SyncSender<Decoded>>,
-    started: bool,
-}
-
-impl Dropper {
-    fn drop(&mut self, garbage: Decoded) {
-        if !self.started {
-            self.started = true;
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Decoded>(DROP_QUEUE);
-            let spawned = std::thread::Builder::new()
-                .name("replay-drop".into())
-                .spawn(move || while rx.recv().is_ok() {});
-            if spawned.is_ok() {
-                self.tx = Some(tx);
-            }
-        }
-        match &self.tx {
-            Some(tx) => {
-                // Full or gone: the value comes back and is dropped here.
-                let _ = tx.try_send(garbage);
-            }
-            None => drop(garbage),
-        }
     }
 }
 
