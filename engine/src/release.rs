@@ -20,7 +20,7 @@ use std::sync::mpsc::{SyncSender, sync_channel};
 
 /// Values that may wait for the thread while it drops another: one waiting is
 /// enough to keep it busy, and bounds the memory awaiting release.
-pub(crate) const QUEUE: usize = 1;
+const QUEUE: usize = 1;
 
 /// Drops values of type `T` on a thread named `name`, started on first use.
 #[derive(Debug)]

@@ -112,7 +112,7 @@ use deltapilot_proto::Event;
 use deltapilot_proto::event::Payload;
 
 use crate::log::RecordPos;
-use crate::model::{Hostname, source_digest};
+use crate::model::source_digest;
 use crate::state::{HKey, ModelState, TouchLog, Touched};
 
 use event::{Applied, Cx, apply_event, held_event};
@@ -315,7 +315,7 @@ fn fold_from<'a>(
     } = f;
     skipped.sort_by_key(|(index, _)| *index);
     out.skipped = skipped.into_iter().map(|(_, s)| s).collect();
-    out.touched = touched.finish(&out.state);
+    out.touched = touched.finish();
     // A hostname whose merged service changed back within the batch is not touched.
     if let Some(state) = before {
         out.touched
@@ -426,13 +426,11 @@ impl Folding {
     }
 
     /// Checks the admissions the events of `run` left and touches their
-    /// hostnames (see [`Applied::Later`]): in hostname order, so that finding
-    /// them walks the claims map front to back (see [`ServiceHosts`]). A run
-    /// changes no service, so the answers are those at each event. A hostname
-    /// with a service is touched by key ([`Touched::endpoint_keys`]); one
-    /// without is named at the end of the batch, by an endpoint that lists it
-    /// (see `TouchLog::endpoints_at`), and each endpoint held for it is
-    /// reported as applying it would have.
+    /// hostnames by key ([`Touched::endpoint_keys`]; see [`Applied::Later`]):
+    /// in hostname order, so that the checks walk the claims map front to back
+    /// (see [`ServiceHosts`]). A run changes no service, so the answers are
+    /// those at each event. Each endpoint held for a hostname without a
+    /// service is reported as applying it would have.
     fn admit_later(&mut self, run: &[Pending<'_>]) {
         let Folding {
             out,
@@ -443,20 +441,12 @@ impl Folding {
         } = self;
         later.sort_unstable();
         let mut hosts = ServiceHosts::new(&out.state, later.len());
-        let mut last: Option<(HKey, bool)> = None;
         for &(host, i, touch) in later.iter() {
-            let served = match last {
-                Some((h, served)) if h == host => served,
-                _ => hosts.find(&host).is_some(),
-            };
-            last = Some((host, served));
-            let p = &run[i as usize];
-            match (served, touch) {
-                (true, true) => touched.endpoints_by_key(host),
-                (false, true) => touched.endpoints_at(host, p.prep.hk.unwrap_or(HKey::MIN)),
-                (_, false) => {}
+            if touch {
+                touched.endpoints_by_key(host);
             }
-            if !served {
+            if !hosts.served(&host) {
+                let p = &run[i as usize];
                 let (reason, detail) = held_event(p.ev);
                 out.applied -= 1;
                 skipped.push((p.index, skipped_at(p, reason, detail)));
@@ -497,42 +487,46 @@ impl Folding {
     }
 }
 
-/// Finds the hostnames that have a service, for keys asked in increasing
-/// order: by walking the claims map alongside when there are many, otherwise
-/// one lookup each.
+/// Answers which hostnames have a service, for keys asked in increasing
+/// order: by walking the claims map's keys alongside when there are many,
+/// otherwise one lookup each.
 ///
 /// Why walk: the lookups of a 4,096-event run at 100k endpoints cost about
 /// 100 ns each, a cache miss or two per tree level, 8 % of the fold; walking
 /// the map in order reads its nodes once each, front to back. Why not always:
 /// a walk reads the whole map (10k entries), which a short run would pay for
 /// a handful of hostnames.
-struct ServiceHosts<'a> {
+struct ServiceHosts<'a, I: Iterator<Item = &'a HKey>> {
     st: &'a ModelState,
     /// The walk, when walking.
-    walk: Option<std::iter::Peekable<crate::state::ServiceHostIter<'a>>>,
+    walk: Option<std::iter::Peekable<I>>,
 }
 
 /// A run walks the claims map when it asks for at least one hostname per this
 /// many services.
 const WALK_PER_PROBE: usize = 8;
 
-impl<'a> ServiceHosts<'a> {
-    fn new(st: &'a ModelState, probes: usize) -> Self {
+impl<'a> ServiceHosts<'a, std::iter::Empty<&'a HKey>> {
+    /// A finder for `probes` keys asked of `st`.
+    fn new(
+        st: &'a ModelState,
+        probes: usize,
+    ) -> ServiceHosts<'a, impl Iterator<Item = &'a HKey> + 'a> {
         let walk = (probes * WALK_PER_PROBE >= st.service_host_count())
-            .then(|| st.service_hosts().peekable());
+            .then(|| st.service_host_keys().peekable());
         ServiceHosts { st, walk }
     }
+}
 
-    /// The hostname of key `host` when a service defines it; `host` is at
+impl<'a, I: Iterator<Item = &'a HKey>> ServiceHosts<'a, I> {
+    /// Whether a service defines the hostname of key `host`; `host` is at
     /// least the key asked before.
-    fn find(&mut self, host: &HKey) -> Option<&'a Hostname> {
+    fn served(&mut self, host: &HKey) -> bool {
         let Some(walk) = &mut self.walk else {
-            return self.st.service_host_at(host);
+            return self.st.has_service_at(host);
         };
-        while walk.next_if(|(k, _)| *k < host).is_some() {}
-        walk.peek()
-            .filter(|(k, _)| *k == host)
-            .map(|(_, name)| *name)
+        while walk.next_if(|k| *k < host).is_some() {}
+        walk.peek() == Some(&host)
     }
 }
 

@@ -149,7 +149,7 @@ impl PendingResync {
 
 /// One definition competing for a hostname; the lowest claim wins (see module doc).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Claim {
+struct Claim {
     source: Arc<str>,
     namespace: Arc<str>,
     key: Arc<str>,
@@ -158,13 +158,13 @@ pub(crate) struct Claim {
 /// The claims on one hostname, sorted (lowest first), and the hostname. Usually
 /// one element, so a shared vector is far smaller than a nested map.
 ///
-/// Why the hostname here too: a fold touches hostnames by key (see
-/// [`TouchLog::endpoints_at`]) and names them at the end of the batch. Read
-/// through the list and its winning definition, that was three dependent
-/// cache misses per hostname, a quarter of the fold at 100k endpoints; held
-/// in the map's entry, the name is one lookup away.
+/// Why the hostname here too: hostnames touched by key are named through this
+/// map (see [`ModelState::host_name_at`] and [`Touched::endpoint_names`]).
+/// Read through the list and its winning definition, that was three dependent
+/// cache misses per hostname, a quarter of the fold at 100k endpoints when the
+/// fold named them; held in the map's entry, the name is one lookup away.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Claims {
+struct Claims {
     host: Hostname,
     list: Arc<Vec<(Claim, Arc<Service>)>>,
 }
@@ -176,12 +176,6 @@ impl std::ops::Deref for Claims {
         &self.list
     }
 }
-
-/// The iterator of [`ModelState::service_hosts`].
-pub(crate) type ServiceHostIter<'a> = std::iter::Map<
-    imbl::ordmap::Iter<'a, HKey, Claims, imbl::shared_ptr::DefaultSharedPtr>,
-    fn((&'a HKey, &'a Claims)) -> (&'a HKey, &'a Hostname),
->;
 
 /// The key of a hostname or endpoint key in the large maps: the 128-bit xxh3 hash
 /// of its text. Lookups then compare integers held inside the tree nodes, and
@@ -322,12 +316,12 @@ pub struct Touched {
     /// More are in `endpoint_keys`; [`Touched::endpoint_names`] names them all.
     pub endpoints: BTreeSet<Hostname>,
     /// More hostnames whose endpoints changed, by key, sorted, each once: those
-    /// the fold's rewrite path touched, each of which had a service then (see
-    /// `fold::Folding::admit_later`). Why keys: naming them (a reference to
-    /// each hostname's text at a scattered address, then a sort of the texts)
-    /// was a sixth of the fold at 100k endpoints, and the generator, which
-    /// holds every hostname with a service by key, names them from its own
-    /// index, skipping any without one.
+    /// the fold's rewrite path touched (see `fold::Folding::admit_later`). Why
+    /// keys: naming them (a reference to each hostname's text at a scattered
+    /// address, then a sort of the texts) was a sixth of the fold at 100k
+    /// endpoints, and the generator, which holds every hostname with a service
+    /// by key, names those from its own index and skips the others (a hostname
+    /// without a service has no assignment).
     pub(crate) endpoint_keys: Vec<HKey>,
     /// Whether any config object changed (traffic rules may affect any resource).
     pub configs: bool,
@@ -403,11 +397,7 @@ pub(crate) struct TouchLog {
     /// two cache misses per rewrite at 100k endpoints, and a batch's rewrites
     /// share a few thousand shapes.
     shapes: Vec<Arc<EndpointShape>>,
-    /// Hostnames touched by key, each with the key of an endpoint that lists
-    /// it, named by [`TouchLog::finish`] (see [`TouchLog::endpoints_at`]).
-    hosts: Vec<(HKey, HKey)>,
-    /// Hostnames touched by key that had a service (see
-    /// [`TouchLog::endpoints_by_key`]).
+    /// Hostnames touched by key (see [`TouchLog::endpoints_by_key`]).
     keys: Vec<HKey>,
     configs: bool,
 }
@@ -435,49 +425,18 @@ impl Touch for TouchLog {
 }
 
 impl TouchLog {
-    /// Touches the endpoints of the hostname whose key is `host`, listed by
-    /// the endpoint stored under `endpoint`. Why by key: a rewrite reads the
+    /// Touches the endpoints of the hostname whose key is `host`, left by key
+    /// in [`Touched::endpoint_keys`]. Why by key: a rewrite reads the
     /// endpoint's plain record only, which holds its hostname's key, not its
-    /// text; [`TouchLog::finish`] names each distinct hostname once.
-    pub(crate) fn endpoints_at(&mut self, host: HKey, endpoint: HKey) {
-        if self.hosts.last().is_none_or(|(h, _)| *h != host) {
-            self.hosts.push((host, endpoint));
-        }
-    }
-
-    /// Touches the endpoints of the hostname whose key is `host`, which has a
-    /// service: left by key in [`Touched::endpoint_keys`].
+    /// text; whoever needs the name looks it up once per hostname.
     pub(crate) fn endpoints_by_key(&mut self, host: HKey) {
         if self.keys.last() != Some(&host) {
             self.keys.push(host);
         }
     }
 
-    /// The hostname whose key is `host`: the name its service definitions
-    /// give it, or else the endpoint under `endpoint` lists. `None` when
-    /// neither does any more, when whatever removed it within the batch
-    /// touched the hostname itself (a deleted service or endpoint, or an
-    /// endpoint given another shape, touches every hostname it listed).
-    fn host_name(st: &ModelState, host: HKey, endpoint: &HKey) -> Option<Hostname> {
-        if let Some(claims) = st.claims.get(&host) {
-            return Some(claims.host.clone());
-        }
-        st.endpoint_shape_at(endpoint)?
-            .services
-            .iter()
-            .map(|(_, h)| h)
-            .find(|h| HKey::of(h.as_str()) == host)
-            .cloned()
-    }
-
-    /// The touches, sorted and without repeats; `st` is the state the batch
-    /// was folded into, which names the hostnames touched by key.
-    pub(crate) fn finish(mut self, st: &ModelState) -> Touched {
-        self.hosts.sort_unstable_by_key(|(h, _)| *h);
-        self.hosts.dedup_by_key(|(h, _)| *h);
-        for (host, endpoint) in &self.hosts {
-            self.endpoints.extend(Self::host_name(st, *host, endpoint));
-        }
+    /// The touches, sorted and without repeats.
+    pub(crate) fn finish(mut self) -> Touched {
         self.services.sort_unstable();
         self.shapes
             .sort_unstable_by_key(|s| Arc::as_ptr(s) as usize);
@@ -585,17 +544,11 @@ impl ModelState {
         self.claims.contains_key(host)
     }
 
-    /// The hostname of key `host` when a service defines it (so exactly when
-    /// [`ModelState::has_service_at`]).
-    pub(crate) fn service_host_at(&self, host: &HKey) -> Option<&Hostname> {
-        self.claims.get(host).map(|c| &c.host)
-    }
-
     /// The hostname of key `host`: the name its service definitions give it,
     /// or else an endpoint that lists it; `None` when neither exists.
     pub(crate) fn host_name_at(&self, host: &HKey) -> Option<Hostname> {
-        if let Some(name) = self.service_host_at(host) {
-            return Some(name.clone());
+        if let Some(claims) = self.claims.get(host) {
+            return Some(claims.host.clone());
         }
         let (_, cold) = self.raw_endpoints.listing(host)?.iter().next()?;
         cold.shape
@@ -606,9 +559,9 @@ impl ModelState {
             .cloned()
     }
 
-    /// Every hostname a service defines, with its key, in key order.
-    pub(crate) fn service_hosts(&self) -> ServiceHostIter<'_> {
-        self.claims.iter().map(|(k, c)| (k, &c.host))
+    /// The key of every hostname a service defines, in key order.
+    pub(crate) fn service_host_keys(&self) -> impl Iterator<Item = &HKey> + '_ {
+        self.claims.keys()
     }
 
     /// How many hostnames a service defines.
