@@ -44,7 +44,24 @@ const INCLUDES: &[&str] = &[
     "client_model",
 ];
 
+/// This machine's target triple, from `rustc -vV`.
+fn host_triple() -> String {
+    let out = Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .expect("run rustc -vV");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .unwrap_or_else(|| panic!("no host line in rustc -vV:\n{text}"))
+        .to_string()
+}
+
 /// envoy-types' `proto/` directory, from the resolved dependency graph.
+///
+/// Filtered to this machine's platform: offline, unfiltered metadata wants
+/// every package of the lockfile, and a fresh machine's build never
+/// downloaded the Windows-only ones (`anstyle-wincon`), so it failed there.
 fn envoy_types_protos() -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
@@ -54,8 +71,10 @@ fn envoy_types_protos() -> PathBuf {
             "--format-version",
             "1",
             "--offline",
-            "--manifest-path",
+            "--filter-platform",
         ])
+        .arg(host_triple())
+        .arg("--manifest-path")
         .arg(manifest)
         .output()
         .expect("run cargo metadata");
