@@ -414,6 +414,14 @@ fn cpu_report() {
 }
 
 fn main() {
+    // As `deltapilot run` does before it starts the engine, so that the fold
+    // is measured as the binary runs it (and the memory probes, which inherit
+    // the setting, count the bytes the binary would hold).
+    if let Err(e) = deltapilot_server::process::disable_transparent_huge_pages() {
+        eprintln!(
+            "could not turn transparent huge pages off ({e}); figures will differ from the binary's"
+        );
+    }
     if std::env::var_os(CPU_PROBE_ENV).is_some() {
         cpu_report();
         return;

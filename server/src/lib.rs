@@ -8,6 +8,7 @@
 pub mod adapter_health;
 pub mod admin;
 pub mod metrics;
+pub mod process;
 pub mod xds;
 
 /// Result alias for the server crate.

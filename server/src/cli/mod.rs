@@ -19,23 +19,16 @@ pub(crate) fn init_tracing() {
         .init();
 }
 
-/// Turns transparent huge pages off for this process (and the processes it
-/// starts), before the runtime allocates its heap. For `run` and `loadgen`.
-///
-/// Why: on a kernel whose THP mode is `madvise` or `always`, mimalloc asks for
-/// huge pages on its arenas, and a huge page is resident in full as soon as one
-/// byte of it is touched. A server holding thousands of connections touches a
-/// few KiB per connection at scattered places, so its RSS grew in 2 MiB steps:
-/// 44–46 KiB per connected proxy at 1,000 proxies with huge pages, 36 KiB
-/// without, and less CPU spent zeroing pages (BENCHMARKS.md, load generator).
-/// The load generator's 10,000 simulated proxies do the same while they
-/// connect, and it shares the cores with the server it measures: its CPU for
-/// reconnect-storm.yaml went from 12.0 to 7.5 s. (The baseline server it
-/// starts is this binary again, and inherits the setting.) Failing (a kernel
-/// without the call, a seccomp filter) only costs that memory, so it is
-/// logged and the process starts anyway.
+/// Turns transparent huge pages off for this process (see
+/// [`deltapilot_server::process::disable_transparent_huge_pages`] for why),
+/// before the runtime allocates its heap. For `run` and `loadgen`: the load
+/// generator's 10,000 simulated proxies touch memory the way a server's
+/// connections do, and it shares the cores with the server it measures (its
+/// CPU for reconnect-storm.yaml went from 12.0 to 7.5 s; the baseline server it
+/// starts is this binary again, and inherits the setting). Failing only costs
+/// that memory, so it is logged and the process starts anyway.
 pub(crate) fn disable_transparent_huge_pages() {
-    if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
+    if let Err(e) = deltapilot_server::process::disable_transparent_huge_pages() {
         tracing::warn!(
             error = %e,
             "could not turn transparent huge pages off; memory per connection will be higher"
