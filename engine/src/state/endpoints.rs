@@ -5,8 +5,9 @@
 //! which the hostname index holds (see [`EndpointStore`]).
 //!
 //! Why plain data in the records' map: a fold writes into a state that
-//! shares its tree with the last published snapshot, so every write copies the
-//! path to its leaf. When the leaves held reference-counted records, copying a
+//! shares its map with the last published snapshot, so every write copies the
+//! path to its record (today a bucket of a few records, see `records`; then
+//! the leaf of a tree). When the leaves held reference-counted records, copying a
 //! leaf took a reference to each of its sixteen records (sixteen cache misses
 //! at scattered addresses), and dropping the superseded state let go of them
 //! again: a third of the fold at 100k endpoints. A leaf of plain records is
@@ -29,6 +30,7 @@ use std::sync::Arc;
 use imbl::OrdMap;
 
 use super::canon;
+use super::records::Records;
 use super::{HKey, Written};
 use crate::model::{Endpoint, EndpointShape, Health};
 
@@ -45,7 +47,7 @@ pub(crate) struct Hot {
     /// [`Written`]'s term in the state's content hash. (The content digest
     /// it is made from is not kept: a rewrite that changes nothing is found by
     /// comparing fields, and readers compute it; 8 bytes less per record is 8
-    /// bytes less to copy per record of every leaf a fold copies.)
+    /// bytes less to copy per record of every bucket a fold copies.)
     pub(crate) hash: u64,
     /// The low 64 bits of the shape's [`EndpointShape::source_digest`] (see
     /// [`Hot::same_shape_source`]).
@@ -138,7 +140,7 @@ impl Hot {
     /// Whether the shape was converted from a payload of source digest
     /// `digest` (so that a payload of that digest converts to this very shape).
     /// Compares 64 of its 128 bits. Why not all: the record is copied whole
-    /// with every leaf a fold copies, 8 bytes fewer per record is 8 % less to
+    /// with every bucket a fold copies, 8 bytes fewer per record is 8 % less to
     /// copy, and a false match needs another payload of the same endpoint
     /// whose digest agrees in 64 bits, a chance of 2^-64 per shape change, as
     /// for the source key ([`source_key`]) and the state's 64-bit content hash.
@@ -188,7 +190,8 @@ impl Cold {
 /// in order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct EndpointStore {
-    hot: [OrdMap<HKey, Hot>; SHARDS],
+    /// Endpoint key → record (see `records` for why not an `OrdMap`).
+    hot: [Records; SHARDS],
     /// Hostname (by key) → the endpoints that list it (by key), with their
     /// cold parts. An endpoint of several hostnames is under each, sharing one
     /// cold part. Keys only in the order, not names: sets compare integers held
@@ -196,12 +199,15 @@ pub(crate) struct EndpointStore {
     by_host: [OrdMap<HKey, Listing>; SHARDS],
 }
 
-/// How many shards each map of an [`EndpointStore`] is split in.
-pub(crate) const SHARDS: usize = 2;
+/// How many of a key's top bits pick its shard.
+pub(crate) const SHARD_BITS: u32 = 1;
 
-/// The shard of `key`: its top bit.
+/// How many shards each map of an [`EndpointStore`] is split in.
+pub(crate) const SHARDS: usize = 1 << SHARD_BITS;
+
+/// The shard of `key`: its top [`SHARD_BITS`].
 pub(crate) fn shard(key: &HKey) -> usize {
-    (key.prefix() >> 63) as usize
+    (key.prefix() >> (64 - SHARD_BITS)) as usize
 }
 
 /// The endpoints of one hostname, by key, with their cold parts.
@@ -223,18 +229,18 @@ impl EndpointStore {
     /// its [`shard`]), which must agree (each record's endpoint listed under
     /// each of its hostnames, with its cold part).
     pub(crate) fn from_parts(
-        hot: [OrdMap<HKey, Hot>; SHARDS],
+        hot: [Records; SHARDS],
         by_host: [OrdMap<HKey, Listing>; SHARDS],
     ) -> Self {
         EndpointStore { hot, by_host }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.hot.iter().map(OrdMap::len).sum()
+        self.hot.iter().map(Records::len).sum()
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.hot.iter().all(OrdMap::is_empty)
+        self.hot.iter().all(Records::is_empty)
     }
 
     pub(crate) fn hot(&self, hk: &HKey) -> Option<&Hot> {
@@ -287,7 +293,7 @@ impl EndpointStore {
 
     /// Every record's key and hot part, in key-hash order.
     pub(crate) fn iter_hot(&self) -> impl Iterator<Item = (&HKey, &Hot)> + '_ {
-        self.hot.iter().flat_map(OrdMap::iter)
+        self.hot.iter().flat_map(Records::iter)
     }
 
     /// The endpoints that list the hostname of key `host`.

@@ -69,6 +69,9 @@ mod endpoints;
 #[cfg(test)]
 pub(crate) mod mk;
 mod query;
+mod records;
+#[cfg(test)]
+mod records_tests;
 #[cfg(test)]
 mod tests;
 

@@ -1,0 +1,247 @@
+//! The endpoint records' map of one shard of an
+//! [`EndpointStore`](super::endpoints::EndpointStore): a persistent map from
+//! key hash to [`Hot`] record, made for what the fold does to it.
+//!
+//! Why not `imbl::OrdMap`: a fold writes a batch of up to 4,096 rewrites into
+//! a state that shares its map with the last published snapshot, and the keys
+//! are uniform hashes, so the batch lands all over the map. In a B+tree of
+//! 16-entry nodes that copied about a third of the ~9,000 leaves (each built
+//! on the stack and then moved to the heap: two copies of a 1.5 KiB node, for
+//! ~11 records) and every branch above them, with a binary search over
+//! 16-byte keys at each of four levels on the way down. Path copies were half
+//! of the fold at 100k endpoints.
+//!
+//! Here the keys' top bits pick a bucket directly: each bucket a sorted slice
+//! of about [`MEAN`] records in one allocation of exactly their size, under a
+//! node of [`1 << MID_BITS`](MID_BITS) buckets, under one root array. A write
+//! copies the root array and the node once per batch and its bucket with one
+//! `memcpy`; a lookup is two indexes and a binary search in a few records.
+//! Walking the buckets in order walks the keys in order, as the tree did. The
+//! bucket count doubles or halves with the map (rebuilding it, an O(n) copy
+//! once per doubling), so a bucket stays between [`MIN_MEAN`] and
+//! [`MAX_MEAN`] records on average; the keys being hashes, none strays far
+//! from the mean.
+//!
+//! Why buckets this small: a batch of 4,096 into 100k records writes most
+//! buckets of any size, so the bytes it copies fall with the bucket size
+//! (mean 32: 0.79–0.86 M events/s side by side with mean 16 at 0.89–0.96;
+//! mean 8 over 16, +13–28 %; mean 4 over 8, +11–23 %; BENCHMARKS.md). Why
+//! the middle level: with one flat array of 16k buckets a batch of 100
+//! copied it whole, a reference taken on every bucket: the 100-endpoint fold
+//! went from 0.10 to 0.25 ms. Nodes of 16 buckets bring it to 0.08 ms, for
+//! 4–18 % of the large batch's throughput (nodes of 64: 0.12 ms).
+//!
+//! What it does NOT do: know what a record means; any `Copy` value would do,
+//! but the store only ever holds [`Hot`].
+
+use std::sync::Arc;
+
+use super::HKey;
+use super::endpoints::{Hot, SHARD_BITS};
+
+/// The mean bucket size a map is built or rebuilt for.
+const MEAN: usize = 4;
+/// A map whose mean bucket grows past this doubles its buckets.
+const MAX_MEAN: usize = 8;
+/// A map whose mean bucket shrinks below this halves its buckets.
+const MIN_MEAN: usize = 1;
+/// The buckets are grouped [`1 << MID_BITS`](MID_BITS) to a node under the
+/// root array, so that a small batch copies the root array and a few small
+/// nodes rather than one array of every bucket (which took a reference on
+/// each bucket: at 100k records, 16k of them per batch, however small).
+const MID_BITS: u32 = 4;
+
+/// One bucket: records sorted by key, no key twice.
+type Bucket = Arc<[(HKey, Hot)]>;
+/// Up to [`1 << MID_BITS`](MID_BITS) consecutive buckets.
+type Mid = Arc<[Bucket]>;
+
+/// Key hash → record, in buckets by the key's top bits (after the store's
+/// shard bits, which are the same for every key of one map).
+#[derive(Clone)]
+pub(crate) struct Records {
+    mids: Arc<[Mid]>,
+    /// There are `1 << bits` buckets.
+    bits: u32,
+    len: usize,
+}
+
+impl Default for Records {
+    fn default() -> Self {
+        Records::with_bits(0, std::iter::empty())
+    }
+}
+
+/// How many bucket bits a map of `len` records is built with.
+fn bits_for(len: usize) -> u32 {
+    (len / MEAN).max(1).ilog2()
+}
+
+impl Records {
+    /// A map of `sorted` (sorted by key, no key twice, all of one shard).
+    pub(crate) fn from_sorted(sorted: impl ExactSizeIterator<Item = (HKey, Hot)>) -> Self {
+        Records::with_bits(bits_for(sorted.len()), sorted)
+    }
+
+    /// A map of `sorted` in `1 << bits` buckets.
+    fn with_bits(bits: u32, sorted: impl Iterator<Item = (HKey, Hot)>) -> Self {
+        let mut sorted = sorted.peekable();
+        let mut len = 0;
+        let buckets: Vec<Bucket> = (0..1usize << bits)
+            .map(|i| {
+                let bucket: Bucket =
+                    std::iter::from_fn(|| sorted.next_if(|(k, _)| bucket_of(k, bits) == i))
+                        .collect();
+                len += bucket.len();
+                bucket
+            })
+            .collect();
+        debug_assert!(sorted.next().is_none(), "records not sorted by key");
+        let mids = buckets.chunks(1 << MID_BITS).map(Mid::from).collect();
+        Records { mids, bits, len }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bucket of `k` (its index), and where `k` is in it (`Ok`) or would
+    /// go (`Err`).
+    fn find(&self, k: &HKey) -> (usize, &Bucket, Result<usize, usize>) {
+        let b = bucket_of(k, self.bits);
+        let bucket = &self.mids[b >> MID_BITS][b & MID_MASK];
+        (b, bucket, bucket.binary_search_by(|(e, _)| e.cmp(k)))
+    }
+
+    /// The bucket of index `b`, to replace or write into: copies the root
+    /// array and the node above the bucket if another map shares them.
+    fn bucket_mut(&mut self, b: usize) -> &mut Bucket {
+        let mid = &mut Arc::make_mut(&mut self.mids)[b >> MID_BITS];
+        &mut Arc::make_mut(mid)[b & MID_MASK]
+    }
+
+    pub(crate) fn get(&self, k: &HKey) -> Option<&Hot> {
+        let (_, bucket, at) = self.find(k);
+        Some(&bucket[at.ok()?].1)
+    }
+
+    /// The record under `k`, to write in place: copies its path (root array,
+    /// node, bucket) where another map shares it, and only when `k` is present.
+    pub(crate) fn get_mut(&mut self, k: &HKey) -> Option<&mut Hot> {
+        let (b, _, at) = self.find(k);
+        let at = at.ok()?;
+        Some(&mut Arc::make_mut(self.bucket_mut(b))[at].1)
+    }
+
+    /// Stores `v` under `k`, returning the record it replaces.
+    pub(crate) fn insert(&mut self, k: HKey, v: Hot) -> Option<Hot> {
+        let (b, bucket, at) = self.find(&k);
+        match at {
+            Ok(at) => {
+                let slot = &mut Arc::make_mut(self.bucket_mut(b))[at].1;
+                Some(std::mem::replace(slot, v))
+            }
+            Err(at) => {
+                let new: Bucket = bucket[..at]
+                    .iter()
+                    .copied()
+                    .chain(std::iter::once((k, v)))
+                    .chain(bucket[at..].iter().copied())
+                    .collect();
+                *self.bucket_mut(b) = new;
+                self.len += 1;
+                if self.len > MAX_MEAN << self.bits {
+                    self.rebuild(self.bits + 1);
+                }
+                None
+            }
+        }
+    }
+
+    /// Removes the record under `k`, returning it.
+    pub(crate) fn remove(&mut self, k: &HKey) -> Option<Hot> {
+        let (b, bucket, at) = self.find(k);
+        let at = at.ok()?;
+        let gone = bucket[at].1;
+        let new: Bucket = bucket[..at]
+            .iter()
+            .chain(&bucket[at + 1..])
+            .copied()
+            .collect();
+        *self.bucket_mut(b) = new;
+        self.len -= 1;
+        if self.bits > 0 && self.len < MIN_MEAN << self.bits {
+            self.rebuild(self.bits - 1);
+        }
+        Some(gone)
+    }
+
+    /// Every record in key order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&HKey, &Hot)> + '_ {
+        self.mids
+            .iter()
+            .flat_map(|m| m.iter())
+            .flat_map(|b| b.iter().map(|(k, v)| (k, v)))
+    }
+
+    /// The same records in `1 << bits` buckets.
+    fn rebuild(&mut self, bits: u32) {
+        *self = Records::with_bits(bits, self.iter().map(|(k, v)| (*k, *v)));
+    }
+}
+
+/// The index of a bucket within its node.
+const MID_MASK: usize = (1 << MID_BITS) - 1;
+
+/// The bucket of `k` in a map of `1 << bits` buckets: the key's top bits after
+/// the store's shard bits.
+fn bucket_of(k: &HKey, bits: u32) -> usize {
+    if bits == 0 {
+        0
+    } else {
+        ((k.prefix() << SHARD_BITS) >> (64 - bits)) as usize
+    }
+}
+
+impl PartialEq for Records {
+    /// Equal records in the same order, whatever the buckets.
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Records {}
+
+impl std::fmt::Debug for Records {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+#[cfg(test)]
+impl Records {
+    /// Panics unless every record is in its bucket, each bucket is sorted
+    /// with no key twice, `len` counts them, and the mean bucket is within
+    /// bounds (a map of one bucket may hold fewer).
+    pub(super) fn check(&self) {
+        let buckets: Vec<&Bucket> = self.mids.iter().flat_map(|m| m.iter()).collect();
+        assert_eq!(buckets.len(), 1 << self.bits);
+        assert!(self.mids.iter().all(|m| m.len() <= 1 << MID_BITS));
+        for (i, b) in buckets.iter().enumerate() {
+            assert!(b.iter().all(|(k, _)| bucket_of(k, self.bits) == i));
+            assert!(b.windows(2).all(|w| w[0].0 < w[1].0), "bucket {i} unsorted");
+        }
+        assert_eq!(buckets.iter().map(|b| b.len()).sum::<usize>(), self.len);
+        assert!(
+            self.len <= MAX_MEAN << self.bits,
+            "{} in {} bits",
+            self.len,
+            self.bits
+        );
+        assert!(self.bits == 0 || self.len >= MIN_MEAN << self.bits);
+    }
+}

@@ -1,0 +1,137 @@
+//! `Records` against `BTreeMap` as the model: the same answers after any
+//! sequence of writes, across bucket doublings and halvings, and a clone taken
+//! before writes keeps what it held (the fold writes into a state a snapshot
+//! shares).
+
+use std::collections::BTreeMap;
+
+use super::endpoints::{SHARDS, shard};
+use super::records::Records;
+use super::{HKey, Hot, ModelState, mk};
+use crate::fold::fold;
+
+/// One real record, to vary by generation.
+fn some_hot() -> Hot {
+    let st = fold(
+        &ModelState::default(),
+        &mk::at(
+            0,
+            vec![
+                mk::svc("s", 1, "ns", "a.ns.svc", &[80]),
+                mk::ep("s", 1, "e", "10.0.0.1", &["a.ns.svc"]),
+            ],
+        ),
+    )
+    .state;
+    let (_, hot) = st.raw_endpoints.iter_hot().next().expect("one record");
+    *hot
+}
+
+fn hot(base: Hot, generation: u64) -> Hot {
+    let mut h = base;
+    h.generation = generation;
+    h
+}
+
+/// A small deterministic generator (xorshift), so a failure repeats.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % below
+    }
+}
+
+/// `n` keys of shard `s` (a map holds the keys of one shard of the store).
+fn keys(s: usize, n: usize, name: &str) -> Vec<HKey> {
+    (0..)
+        .map(|i| HKey::of(&format!("{name}-{i}")))
+        .filter(|k| shard(k) == s)
+        .take(n)
+        .collect()
+}
+
+fn same(records: &Records, model: &BTreeMap<HKey, Hot>) {
+    records.check();
+    assert_eq!(records.len(), model.len());
+    assert!(
+        records.iter().eq(model.iter()),
+        "iteration differs from the model"
+    );
+}
+
+#[test]
+fn records_answer_as_a_sorted_map_through_growth_and_shrinking() {
+    let base = some_hot();
+    for s in 0..SHARDS {
+        churn(base, &keys(s, 6_000, "key"));
+    }
+}
+
+fn churn(base: Hot, keys: &[HKey]) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut records = Records::default();
+    let mut model = BTreeMap::new();
+    let mut kept: Vec<(Records, BTreeMap<HKey, Hot>)> = Vec::new();
+    // Grow to ~5,000 (several doublings) and churn at random...
+    for step in 0..40_000u64 {
+        let k = keys[rng.next(keys.len() as u64) as usize];
+        let roll = rng.next(10);
+        if roll < if step < 20_000 { 9 } else { 5 } {
+            let v = hot(base, step);
+            assert_eq!(records.insert(k, v), model.insert(k, v));
+        } else if roll < 8 {
+            assert_eq!(records.remove(&k), model.remove(&k));
+        } else {
+            let got = records.get_mut(&k).map(|h| {
+                h.weight = h.weight.wrapping_add(1);
+                *h
+            });
+            let want = model.get_mut(&k).map(|h| {
+                h.weight = h.weight.wrapping_add(1);
+                *h
+            });
+            assert_eq!(got, want);
+        }
+        assert_eq!(records.get(&k), model.get(&k));
+        if step % 5_000 == 0 {
+            same(&records, &model);
+            kept.push((records.clone(), model.clone()));
+        }
+    }
+    // ...then remove all but a few (several halvings).
+    for (i, k) in keys.iter().enumerate().skip(20) {
+        assert_eq!(records.remove(k), model.remove(k));
+        if i % 500 == 0 {
+            same(&records, &model);
+        }
+    }
+    same(&records, &model);
+    assert!(records.len() <= 20, "the sweep leaves at most 20");
+    for (then, then_model) in &kept {
+        same(then, then_model);
+    }
+}
+
+#[test]
+fn a_sorted_load_equals_one_insert_at_a_time() {
+    let base = some_hot();
+    for (n, s) in [0usize, 1, 7, 100, 2_048, 10_000]
+        .into_iter()
+        .zip((0..SHARDS).cycle())
+    {
+        let mut model: BTreeMap<HKey, Hot> = BTreeMap::new();
+        let mut one_by_one = Records::default();
+        for (i, k) in keys(s, n, "load").into_iter().enumerate() {
+            model.insert(k, hot(base, i as u64));
+            one_by_one.insert(k, hot(base, i as u64));
+        }
+        let loaded = Records::from_sorted(model.iter().map(|(k, v)| (*k, *v)));
+        same(&loaded, &model);
+        same(&one_by_one, &model);
+        assert_eq!(loaded, one_by_one);
+    }
+}
