@@ -20,7 +20,10 @@
 //! bucket count doubles or halves with the map (rebuilding it, an O(n) copy
 //! once per doubling), so a bucket stays between [`MIN_MEAN`] and
 //! [`MAX_MEAN`] records on average; the keys being hashes, none strays far
-//! from the mean.
+//! from the mean. Keys chosen to share their top bits (an endpoint key is
+//! whatever a registry calls it, and xxh3 is not keyed) would pile into one
+//! bucket, so a bucket past [`BIG`] records moves to a tree of its own
+//! ([`Records::big`]) and inserting into it stays logarithmic.
 //!
 //! Why buckets this small: a batch of 4,096 into 100k records writes most
 //! buckets of any size, so the bytes it copies fall with the bucket size
@@ -35,6 +38,8 @@
 //! but the store only ever holds [`Hot`].
 
 use std::sync::Arc;
+
+use imbl::OrdMap;
 
 use super::HKey;
 use super::endpoints::{Hot, SHARD_BITS};
@@ -51,8 +56,18 @@ const MIN_MEAN: usize = 1;
 /// each bucket: at 100k records, 16k of them per batch, however small).
 const MID_BITS: u32 = 4;
 
+/// A bucket that would grow past this many records moves to
+/// [`Records::big`]. Keys that behave like hashes never get there (the mean
+/// is at most [`MAX_MEAN`], and a bucket of 64 at a mean of 8 has a chance
+/// below 10^-30); keys chosen to share their top bits would, and a slice
+/// copied whole on every insert would make inserting n of them cost n².
+const BIG: usize = 64;
+
 /// One bucket: records sorted by key, no key twice.
 type Bucket = Arc<[(HKey, Hot)]>;
+/// A bucket that outgrew [`BIG`], as a tree: each write copies a path, not
+/// the bucket.
+type BigBucket = OrdMap<HKey, Hot>;
 /// Up to [`1 << MID_BITS`](MID_BITS) consecutive buckets.
 type Mid = Arc<[Bucket]>;
 
@@ -61,6 +76,12 @@ type Mid = Arc<[Bucket]>;
 #[derive(Clone)]
 pub(crate) struct Records {
     mids: Arc<[Mid]>,
+    /// The buckets that outgrew [`BIG`], by index; their slice is empty
+    /// (back to a slice under half of [`BIG`]). Empty unless keys share their
+    /// top bits, so the common path only asks whether it is empty; kept apart
+    /// so that a bucket stays a bare slice, as small and as quick to copy as
+    /// before.
+    big: OrdMap<usize, BigBucket>,
     /// There are `1 << bits` buckets.
     bits: u32,
     len: usize,
@@ -87,18 +108,29 @@ impl Records {
     fn with_bits(bits: u32, sorted: impl Iterator<Item = (HKey, Hot)>) -> Self {
         let mut sorted = sorted.peekable();
         let mut len = 0;
+        let mut big = OrdMap::new();
         let buckets: Vec<Bucket> = (0..1usize << bits)
             .map(|i| {
-                let bucket: Bucket =
+                let records: Vec<(HKey, Hot)> =
                     std::iter::from_fn(|| sorted.next_if(|(k, _)| bucket_of(k, bits) == i))
                         .collect();
-                len += bucket.len();
-                bucket
+                len += records.len();
+                if records.len() > BIG {
+                    big.insert(i, records.into_iter().collect());
+                    Bucket::from([])
+                } else {
+                    records.into()
+                }
             })
             .collect();
         debug_assert!(sorted.next().is_none(), "records not sorted by key");
         let mids = buckets.chunks(1 << MID_BITS).map(Mid::from).collect();
-        Records { mids, bits, len }
+        Records {
+            mids,
+            big,
+            bits,
+            len,
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -125,16 +157,26 @@ impl Records {
     }
 
     pub(crate) fn get(&self, k: &HKey) -> Option<&Hot> {
-        let (_, bucket, at) = self.find(k);
-        Some(&bucket[at.ok()?].1)
+        let (b, bucket, at) = self.find(k);
+        match at {
+            Ok(at) => Some(&bucket[at].1),
+            Err(_) if self.big.is_empty() => None,
+            Err(_) => self.big.get(&b)?.get(k),
+        }
     }
 
     /// The record under `k`, to write in place: copies its path (root array,
     /// node, bucket) where another map shares it, and only when `k` is present.
     pub(crate) fn get_mut(&mut self, k: &HKey) -> Option<&mut Hot> {
         let (b, _, at) = self.find(k);
-        let at = at.ok()?;
-        Some(&mut Arc::make_mut(self.bucket_mut(b))[at].1)
+        match at {
+            Ok(at) => Some(&mut Arc::make_mut(self.bucket_mut(b))[at].1),
+            Err(_) if self.big.is_empty() => None,
+            Err(_) => {
+                self.big.get(&b)?.get(k)?;
+                self.big.get_mut(&b)?.get_mut(k)
+            }
+        }
     }
 
     /// Stores `v` under `k`, returning the record it replaces.
@@ -143,36 +185,62 @@ impl Records {
         match at {
             Ok(at) => {
                 let slot = &mut Arc::make_mut(self.bucket_mut(b))[at].1;
-                Some(std::mem::replace(slot, v))
+                return Some(std::mem::replace(slot, v));
+            }
+            Err(_) if !self.big.is_empty() && self.big.contains_key(&b) => {
+                let old = self.big.get_mut(&b)?.insert(k, v);
+                if old.is_some() {
+                    return old;
+                }
             }
             Err(at) => {
-                let new: Bucket = bucket[..at]
+                let records = bucket[..at]
                     .iter()
                     .copied()
                     .chain(std::iter::once((k, v)))
-                    .chain(bucket[at..].iter().copied())
-                    .collect();
-                *self.bucket_mut(b) = new;
-                self.len += 1;
-                if self.len > MAX_MEAN << self.bits {
-                    self.rebuild(self.bits + 1);
+                    .chain(bucket[at..].iter().copied());
+                if bucket.len() < BIG {
+                    *self.bucket_mut(b) = records.collect();
+                } else {
+                    self.big.insert(b, records.collect());
+                    *self.bucket_mut(b) = Bucket::from([]);
                 }
-                None
             }
         }
+        self.len += 1;
+        if self.len > MAX_MEAN << self.bits {
+            self.rebuild(self.bits + 1);
+        }
+        None
     }
 
     /// Removes the record under `k`, returning it.
     pub(crate) fn remove(&mut self, k: &HKey) -> Option<Hot> {
         let (b, bucket, at) = self.find(k);
-        let at = at.ok()?;
-        let gone = bucket[at].1;
-        let new: Bucket = bucket[..at]
-            .iter()
-            .chain(&bucket[at + 1..])
-            .copied()
-            .collect();
-        *self.bucket_mut(b) = new;
+        let gone = match at {
+            Ok(at) => {
+                let gone = bucket[at].1;
+                let new: Bucket = bucket[..at]
+                    .iter()
+                    .chain(&bucket[at + 1..])
+                    .copied()
+                    .collect();
+                *self.bucket_mut(b) = new;
+                gone
+            }
+            Err(_) if self.big.is_empty() => return None,
+            Err(_) => {
+                self.big.get(&b)?.get(k)?;
+                let big = self.big.get_mut(&b)?;
+                let gone = big.remove(k)?;
+                if big.len() < BIG / 2 {
+                    let small: Bucket = big.iter().map(|(k, v)| (*k, *v)).collect();
+                    self.big.remove(&b);
+                    *self.bucket_mut(b) = small;
+                }
+                gone
+            }
+        };
         self.len -= 1;
         if self.bits > 0 && self.len < MIN_MEAN << self.bits {
             self.rebuild(self.bits - 1);
@@ -182,10 +250,18 @@ impl Records {
 
     /// Every record in key order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&HKey, &Hot)> + '_ {
+        let big = |i: usize| {
+            (!self.big.is_empty())
+                .then(|| self.big.get(&i))
+                .flatten()
+                .into_iter()
+                .flatten()
+        };
         self.mids
             .iter()
             .flat_map(|m| m.iter())
-            .flat_map(|b| b.iter().map(|(k, v)| (k, v)))
+            .enumerate()
+            .flat_map(move |(i, b)| b.iter().map(|(k, v)| (k, v)).chain(big(i)))
     }
 
     /// The same records in `1 << bits` buckets.
@@ -234,8 +310,22 @@ impl Records {
         for (i, b) in buckets.iter().enumerate() {
             assert!(b.iter().all(|(k, _)| bucket_of(k, self.bits) == i));
             assert!(b.windows(2).all(|w| w[0].0 < w[1].0), "bucket {i} unsorted");
+            assert!(b.len() <= BIG, "bucket {i}: {} records", b.len());
         }
-        assert_eq!(buckets.iter().map(|b| b.len()).sum::<usize>(), self.len);
+        for (i, big) in &self.big {
+            assert!(buckets[*i].is_empty(), "bucket {i} both big and small");
+            assert!(
+                big.len() >= BIG / 2,
+                "big bucket {i}: {} records",
+                big.len()
+            );
+            assert!(big.keys().all(|k| bucket_of(k, self.bits) == *i));
+        }
+        let big: usize = self.big.values().map(OrdMap::len).sum();
+        assert_eq!(
+            buckets.iter().map(|b| b.len()).sum::<usize>() + big,
+            self.len
+        );
         assert!(
             self.len <= MAX_MEAN << self.bits,
             "{} in {} bits",
@@ -243,5 +333,10 @@ impl Records {
             self.bits
         );
         assert!(self.bits == 0 || self.len >= MIN_MEAN << self.bits);
+    }
+
+    /// How many buckets outgrew [`BIG`].
+    pub(super) fn big_buckets(&self) -> usize {
+        self.big.len()
     }
 }

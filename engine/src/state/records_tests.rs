@@ -135,3 +135,52 @@ fn a_sorted_load_equals_one_insert_at_a_time() {
         assert_eq!(loaded, one_by_one);
     }
 }
+
+/// Keys that share their top bits (the first `bits` after the shard bit) pile
+/// into one bucket whatever the map's size: past 64 it becomes an `OrdMap`,
+/// so inserting them does not copy an ever larger slice each time, and it
+/// comes back to a slice when they are removed.
+#[test]
+fn keys_sharing_their_top_bits_do_not_grow_one_slice() {
+    const SHARED: u32 = 10;
+    let base = some_hot();
+    let top = |k: &HKey| (k.prefix() << 1) >> (64 - SHARED);
+    let piled: Vec<HKey> = keys(0, 150_000, "piled")
+        .into_iter()
+        .filter(|k| top(k) == 0)
+        .take(150)
+        .collect();
+    assert_eq!(piled.len(), 150, "enough keys share their top bits");
+    let mut records = Records::default();
+    let mut model = BTreeMap::new();
+    for (i, k) in keys(0, 1_000, "spread").into_iter().enumerate() {
+        records.insert(k, hot(base, i as u64));
+        model.insert(k, hot(base, i as u64));
+    }
+    assert_eq!(records.big_buckets(), 0, "hash keys spread");
+    let before = records.clone();
+    for (i, k) in piled.iter().enumerate() {
+        let v = hot(base, 10_000 + i as u64);
+        assert_eq!(records.insert(*k, v), model.insert(*k, v));
+    }
+    same(&records, &model);
+    assert_eq!(records.big_buckets(), 1, "the piled keys share one bucket");
+    for k in &piled {
+        let got = records.get_mut(k).map(|h| {
+            h.weight += 1;
+            *h
+        });
+        let want = model.get_mut(k).map(|h| {
+            h.weight += 1;
+            *h
+        });
+        assert_eq!(got, want);
+    }
+    same(&records, &model);
+    for k in &piled[..140] {
+        assert_eq!(records.remove(k), model.remove(k));
+    }
+    same(&records, &model);
+    assert_eq!(records.big_buckets(), 0, "back to a slice under 32");
+    assert_eq!(before.big_buckets(), 0, "the clone kept its buckets");
+}
