@@ -16,8 +16,13 @@
 # FILTER picks one benchmark of it. Each round prints each build's criterion
 # estimate (throughput when the benchmark reports one, else time).
 #
-# The two revisions are built in temporary git worktrees that share
-# CARGO_TARGET_DIR (default: a temporary one, which costs two full builds).
+# The two revisions are built in temporary git worktrees, in the folder
+# bench-pair/ under CARGO_TARGET_DIR (default: a temporary one, which costs two
+# full builds). Why a folder of its own: cargo names a workspace member's
+# artifacts by its path relative to the workspace root, so a worktree and the
+# main checkout share them, and a later build in the checkout would take the
+# worktree's build as fresh when its own sources are older (seen in the tenth
+# session of 2026-11-30: a bench built from the wrong revision).
 set -euo pipefail
 
 if [ $# -lt 4 ]; then
@@ -31,7 +36,11 @@ export DELTAPILOT_FOLD_SKIP_MEMORY=1
 
 repo=$(git rev-parse --show-toplevel)
 work=$(mktemp -d)
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$work/target}"
+if [ -n "${CARGO_TARGET_DIR:-}" ]; then
+    export CARGO_TARGET_DIR="$CARGO_TARGET_DIR/bench-pair"
+else
+    export CARGO_TARGET_DIR="$work/target"
+fi
 cleanup() {
     git -C "$repo" worktree remove --force "$work/a" >/dev/null 2>&1 || true
     git -C "$repo" worktree remove --force "$work/b" >/dev/null 2>&1 || true
