@@ -27,7 +27,7 @@
 //!
 //! Why buckets this small: a batch of 4,096 into 100k records writes most
 //! buckets of any size, so the bytes it copies fall with the bucket size
-//! (mean 32: 0.79–0.86 M events/s side by side with mean 16 at 0.89–0.96;
+//! (mean 32: 0.78–0.86 M events/s side by side with mean 16 at 0.89–0.96;
 //! mean 8 over 16, +13–28 %; mean 4 over 8, +11–23 %; BENCHMARKS.md). Why
 //! the middle level: with one flat array of 16k buckets a batch of 100
 //! copied it whole, a reference taken on every bucket: the 100-endpoint fold
