@@ -6,8 +6,8 @@
 //!
 //! Why plain data in the records' map: a fold writes into a state that
 //! shares its map with the last published snapshot, so every write copies the
-//! path to its record (today a bucket of a few records, see `records`; then
-//! the leaf of a tree). When the leaves held reference-counted records, copying a
+//! path to its record (a bucket of a few records, see `records`; before
+//! that, the leaf of a tree). When the leaves held reference-counted records, copying a
 //! leaf took a reference to each of its sixteen records (sixteen cache misses
 //! at scattered addresses), and dropping the superseded state let go of them
 //! again: a third of the fold at 100k endpoints. A leaf of plain records is

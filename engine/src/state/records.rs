@@ -156,6 +156,13 @@ impl Records {
         &mut Arc::make_mut(mid)[b & MID_MASK]
     }
 
+    /// The big bucket of index `b`, to write into, if it holds `k` (looked up
+    /// first, so that a miss copies no path).
+    fn big_holding(&mut self, b: usize, k: &HKey) -> Option<&mut BigBucket> {
+        self.big.get(&b)?.get(k)?;
+        self.big.get_mut(&b)
+    }
+
     pub(crate) fn get(&self, k: &HKey) -> Option<&Hot> {
         let (b, bucket, at) = self.find(k);
         match at {
@@ -172,10 +179,7 @@ impl Records {
         match at {
             Ok(at) => Some(&mut Arc::make_mut(self.bucket_mut(b))[at].1),
             Err(_) if self.big.is_empty() => None,
-            Err(_) => {
-                self.big.get(&b)?.get(k)?;
-                self.big.get_mut(&b)?.get_mut(k)
-            }
+            Err(_) => self.big_holding(b, k)?.get_mut(k),
         }
     }
 
@@ -230,8 +234,7 @@ impl Records {
             }
             Err(_) if self.big.is_empty() => return None,
             Err(_) => {
-                self.big.get(&b)?.get(k)?;
-                let big = self.big.get_mut(&b)?;
+                let big = self.big_holding(b, k)?;
                 let gone = big.remove(k)?;
                 if big.len() < BIG / 2 {
                     let small: Bucket = big.iter().map(|(k, v)| (*k, *v)).collect();
@@ -250,13 +253,7 @@ impl Records {
 
     /// Every record in key order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&HKey, &Hot)> + '_ {
-        let big = |i: usize| {
-            (!self.big.is_empty())
-                .then(|| self.big.get(&i))
-                .flatten()
-                .into_iter()
-                .flatten()
-        };
+        let big = |i: usize| self.big.get(&i).into_iter().flatten();
         self.mids
             .iter()
             .flat_map(|m| m.iter())

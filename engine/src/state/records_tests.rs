@@ -54,6 +54,12 @@ fn keys(s: usize, n: usize, name: &str) -> Vec<HKey> {
         .collect()
 }
 
+/// Adds one to the weight of `h`, returning what it now holds.
+fn bump(h: &mut Hot) -> Hot {
+    h.weight = h.weight.wrapping_add(1);
+    *h
+}
+
 fn same(records: &Records, model: &BTreeMap<HKey, Hot>) {
     records.check();
     assert_eq!(records.len(), model.len());
@@ -86,15 +92,7 @@ fn churn(base: Hot, keys: &[HKey]) {
         } else if roll < 8 {
             assert_eq!(records.remove(&k), model.remove(&k));
         } else {
-            let got = records.get_mut(&k).map(|h| {
-                h.weight = h.weight.wrapping_add(1);
-                *h
-            });
-            let want = model.get_mut(&k).map(|h| {
-                h.weight = h.weight.wrapping_add(1);
-                *h
-            });
-            assert_eq!(got, want);
+            assert_eq!(records.get_mut(&k).map(bump), model.get_mut(&k).map(bump));
         }
         assert_eq!(records.get(&k), model.get(&k));
         if step % 5_000 == 0 {
@@ -166,15 +164,7 @@ fn keys_sharing_their_top_bits_do_not_grow_one_slice() {
     same(&records, &model);
     assert_eq!(records.big_buckets(), 1, "the piled keys share one bucket");
     for k in &piled {
-        let got = records.get_mut(k).map(|h| {
-            h.weight += 1;
-            *h
-        });
-        let want = model.get_mut(k).map(|h| {
-            h.weight += 1;
-            *h
-        });
-        assert_eq!(got, want);
+        assert_eq!(records.get_mut(k).map(bump), model.get_mut(k).map(bump));
     }
     same(&records, &model);
     for k in &piled[..140] {
