@@ -10,6 +10,7 @@ mod xds_support;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use deltapilot_engine::fold::runner::resources_hash;
 use deltapilot_engine::model::ProxyType;
 use deltapilot_engine::state::ModelState;
 use deltapilot_engine::xds::generate::{GenOptions, Generator, build_all, changes_between};
@@ -280,6 +281,11 @@ fn check(ops: &[Op], batch_sizes: &[usize]) -> Result<(), TestCaseError> {
             &changes_between(&set, &next),
             "change set must name exactly what changed"
         );
+        prop_assert_eq!(
+            generator.resources_hash(),
+            resources_hash(&next),
+            "the generator's running hash must be the set's"
+        );
         for e in &errors {
             prop_assert!(
                 ref_errors.contains(e),
@@ -300,8 +306,9 @@ fn check(ops: &[Op], batch_sizes: &[usize]) -> Result<(), TestCaseError> {
         set = next;
     }
     // Rebuilding the generator from the final model agrees too (startup path).
-    let (_, rebuilt, _) = Generator::build(&state, opts.clone());
+    let (rebuilt_generator, rebuilt, _) = Generator::build(&state, opts.clone());
     prop_assert_eq!(flatten(&rebuilt), flatten(&set));
+    prop_assert_eq!(rebuilt_generator.resources_hash(), resources_hash(&set));
     Ok(())
 }
 

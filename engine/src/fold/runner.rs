@@ -30,7 +30,9 @@ use crate::release::Releaser;
 use crate::snapshot::{RECENT_CHANGES, Snapshot, SnapshotReader, SnapshotWriter};
 use crate::state::{ModelState, Touched};
 use crate::xds::generate::{GenError, GenOptions, Generator};
-use crate::xds::{ChangeSet, Resource, ResourceKind, ResourceMap, ResourceSet, ResourceType};
+use crate::xds::{
+    ChangeSet, Resource, ResourceKind, ResourceMap, ResourceSet, ResourceType, entry_hash,
+};
 use crate::{Error, Result};
 
 /// Counters of the engine, readable from any thread while it runs.
@@ -138,7 +140,7 @@ impl Engine {
         for e in &errors {
             tracing::warn!(resource = %e.name, reason = %e.reason, "xDS resource not published");
         }
-        let resources_hash = resources_hash(&resources);
+        let resources_hash = generator.resources_hash();
         let stats = Arc::new(EngineStats::default());
         stats
             .gen_errors
@@ -273,8 +275,7 @@ impl Engine {
             .gen_errors
             .fetch_add(gen_errors.len() as u64, Ordering::Relaxed);
 
-        self.resources_hash =
-            update_resources_hash(self.resources_hash, &self.resources, &resources, &changes);
+        self.resources_hash = self.generator.resources_hash();
         self.model = out.state;
         self.resources = resources;
         let changes = Arc::new(changes);
@@ -395,28 +396,6 @@ fn maps_of(set: &ResourceSet, t: ResourceType) -> impl Iterator<Item = (u8, &Res
         .map(|k| (k.tag(), k.map(set)))
 }
 
-/// The xxh3 of `tag`, the name's length, the name and the version, in that
-/// order; in a stack buffer when they fit (they nearly always do), so no
-/// buffer is allocated per resource.
-pub(crate) fn entry_hash(tag: u8, r: &Resource) -> u64 {
-    let len = 9 + r.name.len() + r.version.len();
-    let fill = |buf: &mut [u8]| {
-        buf[0] = tag;
-        buf[1..9].copy_from_slice(&(r.name.len() as u64).to_le_bytes());
-        buf[9..9 + r.name.len()].copy_from_slice(r.name.as_bytes());
-        buf[9 + r.name.len()..].copy_from_slice(r.version.as_bytes());
-    };
-    let mut stack = [0u8; 256];
-    if len <= stack.len() {
-        fill(&mut stack[..len]);
-        xxh3_64(&stack[..len])
-    } else {
-        let mut heap = vec![0u8; len];
-        fill(&mut heap);
-        xxh3_64(&heap)
-    }
-}
-
 /// Hash of a whole resource set: the wrapping sum of one digest per (map, name,
 /// version). O(resources); the engine maintains it incrementally instead.
 pub fn resources_hash(set: &ResourceSet) -> u64 {
@@ -442,52 +421,4 @@ pub(crate) fn replace_entry_hash(
 ) -> u64 {
     let h = old.map_or(h, |r| h.wrapping_sub(entry_hash(tag, r)));
     new.map_or(h, |r| h.wrapping_add(entry_hash(tag, r)))
-}
-
-/// Moves `h` (the hash of `prev`) to the hash of `next`, looking only at the names
-/// in `changes`. Equals `resources_hash(next)` as long as `changes` names every
-/// resource that differs between the two sets.
-pub(crate) fn update_resources_hash(
-    mut h: u64,
-    prev: &ResourceSet,
-    next: &ResourceSet,
-    changes: &ChangeSet,
-) -> u64 {
-    for t in ResourceType::ALL {
-        let tc = changes.of(t);
-        if tc.is_empty() {
-            continue;
-        }
-        let kinds = ResourceKind::of_type(t);
-        // A set, so a name listed as both upserted and removed is counted once.
-        let names: std::collections::BTreeSet<&Arc<str>> =
-            tc.upserted.iter().chain(tc.removed.iter()).collect();
-        for name in names {
-            for kind in kinds {
-                let (old, new) = (kind.map(prev).get(name), kind.map(next).get(name));
-                h = replace_entry_hash(h, kind.tag(), old.map(|r| &**r), new.map(|r| &**r));
-            }
-        }
-    }
-    h
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The entry hash is the xxh3 of tag, name length, name and version laid end
-    /// to end, for names that fit the stack buffer and names that do not.
-    #[test]
-    fn entry_hash_hashes_the_fields_end_to_end() {
-        for n in [0usize, 1, 45, 230, 231, 232, 1_000] {
-            let name: Arc<str> = "n".repeat(n).into();
-            let r = Resource::new(name.clone(), bytes::Bytes::from_static(b"\x0a\x01x"));
-            let mut want = vec![3u8];
-            want.extend_from_slice(&(n as u64).to_le_bytes());
-            want.extend_from_slice(name.as_bytes());
-            want.extend_from_slice(r.version.as_bytes());
-            assert_eq!(entry_hash(3, &r), xxh3_64(&want), "name of {n} bytes");
-        }
-    }
 }

@@ -48,7 +48,7 @@ use deltapilot_proto::Event;
 
 use crate::Error;
 use crate::checkpoint::{Checkpoint, generator_id};
-use crate::fold::runner::{resources_hash, snapshot_hash, update_resources_hash};
+use crate::fold::runner::snapshot_hash;
 use crate::fold::{Prepared, Skipped, fold_iter, fold_prepared_owned};
 use crate::log::{Position, Record, RecordPos};
 use crate::release::Releaser;
@@ -56,7 +56,7 @@ use crate::snapshot::Snapshot;
 use crate::state::{ModelState, Touched};
 pub use crate::xds::ResourceKind;
 use crate::xds::generate::{GenError, GenOptions, Generator};
-use crate::xds::{ChangeSet, Resource, ResourceSet, ResourceType};
+use crate::xds::{Resource, ResourceSet, ResourceType};
 
 /// One resource an event changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,11 +125,11 @@ pub struct Replayer {
     opts: GenOptions,
     /// Current only when `pending` is empty.
     resources: ResourceSet,
-    /// `resources_hash(&resources)` when known, kept current by every
-    /// regeneration, so that a snapshot's hash costs nothing at the end of a
-    /// replay from a checkpoint (a walk of every resource took a few ms of the
-    /// ~100 it aims for). `None` after a full build: computed when asked.
-    resources_hash: Option<u64>,
+    /// `resources_hash(&resources)` (see the fold runner), kept current by
+    /// every regeneration (the generator keeps its own), so that a snapshot's
+    /// hash costs nothing at the end of a replay from a checkpoint (a walk of
+    /// every resource took a few ms of the ~100 it aims for).
+    resources_hash: u64,
     /// Everything folded since `resources` was last regenerated touched.
     pending: Touched,
     position: Position,
@@ -145,7 +145,7 @@ impl Replayer {
             generator: Some(Generator::new(opts.clone())),
             opts,
             resources: ResourceSet::default(),
-            resources_hash: Some(0),
+            resources_hash: 0,
             pending: Touched::default(),
             position: Position::default(),
             stats: ReplayStats::default(),
@@ -162,7 +162,7 @@ impl Replayer {
             .filter(|r| r.generator == generator_id(&opts))
             .filter(|r| reuse::spot_check(&cp.model, &r.set, &opts));
         let (generator, resources, resources_hash, pending) = match stored {
-            Some(r) => (None, r.set, Some(r.hash), Touched::default()),
+            Some(r) => (None, r.set, r.hash, Touched::default()),
             None => {
                 let mut pending = Touched::default();
                 pending
@@ -171,7 +171,7 @@ impl Replayer {
                 (
                     Some(Generator::new(opts.clone())),
                     ResourceSet::default(),
-                    Some(0),
+                    0,
                     pending,
                 )
             }
@@ -202,13 +202,14 @@ impl Replayer {
         let touched = std::mem::take(&mut self.pending);
         let errors = match &mut self.generator {
             Some(g) => {
-                let (set, changes, errors) = g.regenerate(&self.resources, &self.model, &touched);
-                self.replace_resources(set, &changes);
+                let (set, _, errors) = g.regenerate(&self.resources, &self.model, &touched);
+                self.resources = set;
+                self.resources_hash = g.resources_hash();
                 errors.len()
             }
             None if touched.services.is_empty() && !touched.configs => reuse::rebuild_assignments(
                 &mut self.resources,
-                self.resources_hash.as_mut(),
+                &mut self.resources_hash,
                 &self.model,
                 &touched.endpoint_names(&self.model),
             ),
@@ -217,21 +218,12 @@ impl Replayer {
         self.stats.gen_errors += errors as u64;
     }
 
-    /// Replaces the resources with `set`, a regeneration whose `changes` name
-    /// every resource that differs, keeping their hash current.
-    fn replace_resources(&mut self, set: ResourceSet, changes: &ChangeSet) {
-        self.resources_hash = self
-            .resources_hash
-            .map(|h| update_resources_hash(h, &self.resources, &set, changes));
-        self.resources = set;
-    }
-
     /// Builds the generator (and every resource) from the whole state.
     fn build_generator(&mut self) -> usize {
         let (g, set, errors) = Generator::build(&self.model, self.opts.clone());
+        self.resources_hash = g.resources_hash();
         self.generator = Some(g);
         self.resources = set;
-        self.resources_hash = None;
         errors.len()
     }
 
@@ -261,9 +253,7 @@ impl Replayer {
     /// `hash` equals the engine's.
     pub fn snapshot(&mut self) -> Snapshot {
         self.flush();
-        let resources = *self
-            .resources_hash
-            .get_or_insert_with(|| resources_hash(&self.resources));
+        let resources = self.resources_hash;
         Snapshot {
             position: self.position.clone(),
             model: self.model.clone(),
@@ -354,7 +344,8 @@ impl Replayer {
         self.stats.gen_errors += errors.len() as u64;
         report.gen_errors = errors;
         self.model = out.state;
-        self.replace_resources(set, &changes);
+        self.resources = set;
+        self.resources_hash = generator.resources_hash();
         report
     }
 }

@@ -86,11 +86,11 @@ pub(super) fn spot_check(model: &ModelState, stored: &ResourceSet, opts: &GenOpt
 }
 
 /// Builds again the assignments of `hosts` in `set`, for a state in which no
-/// service definition or config changed since `set` was built; `hash`, when
-/// given, is `set`'s resources hash and is kept current.
+/// service definition or config changed since `set` was built; `hash` is
+/// `set`'s resources hash and is kept current.
 pub(super) fn rebuild_assignments(
     set: &mut ResourceSet,
-    mut hash: Option<&mut u64>,
+    hash: &mut u64,
     model: &ModelState,
     hosts: &BTreeSet<Hostname>,
 ) -> usize {
@@ -101,10 +101,8 @@ pub(super) fn rebuild_assignments(
     // build is left out, as the generator does).
     let tag = ResourceKind::Endpoint.tag();
     for (name, built) in slots {
-        if let Some(h) = hash.as_deref_mut() {
-            let old = set.endpoints.get(&name).map(|r| &**r);
-            *h = replace_entry_hash(*h, tag, old, built.as_deref());
-        }
+        let old = set.endpoints.get(&name).map(|r| &**r);
+        *hash = replace_entry_hash(*hash, tag, old, built.as_deref());
         match built {
             Some(r) => {
                 set.endpoints.insert(name, r);

@@ -19,4 +19,5 @@ pub mod view;
 
 pub use change::{ChangeSet, TypeChanges};
 pub use kind::ResourceKind;
+pub(crate) use resource::entry_hash;
 pub use resource::{Resource, ResourceMap, ResourceSet, ResourceType, content_version};

@@ -29,7 +29,9 @@ use super::rds::PortRoutes;
 use super::{GenError, GenOptions, ModelRead, cds, eds, lds, rds, served_ports};
 use crate::model::{Hostname, Resolution, Service};
 use crate::state::{HKey, Touched};
-use crate::xds::{ChangeSet, Resource, ResourceMap, ResourceSet, ResourceType, TypeChanges};
+use crate::xds::{
+    ChangeSet, Resource, ResourceKind, ResourceSet, ResourceType, TypeChanges, entry_hash,
+};
 
 /// What a service contributed to the indexes at the last regeneration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +60,12 @@ pub struct Generator {
     host_keys: HashMap<HKey, Hostname>,
     tcp: BTreeMap<u16, BTreeSet<Hostname>>,
     http: BTreeMap<u16, PortRoutes>,
+    /// The resources hash of the set this generator describes, kept current
+    /// resource by resource as each regeneration writes it. Why here: the
+    /// writer holds both the entry it replaces and the new one, so the snapshot
+    /// hash costs no further lookup (looking each changed name up again in the
+    /// old and new sets was a tenth of a 100-endpoint batch at 100k).
+    hash: u64,
 }
 
 /// Resource keys one batch must recompute.
@@ -116,11 +124,13 @@ impl Decision {
     }
 }
 
-/// The next resource set being written, with its change set and errors.
+/// The next resource set being written, with its change set, errors and
+/// resources hash.
 struct Out {
     set: ResourceSet,
     changes: ChangeSet,
     errors: Vec<GenError>,
+    hash: u64,
 }
 
 impl Out {
@@ -131,13 +141,14 @@ impl Out {
         name: Arc<str>,
         desired: Option<Result<Bytes, String>>,
     ) {
-        let map: &mut ResourceMap = match t {
-            ResourceType::Cluster => &mut self.set.clusters,
-            ResourceType::Endpoint => &mut self.set.endpoints,
-            ResourceType::Listener if grpc => &mut self.set.grpc_listeners,
-            ResourceType::Listener => &mut self.set.sidecar_listeners,
-            ResourceType::Route => &mut self.set.routes,
+        let kind = match t {
+            ResourceType::Cluster => ResourceKind::Cluster,
+            ResourceType::Endpoint => ResourceKind::Endpoint,
+            ResourceType::Listener if grpc => ResourceKind::GrpcListener,
+            ResourceType::Listener => ResourceKind::SidecarListener,
+            ResourceType::Route => ResourceKind::Route,
         };
+        let map = kind.map_mut(&mut self.set);
         let changes: &mut TypeChanges = self.changes.of_mut(t);
         let bytes = match desired {
             Some(Ok(bytes)) => bytes,
@@ -145,7 +156,8 @@ impl Out {
                 if let Some(Err(reason)) = failed_or_gone {
                     self.errors.push(GenError::new(t, &name, reason));
                 }
-                if map.remove(&name).is_some() {
+                if let Some(old) = map.remove(&name) {
+                    self.hash = self.hash.wrapping_sub(entry_hash(kind.tag(), &old));
                     changes.removed.insert(name);
                 }
                 return;
@@ -158,7 +170,11 @@ impl Out {
             Some(old) if old.bytes == new.bytes => {
                 map.insert(name, old);
             }
-            _ => {
+            old => {
+                if let Some(old) = old {
+                    self.hash = self.hash.wrapping_sub(entry_hash(kind.tag(), &old));
+                }
+                self.hash = self.hash.wrapping_add(entry_hash(kind.tag(), &new));
                 changes.upserted.insert(name);
             }
         }
@@ -174,7 +190,14 @@ impl Generator {
             host_keys: HashMap::new(),
             tcp: BTreeMap::new(),
             http: BTreeMap::new(),
+            hash: 0,
         }
+    }
+
+    /// The resources hash (`fold::runner::resources_hash`) of the set this
+    /// generator last produced: 0 for a new one, whose set is empty.
+    pub fn resources_hash(&self) -> u64 {
+        self.hash
     }
 
     /// The options resources are generated with.
@@ -235,6 +258,7 @@ impl Generator {
             set: prev.clone(),
             changes: ChangeSet::default(),
             errors: Vec::new(),
+            hash: self.hash,
         };
         let jobs: Vec<HostJob<'_>> = (dirty.host_ports.iter().map(|(h, p)| (h, p, false)))
             .chain(dirty.assignments.iter().map(|(h, p)| (h, p, true)))
@@ -265,6 +289,7 @@ impl Generator {
                 self.http.remove(p);
             }
         }
+        self.hash = out.hash;
         (out.set, out.changes, out.errors)
     }
 
