@@ -198,6 +198,50 @@ impl Endpoint {
     }
 }
 
+/// An [`Endpoint`] as the folded state holds it, borrowed: what the xDS
+/// generator reads of each endpoint of a hostname it rebuilds.
+///
+/// Why borrowed: the generator reads a few fields of each and keeps none. An
+/// owned [`Endpoint`] clones the key and the shape, and at 100k endpoints each
+/// clone is a write to an allocation nothing else in the rebuild touches (the
+/// key is read only to break a tie between two endpoints on one socket).
+#[derive(Debug, Clone, Copy)]
+pub struct EndpointRef<'a> {
+    /// The entity key it was written under.
+    pub key: &'a Arc<str>,
+    /// IP address.
+    pub address: std::net::IpAddr,
+    /// Load-balancing weight, always >= 1.
+    pub weight: u32,
+    /// Registry health.
+    pub health: Health,
+    /// Ports, labels, locality, identity and services.
+    pub shape: &'a Arc<EndpointShape>,
+}
+
+impl<'a> EndpointRef<'a> {
+    /// Borrows `e`.
+    pub fn of(e: &'a Endpoint) -> Self {
+        EndpointRef {
+            key: &e.key,
+            address: e.address,
+            weight: e.weight,
+            health: e.health,
+            shape: &e.shape,
+        }
+    }
+
+    /// The port this workload serves `port` of a service on (see
+    /// [`Endpoint::target_port`]).
+    pub fn target_port(&self, port: &Port) -> u16 {
+        self.shape
+            .ports
+            .get(&port.name)
+            .copied()
+            .unwrap_or(port.number)
+    }
+}
+
 /// One workload serving one port of one service (Istio's `ServiceInstance`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceInstance {

@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::fold::runner::replace_entry_hash;
-use crate::model::{Endpoint, Hostname, Service};
+use crate::model::{EndpointRef, Hostname, Service};
 use crate::state::ModelState;
 use crate::xds::generate::{GenOptions, ModelRead, build_all, build_assignments};
 use crate::xds::{ResourceKind, ResourceSet};
@@ -54,7 +54,7 @@ impl ModelRead for Only<'_> {
         }
     }
 
-    fn for_each_endpoint(&self, host: &Hostname, f: &mut dyn FnMut(Endpoint)) {
+    fn for_each_endpoint<'a>(&'a self, host: &Hostname, f: &mut dyn FnMut(EndpointRef<'a>)) {
         self.model.for_each_endpoint(host, f);
     }
 }

@@ -32,7 +32,7 @@ use imbl::OrdMap;
 use super::canon;
 use super::records::Records;
 use super::{HKey, Written};
-use crate::model::{Endpoint, EndpointShape, Health};
+use crate::model::{Endpoint, EndpointRef, EndpointShape, Health};
 
 /// What a rewrite of an endpoint reads and writes, by value.
 #[derive(Debug, Clone, Copy)]
@@ -158,6 +158,17 @@ pub(crate) struct Cold {
 }
 
 impl Cold {
+    /// The endpoint these parts and `hot` make, borrowed (see [`EndpointRef`]).
+    pub(crate) fn endpoint_ref<'a>(&'a self, hot: &Hot) -> EndpointRef<'a> {
+        EndpointRef {
+            key: &self.key,
+            address: hot.address,
+            weight: hot.weight,
+            health: hot.health,
+            shape: &self.shape,
+        }
+    }
+
     /// The endpoint these parts and `hot` make.
     pub(crate) fn endpoint(&self, hot: &Hot) -> Endpoint {
         Endpoint {

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use super::{AddrKey, HKey, KeyText, ModelState, hkey};
 use crate::model::{
-    Config, Endpoint, LabelSelector, Port, Protocol, Proxy, ProxyType, Service, ServiceInstance,
+    Config, Endpoint, EndpointRef, LabelSelector, Port, Protocol, Proxy, ProxyType, Service,
+    ServiceInstance,
 };
 
 /// The workload label that declares management (health-check) ports: a list of port
@@ -104,6 +105,19 @@ impl ModelState {
             .into_iter()
             .flat_map(|listing| listing.iter())
             .filter_map(|(k, cold)| Some(cold.endpoint(self.raw_endpoints.hot(k)?)))
+    }
+
+    /// [`ModelState::endpoints_of`], borrowed: for the xDS generator, which
+    /// keeps nothing of them (see [`EndpointRef`]).
+    pub fn endpoint_refs_of<Q: KeyText + ?Sized>(
+        &self,
+        host: &Q,
+    ) -> impl Iterator<Item = EndpointRef<'_>> + '_ {
+        self.raw_endpoints
+            .listing(&hkey(host))
+            .into_iter()
+            .flat_map(|listing| listing.iter())
+            .filter_map(|(k, cold)| Some(cold.endpoint_ref(self.raw_endpoints.hot(k)?)))
     }
 
     /// [`ModelState::endpoints_of`], sorted by endpoint key: for views people

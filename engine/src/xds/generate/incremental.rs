@@ -434,7 +434,7 @@ impl Generator {
         out: &mut Vec<Decision>,
     ) {
         let svc = self.hosts.get(h).map(|e| &e.svc);
-        let eps = svc
+        let mut eps = svc
             .map(|s| &**s)
             .filter(|s| s.resolution == Resolution::StaticEndpoints)
             .map(|_| eds::HostEndpoints::collect(model, h));
@@ -444,25 +444,21 @@ impl Generator {
                     .find(|x| x.number == p)
                     .map(|port| (s, port))
             });
+            let name = cluster_name(p, h);
             let assignment = found
-                .zip(eps.as_ref())
-                .map(|((s, port), eps)| eds::load_assignment(eps, s, port));
+                .zip(eps.as_mut())
+                .map(|((_, port), eps)| eds::load_assignment(eps, &name, port));
             out.push(Decision::new(
                 ResourceType::Endpoint,
                 false,
-                cluster_name(p, h),
+                name.clone(),
                 assignment,
             ));
             if assignments_only {
                 continue;
             }
             let cluster = found.map(|(s, port)| cds::cluster(s, port, &self.opts));
-            out.push(Decision::new(
-                ResourceType::Cluster,
-                false,
-                cluster_name(p, h),
-                cluster,
-            ));
+            out.push(Decision::new(ResourceType::Cluster, false, name, cluster));
             let http = found.is_some_and(|(_, port)| port.protocol.is_http());
             let listener = http.then(|| Ok(lds::grpc_listener(h, p)));
             out.push(Decision::new(

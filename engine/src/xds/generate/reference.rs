@@ -46,28 +46,23 @@ pub fn build_all<M: ModelRead + ?Sized>(
     let mut tcp: BTreeMap<u16, BTreeSet<Hostname>> = BTreeMap::new();
     model.for_each_service(&mut |svc| {
         let h = &svc.hostname;
-        let eps = (svc.resolution == Resolution::StaticEndpoints)
+        let mut eps = (svc.resolution == Resolution::StaticEndpoints)
             .then(|| eds::HostEndpoints::collect(model, h));
         for port in served_ports(svc) {
             let p = port.number;
             let t = ResourceType::Cluster;
+            let name = cluster_name(p, h);
             put(
                 &mut set.clusters,
                 &mut errors,
                 t,
-                cluster_name(p, h),
+                name.clone(),
                 cds::cluster(svc, port, opts),
             );
-            if let Some(eps) = &eps {
+            if let Some(eps) = &mut eps {
                 let t = ResourceType::Endpoint;
-                let built = eds::load_assignment(eps, svc, port);
-                put(
-                    &mut set.endpoints,
-                    &mut errors,
-                    t,
-                    cluster_name(p, h),
-                    built,
-                );
+                let built = eds::load_assignment(eps, &name, port);
+                put(&mut set.endpoints, &mut errors, t, name, built);
             }
             if port.protocol.is_http() {
                 let t = ResourceType::Listener;
@@ -146,12 +141,12 @@ pub fn build_assignments<M: ModelRead + Sync + ?Sized>(
             let Some(svc) = model.service(h) else {
                 continue;
             };
-            let eps = (svc.resolution == Resolution::StaticEndpoints)
+            let mut eps = (svc.resolution == Resolution::StaticEndpoints)
                 .then(|| eds::HostEndpoints::collect(model, h));
             for port in served_ports(&svc) {
                 let name = cluster_name(port.number, h);
-                let built = eps.as_ref().map(|eps| {
-                    eds::load_assignment(eps, &svc, port)
+                let built = eps.as_mut().map(|eps| {
+                    eds::load_assignment(eps, &name, port)
                         .map(|bytes| std::sync::Arc::new(Resource::new(name.clone(), bytes)))
                 });
                 out.push((name, built));

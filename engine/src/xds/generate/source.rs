@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use crate::model::{Endpoint, Hostname, Service};
+use crate::model::{EndpointRef, Hostname, Service};
 
 /// Read access to the merged registry model, as the xDS generator needs it.
 ///
@@ -26,9 +26,9 @@ pub trait ModelRead: Sync {
     fn for_each_service(&self, f: &mut dyn FnMut(&Service));
 
     /// Calls `f` once for every endpoint that belongs to `host` (the union over
-    /// sources, any order). An endpoint serving several services is visited for
-    /// each of them.
-    fn for_each_endpoint(&self, host: &Hostname, f: &mut dyn FnMut(Endpoint));
+    /// sources, any order), borrowed from the model. An endpoint serving several
+    /// services is visited for each of them.
+    fn for_each_endpoint<'a>(&'a self, host: &Hostname, f: &mut dyn FnMut(EndpointRef<'a>));
 }
 
 /// The folded state, as the generator reads it: its merged view (one service per
@@ -44,8 +44,8 @@ impl ModelRead for crate::state::ModelState {
         }
     }
 
-    fn for_each_endpoint(&self, host: &Hostname, f: &mut dyn FnMut(Endpoint)) {
-        for e in self.endpoints_of(host) {
+    fn for_each_endpoint<'a>(&'a self, host: &Hostname, f: &mut dyn FnMut(EndpointRef<'a>)) {
+        for e in self.endpoint_refs_of(host) {
             f(e);
         }
     }
