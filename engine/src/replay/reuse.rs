@@ -54,8 +54,8 @@ impl ModelRead for Only<'_> {
         }
     }
 
-    fn for_each_endpoint<'a>(&'a self, host: &Hostname, f: &mut dyn FnMut(EndpointRef<'a>)) {
-        self.model.for_each_endpoint(host, f);
+    fn host_endpoints<'a>(&'a self, host: &Hostname) -> Vec<EndpointRef<'a>> {
+        self.model.endpoint_refs_of(host)
     }
 }
 

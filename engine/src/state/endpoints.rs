@@ -258,6 +258,16 @@ impl EndpointStore {
         self.hot[shard(hk)].get(hk)
     }
 
+    /// The records of `keys`, in order, into `out` (`None` where there is
+    /// none), each shard's run of keys looked up together (see
+    /// [`Records::get_each`]); a listing's keys, in key order, make one run per
+    /// shard.
+    pub(crate) fn hot_each<'s>(&'s self, keys: &[HKey], out: &mut Vec<Option<&'s Hot>>) {
+        for run in keys.chunk_by(|a, b| shard(a) == shard(b)) {
+            self.hot[shard(&run[0])].get_each(run, out);
+        }
+    }
+
     /// The record under `hk`, to write in place (copies the path to it if
     /// another state shares it).
     pub(crate) fn hot_mut(&mut self, hk: &HKey) -> Option<&mut Hot> {

@@ -108,16 +108,21 @@ impl ModelState {
     }
 
     /// [`ModelState::endpoints_of`], borrowed: for the xDS generator, which
-    /// keeps nothing of them (see [`EndpointRef`]).
-    pub fn endpoint_refs_of<Q: KeyText + ?Sized>(
-        &self,
-        host: &Q,
-    ) -> impl Iterator<Item = EndpointRef<'_>> + '_ {
-        self.raw_endpoints
-            .listing(&hkey(host))
-            .into_iter()
-            .flat_map(|listing| listing.iter())
-            .filter_map(|(k, cold)| Some(cold.endpoint_ref(self.raw_endpoints.hot(k)?)))
+    /// keeps nothing of them (see [`EndpointRef`]). The records are looked up
+    /// all at once (see `EndpointStore::hot_each`): one after another, each
+    /// waited on its own cache misses.
+    pub fn endpoint_refs_of<Q: KeyText + ?Sized>(&self, host: &Q) -> Vec<EndpointRef<'_>> {
+        let Some(listing) = self.raw_endpoints.listing(&hkey(host)) else {
+            return Vec::new();
+        };
+        let keys: Vec<HKey> = listing.keys().copied().collect();
+        let mut hot = Vec::with_capacity(keys.len());
+        self.raw_endpoints.hot_each(&keys, &mut hot);
+        listing
+            .values()
+            .zip(hot)
+            .filter_map(|(cold, hot)| Some(cold.endpoint_ref(hot?)))
+            .collect()
     }
 
     /// [`ModelState::endpoints_of`], sorted by endpoint key: for views people

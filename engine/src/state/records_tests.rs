@@ -69,6 +69,15 @@ fn same(records: &Records, model: &BTreeMap<HKey, Hot>) {
     );
 }
 
+/// [`Records::get_each`] answers as [`Records::get`] of each key, in order,
+/// for keys present and absent.
+fn each_agrees(records: &Records, keys: &[HKey], model: &BTreeMap<HKey, Hot>) {
+    let mut out = Vec::new();
+    records.get_each(keys, &mut out);
+    let want: Vec<Option<&Hot>> = keys.iter().map(|k| model.get(k)).collect();
+    assert_eq!(out, want, "get_each differs from the model");
+}
+
 #[test]
 fn records_answer_as_a_sorted_map_through_growth_and_shrinking() {
     let base = some_hot();
@@ -97,6 +106,7 @@ fn churn(base: Hot, keys: &[HKey]) {
         assert_eq!(records.get(&k), model.get(&k));
         if step % 5_000 == 0 {
             same(&records, &model);
+            each_agrees(&records, keys, &model);
             kept.push((records.clone(), model.clone()));
         }
     }
@@ -108,6 +118,7 @@ fn churn(base: Hot, keys: &[HKey]) {
         }
     }
     same(&records, &model);
+    each_agrees(&records, keys, &model);
     assert!(records.len() <= 20, "the sweep leaves at most 20");
     for (then, then_model) in &kept {
         same(then, then_model);
@@ -163,6 +174,9 @@ fn keys_sharing_their_top_bits_do_not_grow_one_slice() {
     }
     same(&records, &model);
     assert_eq!(records.big_buckets(), 1, "the piled keys share one bucket");
+    let mut asked = keys(0, 1_200, "spread");
+    asked.extend(&piled);
+    each_agrees(&records, &asked, &model);
     for k in &piled {
         assert_eq!(records.get_mut(k).map(bump), model.get_mut(k).map(bump));
     }

@@ -131,9 +131,7 @@ const ENDPOINT_BYTES: usize = 72;
 impl<'a> HostEndpoints<'a> {
     /// Every endpoint of `host`, borrowed from `model`.
     pub(crate) fn collect<M: ModelRead + ?Sized>(model: &'a M, host: &Hostname) -> Self {
-        let mut eps = Vec::new();
-        model.for_each_endpoint(host, &mut |e| eps.push(e));
-        Self::of(eps)
+        Self::of(model.host_endpoints(host))
     }
 
     fn of(eps: Vec<EndpointRef<'a>>) -> Self {

@@ -25,10 +25,10 @@ pub trait ModelRead: Sync {
     /// Calls `f` once for every service (any order).
     fn for_each_service(&self, f: &mut dyn FnMut(&Service));
 
-    /// Calls `f` once for every endpoint that belongs to `host` (the union over
-    /// sources, any order), borrowed from the model. An endpoint serving several
-    /// services is visited for each of them.
-    fn for_each_endpoint<'a>(&'a self, host: &Hostname, f: &mut dyn FnMut(EndpointRef<'a>));
+    /// Every endpoint that belongs to `host` (the union over sources, any
+    /// order), borrowed from the model. An endpoint serving several services is
+    /// listed for each of them.
+    fn host_endpoints<'a>(&'a self, host: &Hostname) -> Vec<EndpointRef<'a>>;
 }
 
 /// The folded state, as the generator reads it: its merged view (one service per
@@ -44,9 +44,7 @@ impl ModelRead for crate::state::ModelState {
         }
     }
 
-    fn for_each_endpoint<'a>(&'a self, host: &Hostname, f: &mut dyn FnMut(EndpointRef<'a>)) {
-        for e in self.endpoint_refs_of(host) {
-            f(e);
-        }
+    fn host_endpoints<'a>(&'a self, host: &Hostname) -> Vec<EndpointRef<'a>> {
+        self.endpoint_refs_of(host)
     }
 }
