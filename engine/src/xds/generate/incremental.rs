@@ -164,10 +164,12 @@ impl Out {
             }
         };
         // One traversal in the common case (the content changed); an unchanged
-        // resource is put back so that snapshots keep sharing it.
+        // resource is put back so that snapshots keep sharing it. Versions
+        // first: unequal versions mean unequal bytes, so a changed resource
+        // (the common case) is told apart without comparing its bytes.
         let new = Arc::new(Resource::new(name.clone(), bytes));
         match map.insert(name.clone(), new.clone()) {
-            Some(old) if old.bytes == new.bytes => {
+            Some(old) if old.version == new.version && old.bytes == new.bytes => {
                 map.insert(name, old);
             }
             old => {
