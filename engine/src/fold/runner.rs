@@ -105,8 +105,8 @@ pub struct StepReport {
 pub struct Engine {
     model: ModelState,
     resources: ResourceSet,
-    resources_hash: u64,
-    /// The incremental generator and its reverse indexes (entity → resources).
+    /// The incremental generator and its reverse indexes (entity → resources);
+    /// it also keeps the hash of `resources` ([`Generator::resources_hash`]).
     generator: Generator,
     writer: SnapshotWriter,
     position: Position,
@@ -140,7 +140,6 @@ impl Engine {
         for e in &errors {
             tracing::warn!(resource = %e.name, reason = %e.reason, "xDS resource not published");
         }
-        let resources_hash = generator.resources_hash();
         let stats = Arc::new(EngineStats::default());
         stats
             .gen_errors
@@ -148,7 +147,7 @@ impl Engine {
         let initial = Snapshot {
             seq: 0,
             position: position.clone(),
-            hash: snapshot_hash(model.hash(), resources_hash),
+            hash: snapshot_hash(model.hash(), generator.resources_hash()),
             model: model.clone(),
             resources: resources.clone(),
             observed_at_micros: 0,
@@ -159,7 +158,6 @@ impl Engine {
         Engine {
             model,
             resources,
-            resources_hash,
             generator,
             writer,
             position,
@@ -275,7 +273,6 @@ impl Engine {
             .gen_errors
             .fetch_add(gen_errors.len() as u64, Ordering::Relaxed);
 
-        self.resources_hash = self.generator.resources_hash();
         self.model = out.state;
         self.resources = resources;
         let changes = Arc::new(changes);
@@ -306,7 +303,7 @@ impl Engine {
     }
 
     fn publish(&mut self) -> u64 {
-        let hash = snapshot_hash(self.model.hash(), self.resources_hash);
+        let hash = snapshot_hash(self.model.hash(), self.generator.resources_hash());
         let replaced = self.writer.publish(Snapshot {
             seq: self.seq,
             position: self.position.clone(),

@@ -194,7 +194,7 @@ impl std::ops::Deref for Endpoint {
 impl Endpoint {
     /// The port this workload serves `port` of a service on.
     pub fn target_port(&self, port: &Port) -> u16 {
-        self.ports.get(&port.name).copied().unwrap_or(port.number)
+        self.shape.target_port(port)
     }
 }
 
@@ -229,16 +229,6 @@ impl<'a> EndpointRef<'a> {
             health: e.health,
             shape: &e.shape,
         }
-    }
-
-    /// The port this workload serves `port` of a service on (see
-    /// [`Endpoint::target_port`]).
-    pub fn target_port(&self, port: &Port) -> u16 {
-        self.shape
-            .ports
-            .get(&port.name)
-            .copied()
-            .unwrap_or(port.number)
     }
 }
 

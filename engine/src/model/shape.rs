@@ -22,7 +22,7 @@ use deltapilot_proto as pb;
 use crate::state::HKey;
 use crate::state::canon::Canon;
 
-use super::{Hostname, Locality, SortedMap, WorkloadLabels};
+use super::{Hostname, Locality, Port, SortedMap, WorkloadLabels};
 
 /// Ports, labels, locality, identity and services of an endpoint.
 #[derive(Debug, Clone)]
@@ -87,6 +87,12 @@ impl EndpointShape {
             source_digest,
             first_host,
         }
+    }
+
+    /// The port this shape's workloads serve `port` of a service on: the
+    /// mapping for the port's name, else the service port number.
+    pub fn target_port(&self, port: &Port) -> u16 {
+        self.ports.get(&port.name).copied().unwrap_or(port.number)
     }
 
     /// Digest of the content (not of what it was converted from): equal shapes have

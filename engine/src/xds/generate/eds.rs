@@ -181,11 +181,8 @@ impl<'a> HostEndpoints<'a> {
     /// the old stable sort by locality of the socket-sorted list.)
     fn members(&mut self, port: &Port) {
         self.target.clear();
-        self.target.extend(
-            self.shapes
-                .iter()
-                .map(|(shape, _)| shape.ports.get(&port.name).copied().unwrap_or(port.number)),
-        );
+        let target = self.shapes.iter().map(|(shape, _)| shape.target_port(port));
+        self.target.extend(target);
         let eps = &self.eps;
         let (shapes, target) = (&self.shapes, &self.target);
         self.members.clear();
