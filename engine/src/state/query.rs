@@ -115,11 +115,11 @@ impl ModelState {
         let Some(listing) = self.raw_endpoints.listing(&hkey(host)) else {
             return Vec::new();
         };
-        let keys: Vec<HKey> = listing.keys().copied().collect();
+        let (keys, colds): (Vec<HKey>, Vec<_>) = listing.iter().map(|(k, c)| (*k, c)).unzip();
         let mut hot = Vec::with_capacity(keys.len());
         self.raw_endpoints.hot_each(&keys, &mut hot);
-        listing
-            .values()
+        colds
+            .into_iter()
             .zip(hot)
             .filter_map(|(cold, hot)| Some(cold.endpoint_ref(hot?)))
             .collect()

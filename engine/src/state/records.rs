@@ -141,11 +141,16 @@ impl Records {
         self.len == 0
     }
 
+    /// The bucket of `k`, with its index.
+    fn bucket(&self, k: &HKey) -> (usize, &Bucket) {
+        let b = bucket_of(k, self.bits);
+        (b, &self.mids[b >> MID_BITS][b & MID_MASK])
+    }
+
     /// The bucket of `k` (its index), and where `k` is in it (`Ok`) or would
     /// go (`Err`).
     fn find(&self, k: &HKey) -> (usize, &Bucket, Result<usize, usize>) {
-        let b = bucket_of(k, self.bits);
-        let bucket = &self.mids[b >> MID_BITS][b & MID_MASK];
+        let (b, bucket) = self.bucket(k);
         (b, bucket, bucket.binary_search_by(|(e, _)| e.cmp(k)))
     }
 
@@ -164,8 +169,14 @@ impl Records {
     }
 
     pub(crate) fn get(&self, k: &HKey) -> Option<&Hot> {
-        let (b, bucket, at) = self.find(k);
-        match at {
+        let (b, bucket) = self.bucket(k);
+        self.get_in(b, bucket, k)
+    }
+
+    /// The record under `k` in `bucket` (of index `b`), or in the big bucket
+    /// of that index.
+    fn get_in<'s>(&'s self, b: usize, bucket: &'s Bucket, k: &HKey) -> Option<&'s Hot> {
+        match bucket.binary_search_by(|(e, _)| e.cmp(k)) {
             Ok(at) => Some(&bucket[at].1),
             Err(_) if self.big.is_empty() => None,
             Err(_) => self.big.get(&b)?.get(k),
@@ -179,20 +190,12 @@ impl Records {
     /// misses of different keys independent of each other, so the processor
     /// overlaps them; one key after another, it waits for each in turn.
     pub(crate) fn get_each<'s>(&'s self, keys: &[HKey], out: &mut Vec<Option<&'s Hot>>) {
-        let buckets: Vec<(usize, &Bucket)> = keys
-            .iter()
-            .map(|k| {
-                let b = bucket_of(k, self.bits);
-                (b, &self.mids[b >> MID_BITS][b & MID_MASK])
-            })
-            .collect();
-        out.extend(keys.iter().zip(buckets).map(|(k, (b, bucket))| {
-            match bucket.binary_search_by(|(e, _)| e.cmp(k)) {
-                Ok(at) => Some(&bucket[at].1),
-                Err(_) if self.big.is_empty() => None,
-                Err(_) => self.big.get(&b)?.get(k),
-            }
-        }));
+        let buckets: Vec<(usize, &Bucket)> = keys.iter().map(|k| self.bucket(k)).collect();
+        out.extend(
+            keys.iter()
+                .zip(buckets)
+                .map(|(k, (b, bucket))| self.get_in(b, bucket, k)),
+        );
     }
 
     /// The record under `k`, to write in place: copies its path (root array,
