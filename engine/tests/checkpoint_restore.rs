@@ -411,11 +411,8 @@ async fn stored_resources_are_only_reused_by_the_same_generator() {
         .next()
         .expect("a cluster")
         .clone();
-    let fake = deltapilot_engine::xds::Resource::new(
-        name.clone(),
-        bytes::Bytes::from_static(b"\x0a\x01x"),
-    );
-    stored.set.clusters.insert(name, std::sync::Arc::new(fake));
+    let fake = deltapilot_engine::xds::Resource::new(name, bytes::Bytes::from_static(b"\x0a\x01x"));
+    stored.set.clusters.insert(std::sync::Arc::new(fake));
     let mut r = Replayer::from_checkpoint(tampered, GenOptions::default());
     assert!(!r.reused_stored_resources());
     fold_to(&log, &mut r, &head, &mut |_| {})

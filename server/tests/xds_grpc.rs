@@ -44,10 +44,10 @@ fn next(prev: &Snapshot, edits: &[(ResourceType, &str, Option<&str>)]) -> Snapsh
         let n: Arc<str> = Arc::from(*name);
         match body {
             Some(b) => {
-                map.insert(
+                map.insert(Arc::new(Resource::new(
                     n.clone(),
-                    Arc::new(Resource::new(n.clone(), Bytes::from(b.to_string()))),
-                );
+                    Bytes::from(b.to_string()),
+                )));
                 cs.of_mut(*t).upserted.insert(n);
             }
             None => {

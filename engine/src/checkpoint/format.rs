@@ -637,8 +637,8 @@ fn read_resources(r: &mut Reader<'_>, file: &Bytes) -> Result<Option<StoredResou
                 let bytes = file.slice_ref(r.bytes("resource body")?);
                 let kind = ResourceKind::from_tag(tag)
                     .ok_or_else(|| format!("resource {i} has unknown map {tag}"))?;
-                let resource = Arc::new(Resource::new(name.clone(), bytes));
-                let replaced = kind.map_mut(&mut set).insert(name, resource.clone());
+                let resource = Arc::new(Resource::new(name, bytes));
+                let replaced = kind.map_mut(&mut set).insert(resource.clone());
                 hash = replace_entry_hash(hash, tag, replaced.as_deref(), Some(&resource));
             }
             Some(StoredResources {

@@ -105,7 +105,7 @@ pub(super) fn rebuild_assignments(
         *hash = replace_entry_hash(*hash, tag, old, built.as_deref());
         match built {
             Some(r) => {
-                set.endpoints.insert(name, r);
+                set.endpoints.insert(r);
             }
             None => {
                 set.endpoints.remove(&name);

@@ -22,8 +22,7 @@ use std::sync::Arc;
 use imbl::OrdMap;
 
 use super::canon::{self, Kind};
-use super::endpoints::{Cold, EndpointStore, Listing, SHARDS, shard};
-use super::records::Records;
+use super::endpoints::{Cold, EndpointStore, HotRecords, Listing, SHARDS, shard};
 use super::{Claim, Claims, HKey, Hot, ModelState, ServiceSlot, ShapeFacts, Written};
 use crate::model::{Endpoint, Hostname, Service};
 use crate::par::joined;
@@ -288,8 +287,8 @@ impl ModelState {
 fn load_shard(
     records: &[(HKey, usize, Hot)],
     mut by_host: Vec<IndexEntry>,
-) -> (Records, OrdMap<HKey, Listing>) {
-    let hot = Records::from_sorted(records.iter().map(|(hk, _, hot)| (*hk, *hot)));
+) -> (HotRecords, OrdMap<HKey, Listing>) {
+    let hot = HotRecords::from_sorted(records.iter().map(|(hk, _, hot)| (*hk, *hot)));
     // Each hostname's endpoints in key order, so each listing is filled
     // front to back. A stable sort: it merges the runs of parts sorted on
     // their own threads (`sort_indexes`) in one pass.

@@ -202,7 +202,7 @@ impl Cold {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct EndpointStore {
     /// Endpoint key → record (see `records` for why not an `OrdMap`).
-    hot: [Records; SHARDS],
+    hot: [HotRecords; SHARDS],
     /// Hostname (by key) → the endpoints that list it (by key), with their
     /// cold parts. An endpoint of several hostnames is under each, sharing one
     /// cold part. Keys only in the order, not names: sets compare integers held
@@ -212,6 +212,9 @@ pub(crate) struct EndpointStore {
 
 /// How many of a key's top bits pick its shard.
 pub(crate) const SHARD_BITS: u32 = 1;
+
+/// One shard's records: its keys share their top [`SHARD_BITS`].
+pub(crate) type HotRecords = Records<Hot, SHARD_BITS>;
 
 /// How many shards each map of an [`EndpointStore`] is split in.
 pub(crate) const SHARDS: usize = 1 << SHARD_BITS;
@@ -240,18 +243,18 @@ impl EndpointStore {
     /// its [`shard`]), which must agree (each record's endpoint listed under
     /// each of its hostnames, with its cold part).
     pub(crate) fn from_parts(
-        hot: [Records; SHARDS],
+        hot: [HotRecords; SHARDS],
         by_host: [OrdMap<HKey, Listing>; SHARDS],
     ) -> Self {
         EndpointStore { hot, by_host }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.hot.iter().map(Records::len).sum()
+        self.hot.iter().map(HotRecords::len).sum()
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.hot.iter().all(Records::is_empty)
+        self.hot.iter().all(HotRecords::is_empty)
     }
 
     pub(crate) fn hot(&self, hk: &HKey) -> Option<&Hot> {
@@ -314,7 +317,7 @@ impl EndpointStore {
 
     /// Every record's key and hot part, in key-hash order.
     pub(crate) fn iter_hot(&self) -> impl Iterator<Item = (&HKey, &Hot)> + '_ {
-        self.hot.iter().flat_map(Records::iter)
+        self.hot.iter().flat_map(HotRecords::iter)
     }
 
     /// The endpoints that list the hostname of key `host`.

@@ -69,7 +69,7 @@ mod endpoints;
 #[cfg(test)]
 pub(crate) mod mk;
 mod query;
-mod records;
+pub(crate) mod records;
 #[cfg(test)]
 mod records_tests;
 #[cfg(test)]

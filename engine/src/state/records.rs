@@ -1,6 +1,7 @@
-//! The endpoint records' map of one shard of an
-//! [`EndpointStore`](super::endpoints::EndpointStore): a persistent map from
-//! key hash to [`Hot`] record, made for what the fold does to it.
+//! A persistent map from key hash to value, made for what the fold does to
+//! it: the endpoint records of one shard of an
+//! [`EndpointStore`](super::endpoints::EndpointStore) (values [`Hot`]), and
+//! each type's xDS resources (see `xds::resource_map`, values one pointer).
 //!
 //! Why not `imbl::OrdMap`: a fold writes a batch of up to 4,096 rewrites into
 //! a state that shares its map with the last published snapshot, and the keys
@@ -34,15 +35,16 @@
 //! went from 0.10 to 0.25 ms. Nodes of 16 buckets bring it to 0.08 ms, for
 //! 4–18 % of the large batch's throughput (nodes of 64: 0.12 ms).
 //!
-//! What it does NOT do: know what a record means; any `Copy` value would do,
-//! but the store only ever holds [`Hot`].
+//! What it does NOT do: know what a value means. A value is cloned whenever
+//! its bucket is copied, so it should be plain data or one pointer.
 
 use std::sync::Arc;
 
 use imbl::OrdMap;
 
 use super::HKey;
-use super::endpoints::{Hot, SHARD_BITS};
+#[cfg(doc)]
+use super::endpoints::Hot;
 
 /// The mean bucket size a map is built or rebuilt for.
 const MEAN: usize = 4;
@@ -64,30 +66,31 @@ const MID_BITS: u32 = 4;
 const BIG: usize = 64;
 
 /// One bucket: records sorted by key, no key twice.
-type Bucket = Arc<[(HKey, Hot)]>;
+type Bucket<V> = Arc<[(HKey, V)]>;
 /// A bucket that outgrew [`BIG`], as a tree: each write copies a path, not
 /// the bucket.
-type BigBucket = OrdMap<HKey, Hot>;
+type BigBucket<V> = OrdMap<HKey, V>;
 /// Up to [`1 << MID_BITS`](MID_BITS) consecutive buckets.
-type Mid = Arc<[Bucket]>;
+type Mid<V> = Arc<[Bucket<V>]>;
 
-/// Key hash → record, in buckets by the key's top bits (after the store's
-/// shard bits, which are the same for every key of one map).
+/// Key hash → record, in buckets by the key's top bits after the first
+/// `SKIP` (bits the same for every key of one map, such as the endpoint
+/// store's shard bits).
 #[derive(Clone)]
-pub(crate) struct Records {
-    mids: Arc<[Mid]>,
+pub(crate) struct Records<V: Clone, const SKIP: u32> {
+    mids: Arc<[Mid<V>]>,
     /// The buckets that outgrew [`BIG`], by index; their slice is empty
     /// (back to a slice under half of [`BIG`]). Empty unless keys share their
     /// top bits, so the common path only asks whether it is empty; kept apart
     /// so that a bucket stays a bare slice, as small and as quick to copy as
     /// before.
-    big: OrdMap<usize, BigBucket>,
+    big: OrdMap<usize, BigBucket<V>>,
     /// There are `1 << bits` buckets.
     bits: u32,
     len: usize,
 }
 
-impl Default for Records {
+impl<V: Clone, const SKIP: u32> Default for Records<V, SKIP> {
     fn default() -> Self {
         Records::with_bits(0, std::iter::empty())
     }
@@ -98,21 +101,22 @@ fn bits_for(len: usize) -> u32 {
     (len / MEAN).max(1).ilog2()
 }
 
-impl Records {
-    /// A map of `sorted` (sorted by key, no key twice, all of one shard).
-    pub(crate) fn from_sorted(sorted: impl ExactSizeIterator<Item = (HKey, Hot)>) -> Self {
+impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
+    /// A map of `sorted` (sorted by key, no key twice, all with the same first
+    /// `SKIP` bits).
+    pub(crate) fn from_sorted(sorted: impl ExactSizeIterator<Item = (HKey, V)>) -> Self {
         Records::with_bits(bits_for(sorted.len()), sorted)
     }
 
     /// A map of `sorted` in `1 << bits` buckets.
-    fn with_bits(bits: u32, sorted: impl Iterator<Item = (HKey, Hot)>) -> Self {
+    fn with_bits(bits: u32, sorted: impl Iterator<Item = (HKey, V)>) -> Self {
         let mut sorted = sorted.peekable();
         let mut len = 0;
         let mut big = OrdMap::new();
-        let buckets: Vec<Bucket> = (0..1usize << bits)
+        let buckets: Vec<Bucket<V>> = (0..1usize << bits)
             .map(|i| {
-                let records: Vec<(HKey, Hot)> =
-                    std::iter::from_fn(|| sorted.next_if(|(k, _)| bucket_of(k, bits) == i))
+                let records: Vec<(HKey, V)> =
+                    std::iter::from_fn(|| sorted.next_if(|(k, _)| bucket_of::<SKIP>(k, bits) == i))
                         .collect();
                 len += records.len();
                 if records.len() > BIG {
@@ -142,40 +146,40 @@ impl Records {
     }
 
     /// The bucket of `k`, with its index.
-    fn bucket(&self, k: &HKey) -> (usize, &Bucket) {
-        let b = bucket_of(k, self.bits);
+    fn bucket(&self, k: &HKey) -> (usize, &Bucket<V>) {
+        let b = bucket_of::<SKIP>(k, self.bits);
         (b, &self.mids[b >> MID_BITS][b & MID_MASK])
     }
 
     /// The bucket of `k` (its index), and where `k` is in it (`Ok`) or would
     /// go (`Err`).
-    fn find(&self, k: &HKey) -> (usize, &Bucket, Result<usize, usize>) {
+    fn find(&self, k: &HKey) -> (usize, &Bucket<V>, Result<usize, usize>) {
         let (b, bucket) = self.bucket(k);
         (b, bucket, bucket.binary_search_by(|(e, _)| e.cmp(k)))
     }
 
     /// The bucket of index `b`, to replace or write into: copies the root
     /// array and the node above the bucket if another map shares them.
-    fn bucket_mut(&mut self, b: usize) -> &mut Bucket {
+    fn bucket_mut(&mut self, b: usize) -> &mut Bucket<V> {
         let mid = &mut Arc::make_mut(&mut self.mids)[b >> MID_BITS];
         &mut Arc::make_mut(mid)[b & MID_MASK]
     }
 
     /// The big bucket of index `b`, to write into, if it holds `k` (looked up
     /// first, so that a miss copies no path).
-    fn big_holding(&mut self, b: usize, k: &HKey) -> Option<&mut BigBucket> {
+    fn big_holding(&mut self, b: usize, k: &HKey) -> Option<&mut BigBucket<V>> {
         self.big.get(&b)?.get(k)?;
         self.big.get_mut(&b)
     }
 
-    pub(crate) fn get(&self, k: &HKey) -> Option<&Hot> {
+    pub(crate) fn get(&self, k: &HKey) -> Option<&V> {
         let (b, bucket) = self.bucket(k);
         self.get_in(b, bucket, k)
     }
 
     /// The record under `k` in `bucket` (of index `b`), or in the big bucket
     /// of that index.
-    fn get_in<'s>(&'s self, b: usize, bucket: &'s Bucket, k: &HKey) -> Option<&'s Hot> {
+    fn get_in<'s>(&'s self, b: usize, bucket: &'s Bucket<V>, k: &HKey) -> Option<&'s V> {
         match bucket.binary_search_by(|(e, _)| e.cmp(k)) {
             Ok(at) => Some(&bucket[at].1),
             Err(_) if self.big.is_empty() => None,
@@ -189,8 +193,8 @@ impl Records {
     /// the bucket). Looking every key up one level at a time leaves the
     /// misses of different keys independent of each other, so the processor
     /// overlaps them; one key after another, it waits for each in turn.
-    pub(crate) fn get_each<'s>(&'s self, keys: &[HKey], out: &mut Vec<Option<&'s Hot>>) {
-        let buckets: Vec<(usize, &Bucket)> = keys.iter().map(|k| self.bucket(k)).collect();
+    pub(crate) fn get_each<'s>(&'s self, keys: &[HKey], out: &mut Vec<Option<&'s V>>) {
+        let buckets: Vec<(usize, &Bucket<V>)> = keys.iter().map(|k| self.bucket(k)).collect();
         out.extend(
             keys.iter()
                 .zip(buckets)
@@ -200,7 +204,7 @@ impl Records {
 
     /// The record under `k`, to write in place: copies its path (root array,
     /// node, bucket) where another map shares it, and only when `k` is present.
-    pub(crate) fn get_mut(&mut self, k: &HKey) -> Option<&mut Hot> {
+    pub(crate) fn get_mut(&mut self, k: &HKey) -> Option<&mut V> {
         let (b, _, at) = self.find(k);
         match at {
             Ok(at) => Some(&mut Arc::make_mut(self.bucket_mut(b))[at].1),
@@ -210,7 +214,7 @@ impl Records {
     }
 
     /// Stores `v` under `k`, returning the record it replaces.
-    pub(crate) fn insert(&mut self, k: HKey, v: Hot) -> Option<Hot> {
+    pub(crate) fn insert(&mut self, k: HKey, v: V) -> Option<V> {
         let (b, bucket, at) = self.find(&k);
         match at {
             Ok(at) => {
@@ -226,9 +230,9 @@ impl Records {
             Err(at) => {
                 let records = bucket[..at]
                     .iter()
-                    .copied()
+                    .cloned()
                     .chain(std::iter::once((k, v)))
-                    .chain(bucket[at..].iter().copied());
+                    .chain(bucket[at..].iter().cloned());
                 if bucket.len() < BIG {
                     *self.bucket_mut(b) = records.collect();
                 } else {
@@ -245,15 +249,15 @@ impl Records {
     }
 
     /// Removes the record under `k`, returning it.
-    pub(crate) fn remove(&mut self, k: &HKey) -> Option<Hot> {
+    pub(crate) fn remove(&mut self, k: &HKey) -> Option<V> {
         let (b, bucket, at) = self.find(k);
         let gone = match at {
             Ok(at) => {
-                let gone = bucket[at].1;
-                let new: Bucket = bucket[..at]
+                let gone = bucket[at].1.clone();
+                let new: Bucket<V> = bucket[..at]
                     .iter()
                     .chain(&bucket[at + 1..])
-                    .copied()
+                    .cloned()
                     .collect();
                 *self.bucket_mut(b) = new;
                 gone
@@ -263,7 +267,7 @@ impl Records {
                 let big = self.big_holding(b, k)?;
                 let gone = big.remove(k)?;
                 if big.len() < BIG / 2 {
-                    let small: Bucket = big.iter().map(|(k, v)| (*k, *v)).collect();
+                    let small: Bucket<V> = big.iter().map(|(k, v)| (*k, v.clone())).collect();
                     self.big.remove(&b);
                     *self.bucket_mut(b) = small;
                 }
@@ -278,7 +282,7 @@ impl Records {
     }
 
     /// Every record in key order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&HKey, &Hot)> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&HKey, &V)> + '_ {
         let big = |i: usize| self.big.get(&i).into_iter().flatten();
         self.mids
             .iter()
@@ -289,7 +293,13 @@ impl Records {
 
     /// The same records in `1 << bits` buckets.
     fn rebuild(&mut self, bits: u32) {
-        *self = Records::with_bits(bits, self.iter().map(|(k, v)| (*k, *v)));
+        *self = Records::with_bits(bits, self.iter().map(|(k, v)| (*k, v.clone())));
+    }
+
+    /// Whether `other` is this map or a clone of it with no write since:
+    /// true means equal, false means nothing (as `OrdMap::ptr_eq`).
+    pub(crate) fn ptr_eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.mids, &other.mids) && self.big.ptr_eq(&other.big)
     }
 }
 
@@ -297,41 +307,41 @@ impl Records {
 const MID_MASK: usize = (1 << MID_BITS) - 1;
 
 /// The bucket of `k` in a map of `1 << bits` buckets: the key's top bits after
-/// the store's shard bits.
-fn bucket_of(k: &HKey, bits: u32) -> usize {
+/// the first `SKIP`.
+fn bucket_of<const SKIP: u32>(k: &HKey, bits: u32) -> usize {
     if bits == 0 {
         0
     } else {
-        ((k.prefix() << SHARD_BITS) >> (64 - bits)) as usize
+        ((k.prefix() << SKIP) >> (64 - bits)) as usize
     }
 }
 
-impl PartialEq for Records {
+impl<V: Clone + PartialEq, const SKIP: u32> PartialEq for Records<V, SKIP> {
     /// Equal records in the same order, whatever the buckets.
     fn eq(&self, other: &Self) -> bool {
         self.len == other.len && self.iter().eq(other.iter())
     }
 }
 
-impl Eq for Records {}
+impl<V: Clone + Eq, const SKIP: u32> Eq for Records<V, SKIP> {}
 
-impl std::fmt::Debug for Records {
+impl<V: Clone + std::fmt::Debug, const SKIP: u32> std::fmt::Debug for Records<V, SKIP> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_map().entries(self.iter()).finish()
     }
 }
 
 #[cfg(test)]
-impl Records {
+impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
     /// Panics unless every record is in its bucket, each bucket is sorted
     /// with no key twice, `len` counts them, and the mean bucket is within
     /// bounds (a map of one bucket may hold fewer).
     pub(super) fn check(&self) {
-        let buckets: Vec<&Bucket> = self.mids.iter().flat_map(|m| m.iter()).collect();
+        let buckets: Vec<&Bucket<V>> = self.mids.iter().flat_map(|m| m.iter()).collect();
         assert_eq!(buckets.len(), 1 << self.bits);
         assert!(self.mids.iter().all(|m| m.len() <= 1 << MID_BITS));
         for (i, b) in buckets.iter().enumerate() {
-            assert!(b.iter().all(|(k, _)| bucket_of(k, self.bits) == i));
+            assert!(b.iter().all(|(k, _)| bucket_of::<SKIP>(k, self.bits) == i));
             assert!(b.windows(2).all(|w| w[0].0 < w[1].0), "bucket {i} unsorted");
             assert!(b.len() <= BIG, "bucket {i}: {} records", b.len());
         }
@@ -342,7 +352,7 @@ impl Records {
                 "big bucket {i}: {} records",
                 big.len()
             );
-            assert!(big.keys().all(|k| bucket_of(k, self.bits) == *i));
+            assert!(big.keys().all(|k| bucket_of::<SKIP>(k, self.bits) == *i));
         }
         let big: usize = self.big.values().map(OrdMap::len).sum();
         assert_eq!(

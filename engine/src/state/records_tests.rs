@@ -5,8 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::endpoints::{SHARDS, shard};
-use super::records::Records;
+use super::endpoints::{HotRecords as Records, SHARDS, shard};
 use super::{HKey, Hot, ModelState, mk};
 use crate::fold::fold;
 

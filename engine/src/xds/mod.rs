@@ -15,9 +15,11 @@ mod change;
 pub mod generate;
 mod kind;
 mod resource;
+mod resource_map;
 pub mod view;
 
 pub use change::{ChangeSet, TypeChanges};
 pub use kind::ResourceKind;
 pub(crate) use resource::entry_hash;
-pub use resource::{Resource, ResourceMap, ResourceSet, ResourceType, content_version};
+pub use resource::{Resource, ResourceSet, ResourceType, content_version};
+pub use resource_map::ResourceMap;

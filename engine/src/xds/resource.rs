@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
+use super::ResourceMap;
 use bytes::Bytes;
-use imbl::OrdMap;
 use xxhash_rust::xxh3::xxh3_64;
 
 /// The xDS resource types deltapilot serves, in make-before-break order: a proxy
@@ -128,9 +128,6 @@ pub(crate) fn entry_hash(tag: u8, r: &Resource) -> u64 {
         xxh3_64(&heap)
     }
 }
-
-/// Named resources of one type (or one flavour of a type), ordered by name.
-pub type ResourceMap = OrdMap<Arc<str>, Arc<Resource>>;
 
 /// Every resource of a snapshot.
 ///

@@ -145,6 +145,8 @@ pub fn diff(view: &ResourceMap, known: &HashMap<Arc<str>, Arc<str>>) -> Diff {
             d.removals.push(name.clone());
         }
     }
+    // The map iterates in hash order (see `ResourceMap`).
+    d.upserts.sort_by(|a, b| a.name.cmp(&b.name));
     d.removals.sort();
     d
 }
@@ -195,12 +197,13 @@ mod tests {
     fn diff_changed_equals_full_diff_for_an_in_sync_proxy() {
         let before: ResourceMap = [res("a", "1"), res("b", "1"), res("c", "1")]
             .into_iter()
+            .map(|(_, r)| r)
             .collect();
         let known = known_of(&before);
         let mut after = before.clone();
-        after.insert(res("b", "2").0, res("b", "2").1);
+        after.insert(res("b", "2").1);
         after.remove("c");
-        after.insert(res("d", "1").0, res("d", "1").1);
+        after.insert(res("d", "1").1);
         let mut changes = TypeChanges::default();
         changes.upserted.extend([Arc::from("b"), Arc::from("d")]);
         changes.removed.insert(Arc::from("c"));
@@ -215,7 +218,7 @@ mod tests {
 
     #[test]
     fn names_outside_the_view_are_ignored_unless_held() {
-        let view: ResourceMap = [res("a", "1")].into_iter().collect();
+        let view: ResourceMap = [res("a", "1").1].into_iter().collect();
         let mut changes = TypeChanges::default();
         changes.upserted.insert(Arc::from("grpc-only"));
         assert!(diff_changed(&view, &HashMap::new(), &changes).is_empty());

@@ -191,9 +191,11 @@ pub fn decode<M: Message + Default>(map: &ResourceMap, name: &str) -> M {
     M::decode(r.bytes.clone()).unwrap_or_else(|e| panic!("{name} does not decode: {e}"))
 }
 
-/// Names of a map, in order.
+/// Names of a map, sorted (the map iterates in hash order).
 pub fn names(map: &ResourceMap) -> Vec<String> {
-    map.keys().map(|k| k.to_string()).collect()
+    let mut names: Vec<String> = map.keys().map(|k| k.to_string()).collect();
+    names.sort();
+    names
 }
 
 /// Every (flavour, name, bytes) of a set, for byte-for-byte comparisons.

@@ -59,10 +59,13 @@ pub fn config_dump(
             ResourceType::Endpoint => ("EndpointsConfigDump", "dynamic_endpoint_configs"),
         };
         let mut items = Vec::new();
-        for (name, res) in resources_for(set, proxy_type, t).iter() {
-            if !keep(t, name) {
-                continue;
-            }
+        // By name, as people read it (the map iterates in hash order).
+        let mut chosen: Vec<_> = resources_for(set, proxy_type, t)
+            .iter()
+            .filter(|(name, _)| keep(t, name))
+            .collect();
+        chosen.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        for (name, res) in chosen {
             let body = r.resource(t, &res.bytes);
             let version = Json::from(&*res.version);
             let mut item = Json::obj();

@@ -127,7 +127,7 @@ fn type_view(t: &TypeStatus, proxy: Option<&Proxy>, seen: u64, snap: &Snapshot) 
             let tc = cs.of(t.resource_type);
             tc.upserted
                 .iter()
-                .filter(|n| view.contains_key(*n) && wants(n))
+                .filter(|n| view.contains_key(n) && wants(n))
                 .chain(tc.removed.iter().filter(|n| wants(n)))
                 .count()
         })

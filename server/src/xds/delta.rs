@@ -134,7 +134,7 @@ impl TypeState {
                 self.up.clear();
                 self.rm.clear();
                 let mut c: BTreeSet<Arc<str>> = self.known.keys().cloned().collect();
-                c.extend(self.names.iter().filter(|n| view.contains_key(*n)).cloned());
+                c.extend(self.names.iter().filter(|n| view.contains_key(n)).cloned());
                 if self.wildcard {
                     c.extend(view.keys().cloned());
                 }
@@ -177,7 +177,7 @@ impl TypeState {
             self.initial = self
                 .up
                 .keys()
-                .filter_map(|n| initial.get(n).map(|r| (n.clone(), r.clone())))
+                .filter_map(|n| initial.get(n).cloned())
                 .collect();
         }
         if !self.fresh.is_empty() {
@@ -411,7 +411,7 @@ impl DeltaStream {
                             bytes: Bytes::new(),
                         }),
                     };
-                    s.known.insert(r.name.clone(), r);
+                    s.known.insert(r);
                 }
             }
             // Until something is sent, what the client reported is what it holds.
@@ -544,7 +544,7 @@ impl DeltaStream {
                     resent_known += 1;
                 }
                 carries_fresh |= s.fresh.remove(&name);
-                s.known.insert(name, r.clone());
+                s.known.insert(r.clone());
                 out.resources.push(r);
             }
         }

@@ -30,8 +30,11 @@ fn base() -> Snapshot {
     )
 }
 
+/// The names a push carries, sorted (a wildcard push lists the map's hash order).
 fn names(p: &SotwPush) -> Vec<String> {
-    p.out.resources.iter().map(|r| r.name.to_string()).collect()
+    let mut names: Vec<String> = p.out.resources.iter().map(|r| r.name.to_string()).collect();
+    names.sort();
+    names
 }
 
 fn ack(st: &mut SotwStream, p: &SotwPush, names: &[&str]) -> RequestOutcome {

@@ -25,7 +25,7 @@ pub(crate) fn next(prev: &Snapshot, edits: &[(ResourceType, &str, Option<&str>)]
         match body {
             Some(b) => {
                 let r = Resource::new(n.clone(), Bytes::from(b.to_string()));
-                map_mut(&mut s, *t).insert(n.clone(), Arc::new(r));
+                map_mut(&mut s, *t).insert(Arc::new(r));
                 cs.of_mut(*t).upserted.insert(n);
             }
             None => {

@@ -168,9 +168,9 @@ impl Out {
         // first: unequal versions mean unequal bytes, so a changed resource
         // (the common case) is told apart without comparing its bytes.
         let new = Arc::new(Resource::new(name.clone(), bytes));
-        match map.insert(name.clone(), new.clone()) {
+        match map.insert(new.clone()) {
             Some(old) if old.version == new.version && old.bytes == new.bytes => {
-                map.insert(name, old);
+                map.insert(old);
             }
             old => {
                 if let Some(old) = old {
