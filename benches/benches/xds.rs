@@ -8,6 +8,10 @@
 //! - `xds_diff_one_endpoint_change`: one proxy's diff after one endpoint changed,
 //!   by total snapshot size (1k, 10k, 100k resources): `diff_changed` (live push,
 //!   O(changed): flat) next to the full `diff` (reconnect, O(view): grows).
+//! - `resource_map_shared_write`: one write into a map that shares everything
+//!   with another (a delta stream's record of what its proxy holds, shared with
+//!   the snapshot's map until the next push), then dropping it, by map size:
+//!   the path copy every stream pays per push.
 //!
 //! Run with
 //! `cargo bench -p deltapilot-benches --bench xds -- --warm-up-time 1 --measurement-time 3`.
@@ -23,7 +27,7 @@ use deltapilot_engine::model::ProxyType;
 use deltapilot_engine::state::{ModelState, Touched};
 use deltapilot_engine::xds::generate::{GenOptions, Generator, build_all};
 use deltapilot_engine::xds::view::{View, ViewKey, diff, diff_changed};
-use deltapilot_engine::xds::{ChangeSet, ResourceSet, ResourceType};
+use deltapilot_engine::xds::{ChangeSet, Resource, ResourceMap, ResourceSet, ResourceType};
 use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION, event::Payload};
 
 const SOURCE: &str = "k8s:bench";
@@ -293,6 +297,28 @@ fn diff_one_endpoint_change(c: &mut Criterion) {
     g.finish();
 }
 
+/// One write into a clone of a map of n resources, and dropping the clone: the
+/// path a delta stream copies per push while its map shares the snapshot's.
+fn resource_map_shared_write(c: &mut Criterion) {
+    let mut g = c.benchmark_group("resource_map_shared_write");
+    for n in [1_000usize, 10_000, 100_000] {
+        let res = |i: usize, body: &'static [u8]| {
+            let name = format!("outbound|8080||svc-{i}.ns-{}.svc.cluster.local", i % 50);
+            Arc::new(Resource::new(name.into(), bytes::Bytes::from_static(body)))
+        };
+        let base: ResourceMap = (0..n).map(|i| res(i, b"a")).collect();
+        let changed = res(n / 2, b"b");
+        g.bench_function(BenchmarkId::new("insert_and_drop", n), |b| {
+            b.iter(|| {
+                let mut m = base.clone();
+                black_box(m.insert(changed.clone()));
+                black_box(&m);
+            })
+        });
+    }
+    g.finish();
+}
+
 /// Resident set size of this process, from `/proc/self/statm` (pages are 4 KiB
 /// here). RSS, not an allocation count: a counting global allocator would need
 /// `unsafe`, which the workspace forbids; figures are approximate.
@@ -328,6 +354,7 @@ fn benches() {
     regenerate_100_endpoints(&mut c);
     build_all_resources(&mut c);
     diff_one_endpoint_change(&mut c);
+    resource_map_shared_write(&mut c);
 }
 
 criterion_main!(benches);

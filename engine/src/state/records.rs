@@ -14,9 +14,11 @@
 //!
 //! Here the keys' top bits pick a bucket directly: each bucket a sorted slice
 //! of about [`MEAN`] records in one allocation of exactly their size, under a
-//! node of [`1 << MID_BITS`](MID_BITS) buckets, under one root array. A write
-//! copies the root array and the node once per batch and its bucket with one
-//! `memcpy`; a lookup is two indexes and a binary search in a few records.
+//! node of [`1 << MID_BITS`](MID_BITS) buckets, under a node of
+//! [`1 << TOP_BITS`](TOP_BITS) of those, under one root array. A write copies
+//! the root array and the two nodes above its bucket once per batch and the
+//! bucket with one `memcpy`; a lookup is three indexes and a binary search in
+//! a few records.
 //! Walking the buckets in order walks the keys in order, as the tree did. The
 //! bucket count doubles or halves with the map (rebuilding it, an O(n) copy
 //! once per doubling), so a bucket stays between [`MIN_MEAN`] and
@@ -33,7 +35,12 @@
 //! the middle level: with one flat array of 16k buckets a batch of 100
 //! copied it whole, a reference taken on every bucket: the 100-endpoint fold
 //! went from 0.10 to 0.25 ms. Nodes of 16 buckets bring it to 0.08 ms, for
-//! 4–18 % of the large batch's throughput (nodes of 64: 0.12 ms).
+//! 4–18 % of the large batch's throughput (nodes of 64: 0.12 ms). Why the
+//! upper level: a map that shares everything with another and then takes
+//! one write (a delta stream's record of what its proxy holds, shared with
+//! the snapshot's resources until the next push) copied a root array of one
+//! reference per 16 buckets, over a thousand at 100k entries; under nodes of
+//! 16 of those it is one per 256 buckets, fewer than a tree's path copy.
 //!
 //! What it does NOT do: know what a value means. A value is cloned whenever
 //! its bucket is copied, so it should be plain data or one pointer.
@@ -57,6 +64,10 @@ const MIN_MEAN: usize = 1;
 /// nodes rather than one array of every bucket (which took a reference on
 /// each bucket: at 100k records, 16k of them per batch, however small).
 const MID_BITS: u32 = 4;
+/// The bucket nodes are grouped [`1 << TOP_BITS`](TOP_BITS) to a node under
+/// the root array, so that one write into a map shared whole copies one
+/// reference per 256 buckets at the root (see the module doc).
+const TOP_BITS: u32 = 4;
 
 /// A bucket that would grow past this many records moves to
 /// [`Records::big`]. Keys that behave like hashes never get there (the mean
@@ -72,13 +83,15 @@ type Bucket<V> = Arc<[(HKey, V)]>;
 type BigBucket<V> = OrdMap<HKey, V>;
 /// Up to [`1 << MID_BITS`](MID_BITS) consecutive buckets.
 type Mid<V> = Arc<[Bucket<V>]>;
+/// Up to [`1 << TOP_BITS`](TOP_BITS) consecutive bucket nodes.
+type Top<V> = Arc<[Mid<V>]>;
 
 /// Key hash → record, in buckets by the key's top bits after the first
 /// `SKIP` (bits the same for every key of one map, such as the endpoint
 /// store's shard bits).
 #[derive(Clone)]
 pub(crate) struct Records<V: Clone, const SKIP: u32> {
-    mids: Arc<[Mid<V>]>,
+    tops: Arc<[Top<V>]>,
     /// The buckets that outgrew [`BIG`], by index; their slice is empty
     /// (back to a slice under half of [`BIG`]). Empty unless keys share their
     /// top bits, so the common path only asks whether it is empty; kept apart
@@ -128,9 +141,10 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
             })
             .collect();
         debug_assert!(sorted.next().is_none(), "records not sorted by key");
-        let mids = buckets.chunks(1 << MID_BITS).map(Mid::from).collect();
+        let mids: Vec<Mid<V>> = buckets.chunks(1 << MID_BITS).map(Mid::from).collect();
+        let tops = mids.chunks(1 << TOP_BITS).map(Top::from).collect();
         Records {
-            mids,
+            tops,
             big,
             bits,
             len,
@@ -148,7 +162,8 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
     /// The bucket of `k`, with its index.
     fn bucket(&self, k: &HKey) -> (usize, &Bucket<V>) {
         let b = bucket_of::<SKIP>(k, self.bits);
-        (b, &self.mids[b >> MID_BITS][b & MID_MASK])
+        let mid = &self.tops[b >> (MID_BITS + TOP_BITS)][(b >> MID_BITS) & TOP_MASK];
+        (b, &mid[b & MID_MASK])
     }
 
     /// The bucket of `k` (its index), and where `k` is in it (`Ok`) or would
@@ -161,7 +176,8 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
     /// The bucket of index `b`, to replace or write into: copies the root
     /// array and the node above the bucket if another map shares them.
     fn bucket_mut(&mut self, b: usize) -> &mut Bucket<V> {
-        let mid = &mut Arc::make_mut(&mut self.mids)[b >> MID_BITS];
+        let top = &mut Arc::make_mut(&mut self.tops)[b >> (MID_BITS + TOP_BITS)];
+        let mid = &mut Arc::make_mut(top)[(b >> MID_BITS) & TOP_MASK];
         &mut Arc::make_mut(mid)[b & MID_MASK]
     }
 
@@ -284,8 +300,9 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
     /// Every record in key order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&HKey, &V)> + '_ {
         let big = |i: usize| self.big.get(&i).into_iter().flatten();
-        self.mids
+        self.tops
             .iter()
+            .flat_map(|t| t.iter())
             .flat_map(|m| m.iter())
             .enumerate()
             .flat_map(move |(i, b)| b.iter().map(|(k, v)| (k, v)).chain(big(i)))
@@ -299,12 +316,14 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
     /// Whether `other` is this map or a clone of it with no write since:
     /// true means equal, false means nothing (as `OrdMap::ptr_eq`).
     pub(crate) fn ptr_eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.mids, &other.mids) && self.big.ptr_eq(&other.big)
+        Arc::ptr_eq(&self.tops, &other.tops) && self.big.ptr_eq(&other.big)
     }
 }
 
 /// The index of a bucket within its node.
 const MID_MASK: usize = (1 << MID_BITS) - 1;
+/// The index of a bucket node within its node.
+const TOP_MASK: usize = (1 << TOP_BITS) - 1;
 
 /// The bucket of `k` in a map of `1 << bits` buckets: the key's top bits after
 /// the first `SKIP`.
@@ -337,9 +356,11 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
     /// with no key twice, `len` counts them, and the mean bucket is within
     /// bounds (a map of one bucket may hold fewer).
     pub(super) fn check(&self) {
-        let buckets: Vec<&Bucket<V>> = self.mids.iter().flat_map(|m| m.iter()).collect();
+        let mids: Vec<&Mid<V>> = self.tops.iter().flat_map(|t| t.iter()).collect();
+        let buckets: Vec<&Bucket<V>> = mids.iter().flat_map(|m| m.iter()).collect();
         assert_eq!(buckets.len(), 1 << self.bits);
-        assert!(self.mids.iter().all(|m| m.len() <= 1 << MID_BITS));
+        assert!(mids.iter().all(|m| m.len() <= 1 << MID_BITS));
+        assert!(self.tops.iter().all(|t| t.len() <= 1 << TOP_BITS));
         for (i, b) in buckets.iter().enumerate() {
             assert!(b.iter().all(|(k, _)| bucket_of::<SKIP>(k, self.bits) == i));
             assert!(b.windows(2).all(|w| w[0].0 < w[1].0), "bucket {i} unsorted");

@@ -198,8 +198,8 @@ impl TypeState {
     /// restricted to the wanted names, and equal sizes mean it is the whole view:
     /// the private copy (built while sending, or from `initial_resource_versions`)
     /// can give way to a clone of the snapshot's persistent map, which costs
-    /// nothing per name. The next change copies a path (the root array, one node
-    /// of 16 buckets, one bucket; see `ResourceMap`), and the send
+    /// nothing per name. The next change copies a path (the root array, two
+    /// nodes, one bucket; see `ResourceMap`), and the send
     /// after it shares again.
     fn reshare(&mut self, view: &ResourceMap) {
         if !self.has_pending() && self.known.len() == view.len() && !self.known.ptr_eq(view) {
