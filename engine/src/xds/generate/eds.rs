@@ -114,6 +114,10 @@ pub(crate) struct HostEndpoints<'a> {
     shapes: Vec<(&'a EndpointShape, u32)>,
     /// Per shape, its target port for the port being built.
     target: Vec<u16>,
+    /// Scratch for grouping by shape: (shape pointer, endpoint index).
+    by_shape: Vec<(*const EndpointShape, u32)>,
+    /// Scratch for ranking the shapes: shape indexes in locality order.
+    order: Vec<u32>,
     members: Vec<Member>,
     /// The assignment being written: copied out at its exact size, so a
     /// rebuild keeps no spare capacity per resource.
@@ -129,27 +133,60 @@ pub(crate) struct HostEndpoints<'a> {
 const ENDPOINT_BYTES: usize = 72;
 
 impl<'a> HostEndpoints<'a> {
-    /// Every endpoint of `host`, borrowed from `model`.
-    pub(crate) fn collect<M: ModelRead + ?Sized>(model: &'a M, host: &Hostname) -> Self {
-        Self::of(model.host_endpoints(host))
+    /// Holding no host yet: fill it with [`HostEndpoints::refill`], once per
+    /// host, reusing its buffers. Why reuse: a batch rebuilds the assignments
+    /// of a hundred hosts, and allocating (and freeing) eight buffers per host
+    /// was a fifth of grouping each host's endpoints.
+    pub(crate) fn new() -> Self {
+        HostEndpoints {
+            eps: Vec::new(),
+            shape_of: Vec::new(),
+            shapes: Vec::new(),
+            target: Vec::new(),
+            by_shape: Vec::new(),
+            order: Vec::new(),
+            members: Vec::new(),
+            buf: Vec::new(),
+            lbs: Vec::new(),
+            ip: String::with_capacity(39),
+        }
     }
 
-    fn of(eps: Vec<EndpointRef<'a>>) -> Self {
-        let mut by_shape: Vec<(*const EndpointShape, u32)> = eps
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (Arc::as_ptr(e.shape), i as u32))
-            .collect();
+    /// Every endpoint of `host`, borrowed from `model`.
+    pub(crate) fn collect<M: ModelRead + ?Sized>(model: &'a M, host: &Hostname) -> Self {
+        let mut eps = Self::new();
+        eps.refill(model, host);
+        eps
+    }
+
+    /// Every endpoint of `host`, borrowed from `model`, in place of what it
+    /// held; the buffers are kept.
+    pub(crate) fn refill<M: ModelRead + ?Sized>(&mut self, model: &'a M, host: &Hostname) {
+        self.fill(model.host_endpoints(host));
+    }
+
+    fn fill(&mut self, eps: Vec<EndpointRef<'a>>) {
+        let by_shape = &mut self.by_shape;
+        by_shape.clear();
+        by_shape.extend(
+            eps.iter()
+                .enumerate()
+                .map(|(i, e)| (Arc::as_ptr(e.shape), i as u32)),
+        );
         by_shape.sort_unstable();
-        let mut shape_of = vec![0; eps.len()];
-        let mut shapes: Vec<(&'a EndpointShape, u32)> = Vec::new();
+        self.shape_of.clear();
+        self.shape_of.resize(eps.len(), 0);
+        let shapes = &mut self.shapes;
+        shapes.clear();
         for run in by_shape.chunk_by(|a, b| a.0 == b.0) {
             for &(_, i) in run {
-                shape_of[i as usize] = shapes.len() as u32;
+                self.shape_of[i as usize] = shapes.len() as u32;
             }
             shapes.push((&**eps[run[0].1 as usize].shape, 0));
         }
-        let mut order: Vec<u32> = (0..shapes.len() as u32).collect();
+        let order = &mut self.order;
+        order.clear();
+        order.extend(0..shapes.len() as u32);
         order.sort_unstable_by(|&a, &b| {
             let locality = |i: u32| &shapes[i as usize].0.locality;
             locality(a).cmp(locality(b))
@@ -163,16 +200,13 @@ impl<'a> HostEndpoints<'a> {
             shapes[at].1 = rank;
         }
         let n = eps.len();
-        HostEndpoints {
-            eps,
-            shape_of,
-            shapes,
-            target: Vec::new(),
-            members: Vec::with_capacity(n),
-            buf: Vec::with_capacity(128 + n * ENDPOINT_BYTES),
-            lbs: Vec::with_capacity(n * ENDPOINT_BYTES),
-            ip: String::with_capacity(39),
-        }
+        self.members.clear();
+        self.members.reserve(n);
+        self.buf.clear();
+        self.buf.reserve(128 + n * ENDPOINT_BYTES);
+        self.lbs.clear();
+        self.lbs.reserve(n * ENDPOINT_BYTES);
+        self.eps = eps;
     }
 
     /// The members of `port` into `self.members`: one per socket (smallest key
@@ -420,28 +454,47 @@ mod tests {
             number: 9090,
             protocol: Protocol::Grpc,
         };
-        for n in [0, 1, 2, 7, 40, 200] {
-            let mut eps: Vec<Endpoint> = (0..n).map(endpoint).collect();
-            // Endpoints sharing a shape (ranked by pointer) next to ones with an
-            // equal locality in a shape of their own (ranked by value).
-            let shared: Vec<Endpoint> = eps
-                .iter()
-                .step_by(3)
-                .enumerate()
-                .map(|(j, e)| Endpoint {
-                    key: Arc::from(format!("shared/{j}")),
-                    address: IpAddr::from([10, 1, (j / 250) as u8, (j % 250) as u8]),
-                    ..e.clone()
-                })
-                .collect();
-            eps.extend(shared);
-            let mut host = HostEndpoints::of(eps.iter().map(EndpointRef::of).collect());
+        let hosts: Vec<Vec<Endpoint>> = [0, 1, 2, 7, 40, 200, 3, 0, 9]
+            .into_iter()
+            .map(|n| {
+                let mut eps: Vec<Endpoint> = (0..n).map(endpoint).collect();
+                // Endpoints sharing a shape (ranked by pointer) next to ones
+                // with an equal locality in a shape of their own (ranked by
+                // value).
+                let shared: Vec<Endpoint> = eps
+                    .iter()
+                    .step_by(3)
+                    .enumerate()
+                    .map(|(j, e)| Endpoint {
+                        key: Arc::from(format!("shared/{j}")),
+                        address: IpAddr::from([10, 1, (j / 250) as u8, (j % 250) as u8]),
+                        ..e.clone()
+                    })
+                    .collect();
+                eps.extend(shared);
+                eps
+            })
+            .collect();
+        // One writer reused across hosts, as the generator does, in an order
+        // that grows and shrinks it, next to a fresh one per host.
+        let mut reused = HostEndpoints::new();
+        for eps in &hosts {
+            let n = eps.len();
+            let refs = || eps.iter().map(EndpointRef::of).collect();
+            let mut host = HostEndpoints::new();
+            host.fill(refs());
+            reused.fill(refs());
+            // Nothing of an earlier host is kept but capacity.
+            assert!(reused.shapes.len() <= n && reused.shape_of.len() == n);
+            assert_eq!(reused.shapes.len(), host.shapes.len());
             // Two ports in turn on one host, as the generator builds them.
             for port in [&port, &other, &port] {
                 let name = cluster_name(port.number, &svc.hostname);
+                let want = reference(eps, &svc, port);
                 let direct = load_assignment(&mut host, &name, port).expect("fits");
-                let want = reference(&eps, &svc, port);
                 assert_eq!(direct, want, "{n} endpoints, port {}", port.number);
+                let again = load_assignment(&mut reused, &name, port).expect("fits");
+                assert_eq!(again, want, "reused, {n} endpoints, port {}", port.number);
             }
         }
     }

@@ -411,8 +411,9 @@ impl Generator {
     ) -> Vec<Decision> {
         let one = |chunk: &[HostJob<'_>]| {
             let mut out = Vec::with_capacity(chunk.len() * 4);
+            let mut eps = eds::HostEndpoints::new();
             for &(h, ports, assignments_only) in chunk {
-                self.decide_host(model, h, ports, assignments_only, &mut out);
+                self.decide_host(model, h, ports, assignments_only, &mut eps, &mut out);
             }
             out
         };
@@ -426,20 +427,25 @@ impl Generator {
     /// Recomputes the per-(service, port) resources of `h` for `ports`: cluster,
     /// assignment, gRPC listener and route, or only the assignment. The service is
     /// the indexed one (absent: it serves nothing now); its endpoints are read
-    /// from the model once for all its ports.
-    fn decide_host<M: ModelRead + ?Sized>(
+    /// from the model once for all its ports, into `eps` (whose buffers every
+    /// host of a chunk reuses).
+    fn decide_host<'m, M: ModelRead + ?Sized>(
         &self,
-        model: &M,
+        model: &'m M,
         h: &Hostname,
         ports: &BTreeSet<u16>,
         assignments_only: bool,
+        eps: &mut eds::HostEndpoints<'m>,
         out: &mut Vec<Decision>,
     ) {
         let svc = self.hosts.get(h).map(|e| &e.svc);
         let mut eps = svc
             .map(|s| &**s)
             .filter(|s| s.resolution == Resolution::StaticEndpoints)
-            .map(|_| eds::HostEndpoints::collect(model, h));
+            .map(|_| {
+                eps.refill(model, h);
+                eps
+            });
         for &p in ports {
             let found = svc.map(|s| &**s).and_then(|s| {
                 served_ports(s)

@@ -134,12 +134,15 @@ pub fn build_assignments<M: ModelRead + Sync + ?Sized>(
 ) -> (Vec<AssignmentSlot>, Vec<GenError>) {
     let one = |chunk: &[&Hostname]| {
         let mut out = Vec::new();
+        let mut buffers = eds::HostEndpoints::new();
         for h in chunk {
             let Some(svc) = model.service(h) else {
                 continue;
             };
-            let mut eps = (svc.resolution == Resolution::StaticEndpoints)
-                .then(|| eds::HostEndpoints::collect(model, h));
+            let mut eps = (svc.resolution == Resolution::StaticEndpoints).then(|| {
+                buffers.refill(model, h);
+                &mut buffers
+            });
             for port in served_ports(&svc) {
                 let name = cluster_name(port.number, h);
                 let built = eps.as_mut().map(|eps| {
