@@ -176,3 +176,36 @@ fn garbage_and_unknown_fields_are_shown_not_dropped() {
     assert_eq!(j.get("name"), Some(&Json::from("c")));
     assert_eq!(j.get("[9999]"), Some(&Json::from("7")), "{}", j.to_pretty());
 }
+
+/// The config dump lists a section's resources by name, whatever order the
+/// resource maps iterate in (they iterate in name-hash order).
+#[test]
+fn config_dump_lists_resources_by_name() {
+    use deltapilot_engine::model::ProxyType;
+    use deltapilot_engine::xds::{Resource, ResourceSet};
+    use std::sync::Arc;
+
+    let mut set = ResourceSet::default();
+    let names: Vec<String> = (0..40).map(|i| format!("0.0.0.0_{}", 1000 + i)).collect();
+    for n in &names {
+        // An empty `Listener` message: the dump names listeners itself.
+        let r = Resource::new(Arc::from(n.as_str()), bytes::Bytes::new());
+        set.sidecar_listeners.insert(Arc::new(r));
+    }
+    let in_map: Vec<&str> = set.sidecar_listeners.keys().map(|k| &**k).collect();
+    assert_ne!(in_map, names, "the map is not in name order to begin with");
+    let dump = crate::admin::dump::config_dump(
+        &set,
+        ProxyType::Sidecar,
+        &[ResourceType::Listener],
+        &|_, _| true,
+    );
+    let v = serde_json::to_value(&dump).expect("json");
+    let listed: Vec<&str> = v["configs"][0]["dynamic_listeners"]
+        .as_array()
+        .expect("listeners")
+        .iter()
+        .map(|l| l["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(listed, names);
+}
