@@ -230,6 +230,17 @@ impl<'a> EndpointRef<'a> {
             shape: &e.shape,
         }
     }
+
+    /// An owned copy (takes a reference on the key and the shape).
+    pub fn to_endpoint(&self) -> Endpoint {
+        Endpoint {
+            key: self.key.clone(),
+            address: self.address,
+            weight: self.weight,
+            health: self.health,
+            shape: self.shape.clone(),
+        }
+    }
 }
 
 /// One workload serving one port of one service (Istio's `ServiceInstance`).

@@ -171,13 +171,7 @@ impl Cold {
 
     /// The endpoint these parts and `hot` make.
     pub(crate) fn endpoint(&self, hot: &Hot) -> Endpoint {
-        Endpoint {
-            key: self.key.clone(),
-            address: hot.address,
-            weight: hot.weight,
-            health: hot.health,
-            shape: self.shape.clone(),
-        }
+        self.endpoint_ref(hot).to_endpoint()
     }
 }
 

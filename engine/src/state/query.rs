@@ -100,11 +100,9 @@ impl ModelState {
         &self,
         host: &Q,
     ) -> impl Iterator<Item = Endpoint> + '_ {
-        self.raw_endpoints
-            .listing(&hkey(host))
+        self.endpoint_refs_of(host)
             .into_iter()
-            .flat_map(|listing| listing.iter())
-            .filter_map(|(k, cold)| Some(cold.endpoint(self.raw_endpoints.hot(k)?)))
+            .map(|e| e.to_endpoint())
     }
 
     /// [`ModelState::endpoints_of`], borrowed: for the xDS generator, which

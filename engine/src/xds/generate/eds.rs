@@ -152,13 +152,6 @@ impl<'a> HostEndpoints<'a> {
         }
     }
 
-    /// Every endpoint of `host`, borrowed from `model`.
-    pub(crate) fn collect<M: ModelRead + ?Sized>(model: &'a M, host: &Hostname) -> Self {
-        let mut eps = Self::new();
-        eps.refill(model, host);
-        eps
-    }
-
     /// Every endpoint of `host`, borrowed from `model`, in place of what it
     /// held; the buffers are kept.
     pub(crate) fn refill<M: ModelRead + ?Sized>(&mut self, model: &'a M, host: &Hostname) {

@@ -411,9 +411,9 @@ impl Generator {
     ) -> Vec<Decision> {
         let one = |chunk: &[HostJob<'_>]| {
             let mut out = Vec::with_capacity(chunk.len() * 4);
-            let mut eps = eds::HostEndpoints::new();
+            let mut buffers = eds::HostEndpoints::new();
             for &(h, ports, assignments_only) in chunk {
-                self.decide_host(model, h, ports, assignments_only, &mut eps, &mut out);
+                self.decide_host(model, h, ports, assignments_only, &mut buffers, &mut out);
             }
             out
         };
@@ -427,15 +427,15 @@ impl Generator {
     /// Recomputes the per-(service, port) resources of `h` for `ports`: cluster,
     /// assignment, gRPC listener and route, or only the assignment. The service is
     /// the indexed one (absent: it serves nothing now); its endpoints are read
-    /// from the model once for all its ports, into `eps` (whose buffers every
-    /// host of a chunk reuses).
+    /// from the model once for all its ports, into `buffers` (which every host
+    /// of a chunk reuses).
     fn decide_host<'m, M: ModelRead + ?Sized>(
         &self,
         model: &'m M,
         h: &Hostname,
         ports: &BTreeSet<u16>,
         assignments_only: bool,
-        eps: &mut eds::HostEndpoints<'m>,
+        buffers: &mut eds::HostEndpoints<'m>,
         out: &mut Vec<Decision>,
     ) {
         let svc = self.hosts.get(h).map(|e| &e.svc);
@@ -443,8 +443,8 @@ impl Generator {
             .map(|s| &**s)
             .filter(|s| s.resolution == Resolution::StaticEndpoints)
             .map(|_| {
-                eps.refill(model, h);
-                eps
+                buffers.refill(model, h);
+                buffers
             });
         for &p in ports {
             let found = svc.map(|s| &**s).and_then(|s| {

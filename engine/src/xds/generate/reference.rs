@@ -41,10 +41,13 @@ pub fn build_all<M: ModelRead + ?Sized>(
     let mut errors = Vec::new();
     let mut http: BTreeMap<u16, BTreeSet<Hostname>> = BTreeMap::new();
     let mut tcp: BTreeMap<u16, BTreeSet<Hostname>> = BTreeMap::new();
+    let mut buffers = eds::HostEndpoints::new();
     model.for_each_service(&mut |svc| {
         let h = &svc.hostname;
-        let mut eps = (svc.resolution == Resolution::StaticEndpoints)
-            .then(|| eds::HostEndpoints::collect(model, h));
+        let mut eps = (svc.resolution == Resolution::StaticEndpoints).then(|| {
+            buffers.refill(model, h);
+            &mut buffers
+        });
         for port in served_ports(svc) {
             let p = port.number;
             let t = ResourceType::Cluster;
