@@ -112,10 +112,10 @@ use deltapilot_proto::Event;
 use deltapilot_proto::event::Payload;
 
 use crate::log::RecordPos;
-use crate::model::source_digest;
+use crate::model::{source_digest, warm_source};
 use crate::state::{HKey, ModelState, TouchLog, Touched};
 
-use event::{Applied, Cx, apply_event, held_event};
+use event::{Applied, Cx, apply_event, held_event, warm};
 
 /// Why an event (or record) was skipped; one metric label each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -246,12 +246,13 @@ fn with_prepared<'a>(
 /// strings of the payload, which lie in memory in the order the events were
 /// decoded; read in key-hash order, as the run is applied, each was a cache miss
 /// (on-CPU cost at 100k endpoints, 4,096-event batches: 1.6–1.9 µs per event
-/// before, 0.9–1.3 µs after).
+/// before, 0.9–1.3 µs after). It is computed for a whole run at once, a few
+/// events at a time with their strings read first (see [`Folding::complete`]).
 pub fn fold_iter<'a>(
     state: &ModelState,
     events: impl IntoIterator<Item = (RecordPos, &'a Event)>,
 ) -> FoldOutput {
-    let events = events.into_iter().map(|(p, e)| (p, e, Prepared::of(e)));
+    let events = events.into_iter().map(|(p, e)| (p, e, Prepared::keyed(e)));
     fold_from(state.clone(), Some(state), events)
 }
 
@@ -338,19 +339,36 @@ pub struct Prepared {
     /// An endpoint upsert's address, when computed and valid (an invalid one is
     /// parsed again by the fold, which reports it).
     address: Option<IpAddr>,
+    /// Whether the parts read from the payload (`shape_digest`, `address`)
+    /// were computed, or only the key.
+    full: bool,
 }
 
 impl Prepared {
     /// Everything the fold can compute from `ev` without the state.
     pub fn of(ev: &Event) -> Self {
+        Prepared::keyed(ev).completed(ev)
+    }
+
+    /// Only the key of `ev` (see [`Folding::complete`] for the rest).
+    fn keyed(ev: &Event) -> Self {
+        Prepared {
+            hk: endpoint_hkey(ev),
+            ..Prepared::default()
+        }
+    }
+
+    /// This with the parts read from the payload of `ev` (whose key it has).
+    fn completed(self, ev: &Event) -> Self {
         let endpoint = match &ev.payload {
             Some(Payload::EndpointUpsert(u)) => u.endpoint.as_ref(),
             _ => None,
         };
         Prepared {
-            hk: endpoint_hkey(ev),
             shape_digest: endpoint.map(source_digest),
             address: endpoint.and_then(|e| e.address.parse().ok()),
+            full: true,
+            ..self
         }
     }
 }
@@ -364,6 +382,10 @@ struct Pending<'a> {
     pos: RecordPos,
     ev: &'a Event,
 }
+
+/// A sorted run is applied this many events at a time, each group's memory
+/// read first, all of it at once (see [`event::warm`]).
+const WARM_AHEAD: usize = 16;
 
 /// Runs shorter than this are applied in log order: sorting them buys nothing.
 const SORTED_RUN_MIN: usize = 64;
@@ -395,6 +417,7 @@ impl Folding {
     /// key), checks the admissions they left (see [`Applied::Later`]), and
     /// empties it.
     fn apply_run(&mut self, run: &mut Vec<Pending<'_>>) {
+        Folding::complete(run);
         if run.len() >= SORTED_RUN_MIN {
             // Sort small (top 64 bits of the hash, place in the run) pairs rather
             // than the events themselves: moving 48-byte entries dominated the
@@ -406,8 +429,16 @@ impl Folding {
                 .map(|(i, p)| (p.prep.hk.map_or(0, HKey::prefix), i as u32))
                 .collect();
             order.sort_unstable();
-            for (_, i) in order {
-                self.apply_in_run(run, i);
+            for chunk in order.chunks(WARM_AHEAD) {
+                let st = &self.out.state;
+                let warmed = chunk.iter().fold(0u64, |w, &(_, i)| {
+                    let p = &run[i as usize];
+                    w ^ p.prep.hk.map_or(0, |hk| warm(st, p.ev, &hk))
+                });
+                std::hint::black_box(warmed);
+                for &(_, i) in chunk {
+                    self.apply_in_run(run, i);
+                }
             }
         } else {
             for i in 0..run.len() {
@@ -416,6 +447,25 @@ impl Folding {
         }
         self.admit_later(run);
         run.clear();
+    }
+
+    /// Completes the [`Prepared`] part of each event of `run` given only its
+    /// key, in log order, [`WARM_AHEAD`] events at a time, the strings of
+    /// each group's payloads read first, all at once (see [`warm_source`]).
+    fn complete(run: &mut [Pending<'_>]) {
+        for group in run.chunks_mut(WARM_AHEAD) {
+            if group.iter().all(|p| p.prep.full) {
+                continue;
+            }
+            let warmed = group.iter().fold(0u64, |w, p| match &p.ev.payload {
+                Some(Payload::EndpointUpsert(u)) => w ^ u.endpoint.as_ref().map_or(0, warm_source),
+                _ => w,
+            });
+            std::hint::black_box(warmed);
+            for p in group.iter_mut().filter(|p| !p.prep.full) {
+                p.prep = p.prep.completed(p.ev);
+            }
+        }
     }
 
     /// Applies the event at `i` in `run`, noting what it leaves to check.
@@ -488,45 +538,45 @@ impl Folding {
 }
 
 /// Answers which hostnames have a service, for keys asked in increasing
-/// order: by walking the claims map's keys alongside when there are many,
-/// otherwise one lookup each.
+/// order: by walking the sorted keys of every hostname with a service
+/// alongside when there are many, otherwise one lookup each.
 ///
 /// Why walk: the lookups of a 4,096-event run at 100k endpoints cost about
 /// 100 ns each, a cache miss or two per tree level, 8 % of the fold; walking
-/// the map in order reads its nodes once each, front to back. Why not always:
-/// a walk reads the whole map (10k entries), which a short run would pay for
-/// a handful of hostnames.
-struct ServiceHosts<'a, I: Iterator<Item = &'a HKey>> {
+/// the keys in order reads them once each, front to back (as one array, see
+/// `state::host_keys`). Why not always: a walk reads all of them (10k), and
+/// the array may need building, which a short run would pay for a handful of
+/// hostnames.
+struct ServiceHosts<'a> {
     st: &'a ModelState,
-    /// The walk, when walking.
-    walk: Option<std::iter::Peekable<I>>,
+    /// The keys not yet walked past, when walking.
+    walk: Option<&'a [HKey]>,
 }
 
-/// A run walks the claims map when it asks for at least one hostname per this
-/// many services.
+/// A run walks the keys when it asks for at least one hostname per this many
+/// services.
 const WALK_PER_PROBE: usize = 8;
 
-impl<'a> ServiceHosts<'a, std::iter::Empty<&'a HKey>> {
+impl<'a> ServiceHosts<'a> {
     /// A finder for `probes` keys asked of `st`.
-    fn new(
-        st: &'a ModelState,
-        probes: usize,
-    ) -> ServiceHosts<'a, impl Iterator<Item = &'a HKey> + 'a> {
-        let walk = (probes * WALK_PER_PROBE >= st.service_host_count())
-            .then(|| st.service_host_keys().peekable());
+    fn new(st: &'a ModelState, probes: usize) -> Self {
+        let walk =
+            (probes * WALK_PER_PROBE >= st.service_host_count()).then(|| st.service_host_keys());
         ServiceHosts { st, walk }
     }
-}
 
-impl<'a, I: Iterator<Item = &'a HKey>> ServiceHosts<'a, I> {
     /// Whether a service defines the hostname of key `host`; `host` is at
     /// least the key asked before.
     fn served(&mut self, host: &HKey) -> bool {
-        let Some(walk) = &mut self.walk else {
+        let Some(keys) = &mut self.walk else {
             return self.st.has_service_at(host);
         };
-        while walk.next_if(|k| *k < host).is_some() {}
-        walk.peek() == Some(&host)
+        while let [k, rest @ ..] = keys
+            && k < host
+        {
+            *keys = rest;
+        }
+        keys.first() == Some(host)
     }
 }
 

@@ -24,7 +24,7 @@ pub use convert::{
 };
 pub use labels::{LabelLookup, LabelSelector, Labels, WorkloadLabels};
 pub use proxy::{Proxy, ProxyType};
-pub use shape::{EndpointShape, source_digest};
+pub use shape::{EndpointShape, source_digest, warm_source};
 pub use sorted_map::SortedMap;
 
 /// A fully qualified service hostname, e.g. `reviews.default.svc.cluster.local`.

@@ -169,6 +169,7 @@ impl ModelState {
                     list: Arc::new(vec![(claim, svc)]),
                 };
                 self.claims.insert(hk, claims);
+                self.claim_keys.invalidate();
             }
         }
         self.refresh_winner(&hk, &host, touched);
@@ -190,6 +191,7 @@ impl ModelState {
         };
         if now_empty {
             self.claims.remove(&hk);
+            self.claim_keys.invalidate();
         }
         self.refresh_winner(&hk, host, touched);
     }

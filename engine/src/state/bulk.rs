@@ -354,6 +354,7 @@ impl ModelState {
             by_host.insert(group[0].0, Claims { host, list });
         }
         self.claims = by_host;
+        self.claim_keys.invalidate();
         winners.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         self.services = winners.into_iter().collect();
     }

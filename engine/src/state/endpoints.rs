@@ -251,6 +251,11 @@ impl EndpointStore {
         self.hot.iter().all(HotRecords::is_empty)
     }
 
+    /// Reads what a lookup of `hk` reads first (see [`Records::warm`]).
+    pub(crate) fn warm(&self, hk: &HKey) -> u64 {
+        self.hot[shard(hk)].warm(hk)
+    }
+
     pub(crate) fn hot(&self, hk: &HKey) -> Option<&Hot> {
         self.hot[shard(hk)].get(hk)
     }

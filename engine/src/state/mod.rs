@@ -66,6 +66,7 @@ mod apply;
 mod bulk;
 pub(crate) mod canon;
 mod endpoints;
+mod host_keys;
 #[cfg(test)]
 pub(crate) mod mk;
 mod query;
@@ -88,6 +89,7 @@ pub(crate) use apply::Rewrite;
 pub(crate) use bulk::{EndpointBatch, ServiceEntry};
 use endpoints::EndpointStore;
 pub(crate) use endpoints::{Hot, ShapeFacts, source_key};
+use host_keys::HostKeys;
 pub use query::{MANAGEMENT_PORTS_LABEL, StateCounts};
 
 /// An entity as its source last wrote it.
@@ -297,6 +299,9 @@ pub struct ModelState {
     resyncs_pending: OrdMap<Arc<str>, PendingResync>,
     /// Every definition per hostname (by hostname hash), lowest claim first.
     claims: OrdMap<HKey, Claims>,
+    /// The keys of `claims`, as a sorted array, built on first use (see
+    /// `host_keys`).
+    claim_keys: HostKeys,
     /// The winning definitions, by hostname (alphabetical, for `services()`).
     services: OrdMap<Hostname, Arc<Service>>,
     /// (address, endpoint key hash) of every endpoint, built on first use
@@ -511,6 +516,13 @@ impl ModelState {
             .map(|(_, hot, cold)| (&cold.key, &cold.source, &cold.shape, hot))
     }
 
+    /// Reads what a lookup of the endpoint under `hk` reads first, for the
+    /// fold to bring the records of the next few events into the cache at
+    /// once (see `records::Records::warm`); the value means nothing.
+    pub(crate) fn warm_endpoint(&self, hk: &HKey) -> u64 {
+        self.raw_endpoints.warm(hk)
+    }
+
     /// The plain record of the endpoint stored under `hk`.
     pub(crate) fn endpoint_record_at(&self, hk: &HKey) -> Option<&Hot> {
         self.raw_endpoints.hot(hk)
@@ -562,9 +574,10 @@ impl ModelState {
             .cloned()
     }
 
-    /// The key of every hostname a service defines, in key order.
-    pub(crate) fn service_host_keys(&self) -> impl Iterator<Item = &HKey> + '_ {
-        self.claims.keys()
+    /// The key of every hostname a service defines, in key order (built on
+    /// first use, see `host_keys`).
+    pub(crate) fn service_host_keys(&self) -> &[HKey] {
+        self.claim_keys.get(&self.claims)
     }
 
     /// How many hostnames a service defines.

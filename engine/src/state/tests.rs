@@ -390,3 +390,50 @@ fn an_endpoint_of_several_hostnames_is_listed_under_each_with_its_shape() {
 fn labels_of(e: &Endpoint) -> String {
     e.labels.get("v").map_or("-".to_string(), |v| v.to_string())
 }
+
+/// The sorted keys of the hostnames a service defines (built on first use and
+/// shared by clones) follow the claims: after a hostname gains its first claim,
+/// gains a second, loses one, loses its last, and after a bulk load into a
+/// state whose keys were built, they equal the claims map's keys, while the
+/// state they were built on keeps its own.
+#[test]
+fn service_host_keys_follow_the_claims() {
+    let claimed = |st: &ModelState| st.claims.keys().copied().collect::<Vec<HKey>>();
+    let check = |st: &ModelState, what: &str| {
+        assert_eq!(st.service_host_keys(), claimed(st), "{what}");
+    };
+    let mut st = ModelState::from_events(&[svc("a", 0, "ns", "x.svc", &[80])]);
+    check(&st, "one hostname");
+    let before = st.clone();
+    let mut sink = Touched::default();
+    let add = |st: &mut ModelState, source: &str, host: &str, sink: &mut Touched| {
+        let other = ModelState::from_events(&[svc(source, 0, "ns", host, &[80])]);
+        let (slot, w) = other.raw_services().next().expect("one");
+        st.put_service(slot.clone(), 0, w.value.clone(), sink);
+        slot.clone()
+    };
+    let y = add(&mut st, "a", "y.svc", &mut sink);
+    check(&st, "a hostname's first claim");
+    assert_eq!(
+        before.service_host_keys().len(),
+        1,
+        "the clone keeps its keys"
+    );
+    let y2 = add(&mut st, "b", "y.svc", &mut sink);
+    check(&st, "a second claim");
+    st.remove_service(&y, &mut sink);
+    check(&st, "one of two claims gone");
+    st.remove_service(&y2, &mut sink);
+    check(&st, "a hostname's last claim gone");
+    assert_eq!(st.service_host_keys().len(), 1);
+
+    let mut empty = ModelState::default();
+    assert!(empty.service_host_keys().is_empty());
+    let entries = st
+        .raw_services()
+        .map(|(slot, w)| (slot.clone(), w.generation, w.value.clone()))
+        .collect();
+    empty.load_services(entries);
+    check(&empty, "bulk load");
+    assert_eq!(empty.service_host_keys().len(), 1);
+}

@@ -1,0 +1,52 @@
+//! The keys of every hostname a service defines, as one sorted array, behind
+//! the fold's admission check of a large run of endpoint events
+//! (`fold::ServiceHosts`).
+//!
+//! Why: that check walks the keys in order alongside the run's hostnames.
+//! Walked through the claims map (an `imbl` tree of 10k entries at the
+//! benchmark's scale), the walk was 5 % of the fold at 100k endpoints, a
+//! node cursor step per key; an array is read front to back. It is built on
+//! first use, once per state, and shared by the state's clones (a snapshot
+//! and the fold's copy of it), so consecutive batches that change no service
+//! build it once; a change to which hostnames have a service detaches the
+//! changed state from it, and the next walk builds it again, which costs
+//! what one walk of the tree did.
+//!
+//! What it does NOT do: decide anything (it is derived data, left out of
+//! equality and of the content hash).
+
+use std::sync::{Arc, OnceLock};
+
+use imbl::OrdMap;
+
+use super::{Claims, HKey};
+
+/// The sorted keys of the claims map of one state, built when first asked.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HostKeys(Arc<OnceLock<Arc<[HKey]>>>);
+
+impl HostKeys {
+    /// The keys of `claims` (the state's), in order, built now if this state
+    /// has not been asked before.
+    pub(super) fn get(&self, claims: &OrdMap<HKey, Claims>) -> &[HKey] {
+        self.0.get_or_init(|| claims.keys().copied().collect())
+    }
+
+    /// Forgets the keys after a hostname gained its first claim or lost its
+    /// last (see `AddrIndex::invalidate`, which this mirrors).
+    pub(super) fn invalidate(&mut self) {
+        if Arc::strong_count(&self.0) > 1 || self.0.get().is_some() {
+            self.0 = Arc::default();
+        }
+    }
+}
+
+impl PartialEq for HostKeys {
+    /// Always equal: the keys are a function of the claims, which the state's
+    /// equality compares.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for HostKeys {}
