@@ -183,14 +183,14 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
 
     /// Reads what a lookup of `k` reads (the bucket's first cache line, which
     /// holds its reference count, and every record's key: a binary search in
-    /// a few records of 96 bytes reads most of their lines, and a write copies
-    /// them all), and returns a value made of it, for the caller to keep
-    /// (`std::hint::black_box`) so the reads stay. Why: at 100k
-    /// records a bucket is a cache miss, and a fold that looks up one key
-    /// after another waits for each miss in turn; reading the buckets of the
-    /// next few keys first, one after another with nothing depending on the
-    /// previous read, lets the processor wait for all of them at once (as
-    /// [`Records::get_each`] does).
+    /// a few records reads most of their lines, 96 bytes a record in the
+    /// endpoint store, and a write copies them all), and returns a value made
+    /// of it, for the caller to keep (`std::hint::black_box`) so the reads
+    /// stay. Why: at 100k records a bucket is a cache miss, and a fold that
+    /// looks up one key after another waits for each miss in turn; reading
+    /// the buckets of the next few keys first, one after another with nothing
+    /// depending on the previous read, lets the processor wait for all of them
+    /// at once (as [`Records::get_each`] does).
     pub(crate) fn warm(&self, k: &HKey) -> u64 {
         let (_, bucket) = self.bucket(k);
         let keys = bucket.iter().fold(0, |w, (k, _)| w ^ k.low);
