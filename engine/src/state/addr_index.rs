@@ -17,22 +17,21 @@
 //! What it does NOT do: decide anything about endpoints (it is derived data, left
 //! out of equality and of the content hash).
 
-use std::sync::{Arc, OnceLock};
-
 use imbl::OrdSet;
 
+use super::derived::Derived;
 use super::endpoints::EndpointStore;
 use super::{AddrKey, HKey};
 
 /// The address index of one state, built when first asked for.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct AddrIndex(Arc<OnceLock<OrdSet<(AddrKey, HKey)>>>);
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct AddrIndex(Derived<OrdSet<(AddrKey, HKey)>>);
 
 impl AddrIndex {
     /// The index of `raw` (the state's endpoints), built now if this state has
     /// not been asked before.
     pub(crate) fn get(&self, raw: &EndpointStore) -> &OrdSet<(AddrKey, HKey)> {
-        self.0.get_or_init(|| {
+        self.0.get_or_build(|| {
             let mut entries: Vec<(AddrKey, HKey)> = raw
                 .iter_hot()
                 .map(|(hk, h)| (AddrKey::of(h.address), *hk))
@@ -44,22 +43,8 @@ impl AddrIndex {
     }
 
     /// Forgets the index after a change to which endpoints sit at which
-    /// address. Detaches from an index shared with other states (they keep
-    /// theirs); allocates nothing when this state's is already unbuilt and its
-    /// own, as after the first change of a batch.
+    /// address (see [`Derived::invalidate`]).
     pub(crate) fn invalidate(&mut self) {
-        if Arc::strong_count(&self.0) > 1 || self.0.get().is_some() {
-            self.0 = Arc::default();
-        }
+        self.0.invalidate();
     }
 }
-
-impl PartialEq for AddrIndex {
-    /// Always equal: the index is a function of the endpoints, which the state's
-    /// equality compares.
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for AddrIndex {}

@@ -15,38 +15,27 @@
 //! What it does NOT do: decide anything (it is derived data, left out of
 //! equality and of the content hash).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use imbl::OrdMap;
 
+use super::derived::Derived;
 use super::{Claims, HKey};
 
 /// The sorted keys of the claims map of one state, built when first asked.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct HostKeys(Arc<OnceLock<Arc<[HKey]>>>);
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct HostKeys(Derived<Arc<[HKey]>>);
 
 impl HostKeys {
     /// The keys of `claims` (the state's), in order, built now if this state
     /// has not been asked before.
     pub(super) fn get(&self, claims: &OrdMap<HKey, Claims>) -> &[HKey] {
-        self.0.get_or_init(|| claims.keys().copied().collect())
+        self.0.get_or_build(|| claims.keys().copied().collect())
     }
 
     /// Forgets the keys after a hostname gained its first claim or lost its
-    /// last (see `AddrIndex::invalidate`, which this mirrors).
+    /// last (see [`Derived::invalidate`]).
     pub(super) fn invalidate(&mut self) {
-        if Arc::strong_count(&self.0) > 1 || self.0.get().is_some() {
-            self.0 = Arc::default();
-        }
+        self.0.invalidate();
     }
 }
-
-impl PartialEq for HostKeys {
-    /// Always equal: the keys are a function of the claims, which the state's
-    /// equality compares.
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for HostKeys {}

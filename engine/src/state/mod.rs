@@ -65,6 +65,7 @@ mod addr_index;
 mod apply;
 mod bulk;
 pub(crate) mod canon;
+mod derived;
 mod endpoints;
 mod host_keys;
 #[cfg(test)]
