@@ -247,7 +247,8 @@ fn with_prepared<'a>(
 /// decoded; read in key-hash order, as the run is applied, each was a cache miss
 /// (on-CPU cost at 100k endpoints, 4,096-event batches: 1.6–1.9 µs per event
 /// before, 0.9–1.3 µs after). It is computed for a whole run at once, a few
-/// events at a time with their strings read first (see [`Folding::complete`]).
+/// events at a time with their payloads' map nodes read first (see
+/// [`Folding::complete`]).
 pub fn fold_iter<'a>(
     state: &ModelState,
     events: impl IntoIterator<Item = (RecordPos, &'a Event)>,
@@ -450,7 +451,7 @@ impl Folding {
     }
 
     /// Completes the [`Prepared`] part of each event of `run` given only its
-    /// key, in log order, [`WARM_AHEAD`] events at a time, the strings of
+    /// key, in log order, [`WARM_AHEAD`] events at a time, the map nodes of
     /// each group's payloads read first, all at once (see [`warm_source`]).
     fn complete(run: &mut [Pending<'_>]) {
         for group in run.chunks_mut(WARM_AHEAD) {
