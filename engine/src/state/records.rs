@@ -174,7 +174,7 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
     }
 
     /// The bucket of index `b`, to replace or write into: copies the root
-    /// array and the node above the bucket if another map shares them.
+    /// array and the two nodes above the bucket where another map shares them.
     fn bucket_mut(&mut self, b: usize) -> &mut Bucket<V> {
         let top = &mut Arc::make_mut(&mut self.tops)[b >> (MID_BITS + TOP_BITS)];
         let mid = &mut Arc::make_mut(top)[(b >> MID_BITS) & TOP_MASK];
