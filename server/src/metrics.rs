@@ -29,6 +29,18 @@
 //!   and its endpoints arrive from different partitions); steadily above 0, a
 //!   registry writes endpoints for services it never defines.
 //! - `ready` — 1 once the engine has caught up with the log head.
+//! - `engine_events_applied_total` — events folded into the state (held
+//!   endpoint events are counted apart, below).
+//! - `engine_events_skipped_total{reason}` — log records the fold could not
+//!   apply and left out (`decode`, `schema_too_new`, `empty_payload`, `invalid`,
+//!   `key_conflict`, `stale_generation`); each is also logged with its position.
+//! - `engine_endpoint_events_held_total` — endpoint events stored although none
+//!   of their services exists yet (the `unknown_service` report: held, not
+//!   dropped, so counted apart from the skips).
+//! - `engine_resource_errors_total` — xDS resources that failed to build or
+//!   encode and were not published (each is logged; one still failing is
+//!   counted again whenever a batch rebuilds it).
+//! - `engine_batches_total` — batches folded.
 //! - `adapter_events_emitted_total{adapter}` — events an in-process adapter appended
 //!   (`rate()` of it is events per second).
 //! - `adapter_view_entities{adapter}` — entities in the adapter's last-known view.
@@ -38,12 +50,20 @@
 //!
 //! What it does NOT do: serve HTTP (see `admin`).
 
+use deltapilot_engine::fold::SkipReason;
+use deltapilot_engine::fold::runner::EngineStats;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+/// Moves a counter that mirrors a count kept elsewhere up to `value` (the
+/// source only grows; hooks run one at a time, under the hooks' lock).
+fn raise(counter: &Counter, value: u64) {
+    counter.inc_by(value.saturating_sub(counter.get()));
+}
 
 /// Labels: `[(name, value); N]`.
 pub type Labels<const N: usize> = [(&'static str, &'static str); N];
@@ -98,6 +118,16 @@ pub struct Metrics {
     /// See the module docs.
     pub ready: Gauge,
     /// See the module docs.
+    pub engine_applied: Counter,
+    /// See the module docs.
+    pub engine_skipped: Family<Labels<1>, Counter>,
+    /// See the module docs.
+    pub engine_held: Counter,
+    /// See the module docs.
+    pub engine_resource_errors: Counter,
+    /// See the module docs.
+    pub engine_batches: Counter,
+    /// See the module docs.
     pub adapter_events_emitted: Family<Labels<1>, Counter>,
     /// See the module docs.
     pub adapter_view_entities: Family<Labels<1>, Gauge>,
@@ -144,6 +174,11 @@ impl Metrics {
             resyncs_pending: Gauge::default(),
             endpoints_held: Gauge::default(),
             ready: Gauge::default(),
+            engine_applied: Counter::default(),
+            engine_skipped: Family::default(),
+            engine_held: Counter::default(),
+            engine_resource_errors: Counter::default(),
+            engine_batches: Counter::default(),
             adapter_events_emitted: Family::default(),
             adapter_view_entities: Family::default(),
             adapter_registry_up: Family::default(),
@@ -219,6 +254,31 @@ impl Metrics {
             m.ready.clone(),
         );
         registry.register(
+            "engine_events_applied",
+            "Events folded into the engine's state",
+            m.engine_applied.clone(),
+        );
+        registry.register(
+            "engine_events_skipped",
+            "Log records the fold could not apply and left out, by reason",
+            m.engine_skipped.clone(),
+        );
+        registry.register(
+            "engine_endpoint_events_held",
+            "Endpoint events stored although none of their services exists yet",
+            m.engine_held.clone(),
+        );
+        registry.register(
+            "engine_resource_errors",
+            "xDS resources that failed to build or encode and were not published",
+            m.engine_resource_errors.clone(),
+        );
+        registry.register(
+            "engine_batches",
+            "Batches folded by the engine",
+            m.engine_batches.clone(),
+        );
+        registry.register(
             "adapter_events_emitted",
             "Events appended by an in-process adapter",
             m.adapter_events_emitted.clone(),
@@ -253,6 +313,26 @@ impl Metrics {
         if let Ok(mut hooks) = self.scrape_hooks.lock() {
             hooks.push(Box::new(hook));
         }
+    }
+
+    /// Brings the engine's counters up to `stats`. The engine counts in atomics of
+    /// its own (it knows nothing of Prometheus), so a scrape hook copies them here.
+    pub fn follow_engine(&self, stats: &EngineStats) {
+        raise(&self.engine_applied, stats.events_applied());
+        for reason in SkipReason::ALL {
+            if reason == SkipReason::UnknownService {
+                raise(&self.engine_held, stats.skipped(reason));
+            } else {
+                raise(
+                    &self
+                        .engine_skipped
+                        .get_or_create(&[("reason", reason.as_str())]),
+                    stats.skipped(reason),
+                );
+            }
+        }
+        raise(&self.engine_resource_errors, stats.gen_errors());
+        raise(&self.engine_batches, stats.batches());
     }
 
     /// The registry in Prometheus/OpenMetrics text format, after the scrape hooks.

@@ -5,7 +5,8 @@
 //! the second. The broker is required: without `DELTAPILOT_KAFKA_BROKERS` the
 //! test fails, it never skips. Also: a bad URI is refused up front, and the
 //! `resyncs_pending` gauge reports a resync whose marker copies never all
-//! arrived (on a `file://` log given by URI).
+//! arrived (on a `file://` log given by URI), and the engine's counters of
+//! skipped events, held endpoints and failed resources reach `/metrics`.
 
 mod support;
 
@@ -207,5 +208,102 @@ fn a_bad_log_uri_is_refused_before_anything_starts() {
     assert!(
         !dir.path().join("data").join("log").exists(),
         "no embedded log created for a bad --log"
+    );
+}
+
+/// The engine's counters reach `/metrics`: an event the fold cannot apply (a
+/// port number 0) is counted as skipped by its reason, an endpoint of a service
+/// nobody defines is counted as held (stored, not dropped), and an assignment
+/// whose weights overflow is counted as a resource that was not published.
+#[test]
+fn skipped_events_held_endpoints_and_failed_resources_are_counted() {
+    use deltapilot_engine::log::EventLog;
+    use deltapilot_engine::log::file::{FileLog, FileLogOptions};
+    use deltapilot_proto::event::Payload;
+    use deltapilot_proto::{
+        Endpoint, EndpointUpsert, Event, Port, Protocol, SCHEMA_VERSION, Service, ServiceRef,
+        ServiceUpsert,
+    };
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log_dir = dir.path().join("log");
+    let event = |payload: Payload| Event {
+        schema_version: SCHEMA_VERSION,
+        source: "files".into(),
+        generation: 1,
+        observed_at_unix_micros: 1,
+        payload: Some(payload),
+    };
+    let service = |hostname: &str, port: u32| {
+        event(Payload::ServiceUpsert(ServiceUpsert {
+            service: Some(Service {
+                hostname: hostname.into(),
+                namespace: "ns".into(),
+                ports: vec![Port {
+                    name: "http".into(),
+                    number: port,
+                    protocol: Protocol::Http as i32,
+                }],
+                ..Default::default()
+            }),
+        }))
+    };
+    let endpoint = |key: &str, address: &str, hostname: &str, weight: u32| {
+        event(Payload::EndpointUpsert(EndpointUpsert {
+            key: key.into(),
+            endpoint: Some(Endpoint {
+                address: address.into(),
+                weight,
+                services: vec![ServiceRef {
+                    namespace: "ns".into(),
+                    hostname: hostname.into(),
+                }],
+                ..Default::default()
+            }),
+        }))
+    };
+    {
+        let log = FileLog::open(&log_dir, FileLogOptions::default()).expect("open log");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(log.append(&[
+            service("zero.ns.svc.cluster.local", 0),
+            service("big.ns.svc.cluster.local", 80),
+            endpoint("ep/big/1", "10.0.0.1", "big.ns.svc.cluster.local", u32::MAX),
+            endpoint("ep/big/2", "10.0.0.2", "big.ns.svc.cluster.local", u32::MAX),
+            endpoint("ep/orphan", "10.9.9.9", "nowhere.ns.svc.cluster.local", 1),
+        ]))
+        .expect("append");
+    }
+    let uri = format!("file://{}", log_dir.display());
+    let (_server, admin_port) = replica(dir.path(), "server", &uri, &[]);
+    let admin = std::net::SocketAddr::from(([127, 0, 0, 1], admin_port));
+    let metrics = http_get(admin, "/metrics", "localhost").expect("metrics").1;
+    let value = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .map(str::trim)
+            .unwrap_or_else(|| panic!("{name} missing from:\n{metrics}"))
+            .to_string()
+    };
+    assert_eq!(
+        value("deltapilot_engine_events_skipped_total{reason=\"invalid\"}"),
+        "1"
+    );
+    assert_eq!(
+        value("deltapilot_engine_events_skipped_total{reason=\"key_conflict\"}"),
+        "0"
+    );
+    assert_eq!(value("deltapilot_engine_endpoint_events_held_total"), "1");
+    assert_ne!(value("deltapilot_engine_resource_errors_total"), "0");
+    // The valid service and its two endpoints; the held endpoint is counted
+    // apart, and the invalid service is skipped.
+    assert_eq!(value("deltapilot_engine_events_applied_total"), "3");
+    assert!(
+        !metrics.contains("reason=\"unknown_service\""),
+        "held endpoints are not counted as skipped:\n{metrics}"
     );
 }

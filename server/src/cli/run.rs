@@ -446,9 +446,12 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     {
         // Read at scrape time: a pending resync or a held endpoint changes no
-        // resource, so no snapshot tick announces it.
+        // resource, so no snapshot tick announces it; the engine's counters
+        // live in its own atomics.
         let snapshots = snapshots.clone();
+        let stats = engine.stats();
         metrics.on_scrape(move |m| {
+            m.follow_engine(&stats);
             let snap = snapshots.load();
             m.resyncs_pending
                 .set(snap.model.pending_resyncs().count() as i64);
