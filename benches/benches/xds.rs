@@ -16,7 +16,6 @@
 //! Run with
 //! `cargo bench -p deltapilot-benches --bench xds -- --warm-up-time 1 --measurement-time 3`.
 
-use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::Arc;
 
@@ -235,11 +234,11 @@ fn build_all_resources(c: &mut Criterion) {
     g.finish();
 }
 
-fn known_of(view: &View, t: ResourceType) -> HashMap<Arc<str>, Arc<str>> {
-    view.resources(t)
-        .iter()
-        .map(|(n, r)| (n.clone(), r.version.clone()))
-        .collect()
+/// What an in-sync delta stream holds: the server shares the snapshot's map as
+/// its record of the proxy's resources (`DeltaStream`'s `known`), so that is
+/// what a live push's diff reads.
+fn known_of(view: &View, t: ResourceType) -> ResourceMap {
+    view.resources(t).clone()
 }
 
 /// Total resources in `set` (both listener flavours).
@@ -267,7 +266,7 @@ fn diff_one_endpoint_change(c: &mut Criterion) {
             proxy_type: ProxyType::Sidecar,
         };
         let (before, after) = (View::new(&set, key.clone()), View::new(&next, key));
-        let known: Vec<HashMap<Arc<str>, Arc<str>>> = ResourceType::ALL
+        let known: Vec<ResourceMap> = ResourceType::ALL
             .iter()
             .map(|t| known_of(&before, *t))
             .collect();

@@ -15,7 +15,7 @@ use deltapilot_engine::model::ProxyType;
 use deltapilot_engine::state::ModelState;
 use deltapilot_engine::xds::generate::{GenOptions, Generator, build_all, changes_between};
 use deltapilot_engine::xds::view::{View, ViewKey, diff, diff_changed};
-use deltapilot_engine::xds::{ResourceSet, ResourceType};
+use deltapilot_engine::xds::{Resource, ResourceMap, ResourceSet, ResourceType};
 use deltapilot_proto::Event;
 use proptest::prelude::*;
 use xds_support::*;
@@ -243,10 +243,12 @@ fn events(ops: &[Op]) -> Vec<Event> {
     out
 }
 
-fn known_of(view: &View, t: ResourceType) -> HashMap<Arc<str>, Arc<str>> {
+/// What a proxy holds after reporting `view`'s versions on a reconnect:
+/// stand-ins, so that the diffs compare versions, not pointers.
+fn known_of(view: &View, t: ResourceType) -> ResourceMap {
     view.resources(t)
         .iter()
-        .map(|(n, r)| (n.clone(), r.version.clone()))
+        .map(|(n, r)| Arc::new(Resource::stand_in(n.clone(), r.version.clone())))
         .collect()
 }
 

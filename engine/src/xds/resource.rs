@@ -88,6 +88,17 @@ impl Resource {
             bytes,
         }
     }
+
+    /// A bodiless resource that only carries a version: what a proxy reported
+    /// holding in `initial_resource_versions` when the snapshot has another
+    /// version, or none, under that name (see `view::judge`).
+    pub fn stand_in(name: Arc<str>, version: Arc<str>) -> Self {
+        Resource {
+            name,
+            version,
+            bytes: Bytes::new(),
+        }
+    }
 }
 
 /// The version string of encoded bytes: 16 hex digits of their xxh3-64 hash, so

@@ -3,16 +3,23 @@
 //!
 //! - [`ViewKey`]: everything that decides a proxy's view. Today only the proxy type
 //!   (sidecars and routers see sidecar listeners, proxyless gRPC clients see
-//!   `api_listener`s; all other types are shared). Namespace and `Sidecar`-resource
-//!   scoping will become fields of the key (e.g. the proxy's namespace and the
-//!   key of the Sidecar config selecting it), and [`View::new`] will filter by them;
-//!   the server already groups proxies by key, so nothing else changes.
-//! - [`View`] and [`ViewCache`]: proxies whose keys are equal share one computed
-//!   view per snapshot.
-//! - [`diff`]: the one full diff, for reconnects (`initial_resource_versions`) and
-//!   for streams too far behind to use a change set. O(view + known).
+//!   `api_listener`s; all other types are shared), and a view is the snapshot's
+//!   own maps: [`resources_for`] hands every proxy of one type the same
+//!   persistent map, so proxies with equal keys share their view with nothing
+//!   built or cached (the server's streams and debug views call it).
+//! - [`View`] and [`ViewCache`]: where a view will be built once per key and
+//!   snapshot when it costs something. Namespace and `Sidecar`-resource scoping
+//!   will become fields of the key (e.g. the proxy's namespace and the key of
+//!   the Sidecar config selecting it) and [`View::new`] will filter by them; the
+//!   server's calls to `resources_for` then become [`ViewCache::get`].
+//! - [`judge`]: the one comparison, name by name, of the view with what a proxy
+//!   holds. The server's delta state machine judges each name it must
+//!   re-examine with it, on live pushes and on reconnects alike.
+//! - [`diff`]: `judge` over the whole view, for reconnects
+//!   (`initial_resource_versions`) and for streams too far behind to use a
+//!   change set. O(view + known).
 //! - [`diff_changed`]: the same answer restricted to the names of a [`TypeChanges`],
-//!   for live pushes. O(changed · log view): independent of the total size.
+//!   for live pushes. O(changed): independent of the total size.
 //!
 //! What it does NOT do: track subscriptions, nonces or ACKs (that is the server's
 //! per-stream state machine); it answers "what differs", the server decides what
@@ -131,47 +138,78 @@ impl Diff {
     }
 }
 
-/// The one diff function, for live pushes and reconnects alike: compares the view
-/// with what the proxy holds (`known`: name → version). Upserts come in name order.
-pub fn diff(view: &ResourceMap, known: &HashMap<Arc<str>, Arc<str>>) -> Diff {
-    let mut d = Diff::default();
-    for (name, r) in view.iter() {
-        if known.get(name) != Some(&r.version) {
-            d.upserts.push(r.clone());
-        }
+/// What one name needs so that a proxy holding `known` holds `view`'s entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict<'v> {
+    /// The view has it and the proxy does not hold that version: send it.
+    Upsert(&'v Arc<Resource>),
+    /// The view lacks it and the proxy holds it: remove it.
+    Remove,
+    /// The proxy already holds what the view has (or neither has the name).
+    Nothing,
+}
+
+/// The one comparison every diff is made of, for live pushes and reconnects
+/// alike: the server's per-stream state machine judges each changed (or, on a
+/// reconnect, each reported and each viewed) name with it, and [`diff`] and
+/// [`diff_changed`] are it applied to a whole view or a change set.
+///
+/// `known` is what the proxy holds, name → version: the resources sent to it,
+/// or [`Resource::stand_in`]s carrying the versions it reported in
+/// `initial_resource_versions`. A proxy in sync usually holds the very
+/// resources of the view (often the snapshot's own map), so the same
+/// resource is recognised by pointer before versions are compared.
+pub fn judge<'v>(view: &'v ResourceMap, known: &ResourceMap, name: &str) -> Verdict<'v> {
+    match view.get(name) {
+        Some(r) => match known.get(name) {
+            Some(k) if Arc::ptr_eq(k, r) || k.version == r.version => Verdict::Nothing,
+            _ => Verdict::Upsert(r),
+        },
+        None if known.contains_key(name) => Verdict::Remove,
+        None => Verdict::Nothing,
     }
-    for name in known.keys() {
-        if !view.contains_key(name) {
-            d.removals.push(name.clone());
+}
+
+impl Diff {
+    /// Judges `names` (each once; see [`judge`]), in the order given.
+    fn of_names<'n>(
+        view: &ResourceMap,
+        known: &ResourceMap,
+        names: impl IntoIterator<Item = &'n Arc<str>>,
+    ) -> Diff {
+        let mut d = Diff::default();
+        for name in names {
+            match judge(view, known, name) {
+                Verdict::Upsert(r) => d.upserts.push(r.clone()),
+                Verdict::Remove => d.removals.push(name.clone()),
+                Verdict::Nothing => {}
+            }
         }
+        // The map iterates in hash order (see `ResourceMap`).
+        d.upserts.sort_by(|a, b| a.name.cmp(&b.name));
+        d.removals.sort();
+        d
     }
-    // The map iterates in hash order (see `ResourceMap`).
-    d.upserts.sort_by(|a, b| a.name.cmp(&b.name));
-    d.removals.sort();
-    d
+}
+
+/// The whole diff, for a reconnect (`initial_resource_versions`) or a stream
+/// too far behind to use a change set: [`judge`] over every name of the view
+/// and of `known`. Upserts come in name order. O(view + known).
+pub fn diff(view: &ResourceMap, known: &ResourceMap) -> Diff {
+    let gone = known.keys().filter(|n| !view.contains_key(n));
+    Diff::of_names(view, known, view.keys().chain(gone))
 }
 
 /// [`diff`] restricted to the names in `changes` (both upserted and removed):
 /// equal to `diff` whenever the proxy already held the view the changes were made
 /// against, and O(changed) whatever the view's size. Each name is judged by the
 /// view as it is now, so merged (coalesced) change sets work unchanged.
-pub fn diff_changed(
-    view: &ResourceMap,
-    known: &HashMap<Arc<str>, Arc<str>>,
-    changes: &TypeChanges,
-) -> Diff {
-    let mut d = Diff::default();
-    for name in changes.upserted.iter().chain(changes.removed.iter()) {
-        match view.get(name) {
-            Some(r) if known.get(name) != Some(&r.version) => d.upserts.push(r.clone()),
-            Some(_) => {}
-            None if known.contains_key(name) => d.removals.push(name.clone()),
-            None => {}
-        }
-    }
-    d.upserts.sort_by(|a, b| a.name.cmp(&b.name));
-    d.removals.sort();
-    d
+pub fn diff_changed(view: &ResourceMap, known: &ResourceMap, changes: &TypeChanges) -> Diff {
+    Diff::of_names(
+        view,
+        known,
+        changes.upserted.iter().chain(changes.removed.iter()),
+    )
 }
 
 #[cfg(test)]
@@ -187,9 +225,10 @@ mod tests {
         )
     }
 
-    fn known_of(view: &ResourceMap) -> HashMap<Arc<str>, Arc<str>> {
+    /// What a proxy that reported `view`'s versions on reconnect holds.
+    fn known_of(view: &ResourceMap) -> ResourceMap {
         view.iter()
-            .map(|(n, r)| (n.clone(), r.version.clone()))
+            .map(|(n, r)| Arc::new(Resource::stand_in(n.clone(), r.version.clone())))
             .collect()
     }
 
@@ -217,13 +256,46 @@ mod tests {
     }
 
     #[test]
+    fn judge_sends_what_differs_and_removes_what_is_gone() {
+        let view: ResourceMap = [res("same", "1").1, res("moved", "2").1, res("new", "1").1]
+            .into_iter()
+            .collect();
+        let mut known = known_of(&view);
+        // The client holds an older "moved", and a "gone" the view no longer has.
+        known.insert(Arc::new(Resource::stand_in(
+            Arc::from("moved"),
+            Arc::from("old"),
+        )));
+        known.insert(Arc::new(Resource::stand_in(
+            Arc::from("gone"),
+            Arc::from("v"),
+        )));
+        known.remove("new");
+        let verdict = |name: &str| match judge(&view, &known, name) {
+            Verdict::Upsert(r) => format!("upsert {}", r.name),
+            Verdict::Remove => "remove".into(),
+            Verdict::Nothing => "nothing".into(),
+        };
+        assert_eq!(verdict("same"), "nothing", "a stand-in at the same version");
+        assert_eq!(verdict("moved"), "upsert moved");
+        assert_eq!(verdict("new"), "upsert new");
+        assert_eq!(verdict("gone"), "remove");
+        assert_eq!(verdict("never"), "nothing");
+        // The very resource (a stream sharing the snapshot's map) is held too.
+        assert!(matches!(judge(&view, &view, "moved"), Verdict::Nothing));
+    }
+
+    #[test]
     fn names_outside_the_view_are_ignored_unless_held() {
         let view: ResourceMap = [res("a", "1").1].into_iter().collect();
         let mut changes = TypeChanges::default();
         changes.upserted.insert(Arc::from("grpc-only"));
-        assert!(diff_changed(&view, &HashMap::new(), &changes).is_empty());
-        let mut known = HashMap::new();
-        known.insert(Arc::from("grpc-only"), Arc::from("v"));
+        assert!(diff_changed(&view, &ResourceMap::default(), &changes).is_empty());
+        let mut known = ResourceMap::default();
+        known.insert(Arc::new(Resource::stand_in(
+            Arc::from("grpc-only"),
+            Arc::from("v"),
+        )));
         assert_eq!(diff_changed(&view, &known, &changes).removals.len(), 1);
     }
 

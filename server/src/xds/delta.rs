@@ -17,10 +17,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::mem;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use deltapilot_engine::model::{Proxy, ProxyType};
 use deltapilot_engine::snapshot::Snapshot;
-use deltapilot_engine::xds::view::resources_for;
+use deltapilot_engine::xds::view::{Verdict, judge, resources_for};
 use deltapilot_engine::xds::{Resource, ResourceMap, ResourceType};
 
 use super::encode::DeltaOut;
@@ -151,22 +150,21 @@ impl TypeState {
                 self.known.remove(name);
                 continue;
             }
-            let is_forced = forced.contains(name);
-            match view.get(name) {
-                Some(r) => {
-                    let held = self
-                        .known
-                        .get(name)
-                        .is_some_and(|k| Arc::ptr_eq(k, r) || k.version == r.version);
-                    if is_forced || !held {
-                        self.up.insert(name.clone(), r.clone());
-                    }
+            // A forced name is answered whatever the client holds; any other
+            // is judged by the engine's one comparison of view and known.
+            let verdict = match (forced.contains(name), view.get(name)) {
+                (true, Some(r)) => Verdict::Upsert(r),
+                (true, None) => Verdict::Remove,
+                (false, _) => judge(view, &self.known, name),
+            };
+            match verdict {
+                Verdict::Upsert(r) => {
+                    self.up.insert(name.clone(), r.clone());
                 }
-                None => {
-                    if is_forced || self.known.contains_key(name) {
-                        self.rm.insert(name.clone(), seq);
-                    }
+                Verdict::Remove => {
+                    self.rm.insert(name.clone(), seq);
                 }
+                Verdict::Nothing => {}
             }
         }
         // `initial` only tells whether a resend repeats what the client reported on
@@ -406,11 +404,10 @@ impl DeltaStream {
                     let (n, v) = (text(&e.name)?, text(&e.version)?);
                     let r = match view.get(n) {
                         Some(r) if &*r.version == v => r.clone(),
-                        found => Arc::new(Resource {
-                            name: found.map_or_else(|| Arc::from(n), |r| r.name.clone()),
-                            version: Arc::from(v),
-                            bytes: Bytes::new(),
-                        }),
+                        found => Arc::new(Resource::stand_in(
+                            found.map_or_else(|| Arc::from(n), |r| r.name.clone()),
+                            Arc::from(v),
+                        )),
                     };
                     s.known.insert(r);
                 }
