@@ -439,6 +439,65 @@ fn assert_touched_covers(
     }
 }
 
+/// Folds `ops` in chunks of the given sizes (log order: each chunk is shorter
+/// than a sorted run) and in one batch (where 64 or more endpoint events in a
+/// row are applied in key-hash order), and checks both against each other, a
+/// from-scratch rebuild of the derived parts, and the written rules.
+fn check_history(ops: &[Op], chunks: &[usize]) -> Result<(), TestCaseError> {
+    let events: Vec<Event> = ops.iter().map(to_event).collect();
+
+    // Incremental: random batch sizes, checking Touched at every step.
+    let mut st = ModelState::default();
+    let mut i = 0;
+    let mut c = 0;
+    while i < events.len() {
+        let n = chunks[c % chunks.len()].min(events.len() - i);
+        let out = fold(&st, &positioned(&events[i..i + n], i as u64));
+        assert_touched_covers(&st, &out.state, &out.touched);
+        st = out.state;
+        i += n;
+        c += 1;
+    }
+
+    // One batch, whose touched set must cover its changes too.
+    let empty = ModelState::default();
+    let out = fold(&empty, &positioned(&events, 0));
+    assert_touched_covers(&empty, &out.state, &out.touched);
+    let whole = out.state;
+    prop_assert_eq!(&st, &whole);
+    prop_assert_eq!(st.hash(), whole.hash());
+
+    // The hash is maintained exactly; derived indexes equal a from-scratch build.
+    prop_assert_eq!(st.hash(), st.recompute_hash());
+    prop_assert_eq!(&st, &st.rebuild());
+
+    // The documented rules.
+    let mut reference = Reference::default();
+    for op in ops {
+        reference.apply(op);
+    }
+    assert_matches_reference(&st, &reference);
+
+    // A fresh log of just the final entity set folds to the same state and hash.
+    let scratch = ModelState::from_events(&reference.as_events());
+    prop_assert_eq!(st.hash(), scratch.hash());
+    prop_assert_eq!(&st, &scratch);
+    Ok(())
+}
+
+/// An endpoint event, over more keys than [`op`] uses, so that a long run
+/// holds both repeated and distinct keys.
+fn endpoint_op() -> impl Strategy<Value = Op> {
+    let src = 0..SOURCES.len();
+    let g = 0u64..4;
+    prop_oneof![
+        8 => (src.clone(), g.clone(), 0..40usize, 0..4usize, prop::collection::vec(0..4usize, 1..3), 0u32..3)
+            .prop_map(|(src, g, key, addr, hosts, weight)| Op::Ep { src, g, key, addr, hosts, weight }),
+        3 => (src.clone(), g.clone(), 0..40usize).prop_map(|(src, g, key)| Op::EpDel { src, g, key }),
+        1 => (src, g, 0..40usize).prop_map(|(src, g, key)| Op::BadAddr { src, g, key }),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -447,41 +506,20 @@ proptest! {
         ops in prop::collection::vec(op(), 0..60),
         chunks in prop::collection::vec(1usize..8, 1..20),
     ) {
-        let events: Vec<Event> = ops.iter().map(to_event).collect();
+        check_history(&ops, &chunks)?;
+    }
 
-        // Incremental: random batch sizes, checking Touched at every step.
-        let mut st = ModelState::default();
-        let mut i = 0;
-        let mut c = 0;
-        while i < events.len() {
-            let n = chunks[c % chunks.len()].min(events.len() - i);
-            let out = fold(&st, &positioned(&events[i..i + n], i as u64));
-            assert_touched_covers(&st, &out.state, &out.touched);
-            st = out.state;
-            i += n;
-            c += 1;
-        }
-
-        // One batch.
-        let whole = fold(&ModelState::default(), &positioned(&events, 0)).state;
-        prop_assert_eq!(&st, &whole);
-        prop_assert_eq!(st.hash(), whole.hash());
-
-        // The hash is maintained exactly; derived indexes equal a from-scratch build.
-        prop_assert_eq!(st.hash(), st.recompute_hash());
-        prop_assert_eq!(&st, &st.rebuild());
-
-        // The documented rules.
-        let mut reference = Reference::default();
-        for op in &ops {
-            reference.apply(op);
-        }
-        assert_matches_reference(&st, &reference);
-
-        // A fresh log of just the final entity set folds to the same state and hash.
-        let scratch = ModelState::from_events(&reference.as_events());
-        prop_assert_eq!(st.hash(), scratch.hash());
-        prop_assert_eq!(&st, &scratch);
+    /// The path live batches take: a run of at least `SORTED_RUN_MIN` (64)
+    /// endpoint events, applied by key hash, between random histories.
+    #[test]
+    fn a_long_run_of_endpoint_events_folds_as_in_log_order(
+        head in prop::collection::vec(op(), 0..30),
+        run in prop::collection::vec(endpoint_op(), 64..160),
+        tail in prop::collection::vec(op(), 0..20),
+        chunks in prop::collection::vec(1usize..8, 1..20),
+    ) {
+        let ops: Vec<Op> = head.into_iter().chain(run).chain(tail).collect();
+        check_history(&ops, &chunks)?;
     }
 
     #[test]

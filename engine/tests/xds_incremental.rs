@@ -130,6 +130,29 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// An endpoint op, over more keys than [`op`] uses, so that a long run holds
+/// both repeated and distinct keys.
+fn endpoint_op() -> impl Strategy<Value = Op> {
+    let src = 0..SOURCES.len();
+    let (ns, host) = (0..NAMESPACES.len(), 0..HOSTS.len());
+    prop_oneof![
+        8 => (
+            src.clone(),
+            0..40usize,
+            0..ADDRESSES.len(),
+            prop::collection::vec((ns, host), 1..3),
+            0..WEIGHTS.len(),
+            0..HEALTHS.len(),
+            0..LOCALITIES.len(),
+            any::<bool>(),
+        )
+            .prop_map(|(src, key, addr, refs, weight, health, loc, target)| Op::Ep { src, key, addr, refs, weight, health, loc, target }),
+        2 => (src, 0..40usize).prop_map(|(src, key)| Op::EpDel { src, key }),
+        6 => (0..40usize, 0..ADDRESSES.len(), 0..WEIGHTS.len(), 0..HEALTHS.len())
+            .prop_map(|(key, addr, weight, health)| Op::EpAgain { key, addr, weight, health }),
+    ]
+}
+
 /// Turns ops into events, giving each source a current resync generation.
 fn events(ops: &[Op]) -> Vec<Event> {
     let mut gens = [0u64; SOURCES.len()];
@@ -322,6 +345,19 @@ proptest! {
         ops in prop::collection::vec(op(), 1..60),
         sizes in prop::collection::vec(1usize..8, 1..6),
     ) {
+        check(&ops, &sizes)?;
+    }
+
+    /// Batches as live ones are: a run of 64 or more endpoint events (which the
+    /// fold applies by key hash) inside one batch, between random histories.
+    #[test]
+    fn incremental_equals_from_scratch_with_long_endpoint_runs(
+        head in prop::collection::vec(op(), 1..30),
+        run in prop::collection::vec(endpoint_op(), 64..130),
+        tail in prop::collection::vec(op(), 0..20),
+        sizes in prop::collection::vec(160usize..256, 1..3),
+    ) {
+        let ops: Vec<Op> = head.into_iter().chain(run).chain(tail).collect();
         check(&ops, &sizes)?;
     }
 }
