@@ -352,12 +352,7 @@ fn endpoint_stays_when_its_service_goes_and_serves_again_when_it_returns() {
     );
     let back = fold(&st, &at(1, vec![svc("b", 1, "ns", "h", &[80])]));
     assert_eq!(back.touched.services, [h("h")].into());
-    assert_eq!(
-        back.state
-            .instances_by_port("h", 80, &Default::default())
-            .len(),
-        1
-    );
+    assert_eq!(back.state.instances_by_port("h", 80, &[]).len(), 1);
 }
 
 /// The rewrite path copies the tree path to a record before it compares (see

@@ -156,14 +156,16 @@ impl ModelState {
     }
 
     /// The instances of `port` (a service port number) of `host` whose workload
-    /// labels match `selector` (Istio's `InstancesByPort`), sorted by endpoint key.
-    /// Empty if the hostname has no merged service or the service no such port.
-    /// Unhealthy instances are included; callers filter on `endpoint.health`.
+    /// labels match any of `selectors` (Istio's `InstancesByPort` with a
+    /// `labels.Collection`: no selector at all matches every instance), sorted
+    /// by endpoint key. Empty if the hostname has no merged service or the
+    /// service no such port. Unhealthy instances are included; callers filter
+    /// on `endpoint.health`.
     pub fn instances_by_port(
         &self,
         host: &str,
         port: u16,
-        selector: &LabelSelector,
+        selectors: &[LabelSelector],
     ) -> Vec<ServiceInstance> {
         let Some(svc) = self.get_service(host) else {
             return Vec::new();
@@ -173,7 +175,7 @@ impl ModelState {
         };
         self.endpoints_of_sorted(host)
             .into_iter()
-            .filter(|ep| selector.matches(&ep.labels))
+            .filter(|ep| selectors.is_empty() || selectors.iter().any(|s| s.matches(&ep.labels)))
             .map(|ep| instance(&svc, sp, Arc::new(ep)))
             .collect()
     }

@@ -88,8 +88,14 @@ fn instances_by_port_filters_by_selector_and_port() {
         ep_labeled("a", 0, "ep/1", "10.0.0.1", &["h"], &[("version", "v1")]),
         ep_labeled("a", 0, "ep/2", "10.0.0.2", &["h"], &[("version", "v2")]),
     ]);
-    let all = st.instances_by_port("h", 90, &LabelSelector::default());
+    let all = st.instances_by_port("h", 90, &[]);
     assert_eq!(all.len(), 2);
+    assert_eq!(
+        st.instances_by_port("h", 90, &[LabelSelector::default()])
+            .len(),
+        2,
+        "an empty selector matches every instance"
+    );
     assert!(
         all.iter()
             .all(|i| i.service_port.number == 90 && i.target_port == 90)
@@ -99,14 +105,30 @@ fn instances_by_port_filters_by_selector_and_port() {
             .into_iter()
             .collect(),
     );
-    let v2 = st.instances_by_port("h", 80, &sel);
+    let v2 = st.instances_by_port("h", 80, std::slice::from_ref(&sel));
     assert_eq!(v2.len(), 1);
     assert_eq!(&*v2[0].endpoint.key, "ep/2");
+    let v3 = LabelSelector(
+        [(Arc::from("version"), Arc::from("v3"))]
+            .into_iter()
+            .collect(),
+    );
     assert!(
-        st.instances_by_port("h", 81, &sel).is_empty(),
+        st.instances_by_port("h", 80, std::slice::from_ref(&v3))
+            .is_empty()
+    );
+    let either: Vec<String> = st
+        .instances_by_port("h", 80, &[v3, sel.clone()])
+        .iter()
+        .map(|i| i.endpoint.key.to_string())
+        .collect();
+    assert_eq!(either, ["ep/2"], "any one selector matching is enough");
+    assert!(
+        st.instances_by_port("h", 81, std::slice::from_ref(&sel))
+            .is_empty(),
         "no such port"
     );
-    assert!(st.instances_by_port("nope", 80, &sel).is_empty());
+    assert!(st.instances_by_port("nope", 80, &[sel]).is_empty());
 }
 
 #[test]

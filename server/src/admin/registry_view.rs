@@ -125,7 +125,7 @@ pub fn query(model: &ModelState, q: &RegistryQuery) -> Result<Value, (bool, Stri
             return Ok(json!({
                 "hostname": host,
                 "port": p,
-                "instances": model.instances_by_port(host, p, &sel).iter().map(instance).collect::<Vec<_>>(),
+                "instances": model.instances_by_port(host, p, &[sel]).iter().map(instance).collect::<Vec<_>>(),
             }));
         }
         return Ok(json!({
