@@ -214,6 +214,61 @@ mod tests {
     }
 
     #[test]
+    fn instance_ips_labels_and_other_metadata_come_from_the_node_metadata() {
+        let mut labels = std::collections::HashMap::new();
+        labels.insert("app".to_string(), str_value("reviews"));
+        labels.insert("version".to_string(), str_value("v2"));
+        // Not a string: a label value must be one, so it is left out.
+        labels.insert(
+            "replicas".to_string(),
+            Value {
+                kind: Some(Kind::NumberValue(3.0)),
+            },
+        );
+        let mut fields = std::collections::HashMap::new();
+        // The metadata's addresses replace the one in the node id; an
+        // unparsable entry is dropped, a repeated one kept once.
+        fields.insert(
+            "INSTANCE_IPS".to_string(),
+            str_value("10.1.2.4, fd00::7,not-an-ip,10.1.2.4"),
+        );
+        fields.insert(
+            "LABELS".to_string(),
+            Value {
+                kind: Some(Kind::StructValue(Struct { fields: labels })),
+            },
+        );
+        fields.insert(
+            "ISTIO_VERSION".to_string(),
+            Value {
+                kind: Some(Kind::ListValue(
+                    envoy_types::pb::google::protobuf::ListValue {
+                        values: vec![str_value("1"), str_value("24")],
+                    },
+                )),
+            },
+        );
+        let node = Node {
+            id: "sidecar~10.1.2.3~reviews-v2-abc.bookinfo~bookinfo.svc.cluster.local".into(),
+            metadata: Some(Struct { fields }),
+            ..Default::default()
+        };
+        let p = Proxy::from_node(&node);
+        let ips: Vec<IpAddr> = ["10.1.2.4", "fd00::7"]
+            .iter()
+            .map(|s| s.parse().expect("ip"))
+            .collect();
+        assert_eq!(p.ips, ips);
+        let labels: Vec<(&str, &str)> = p.labels.iter().map(|(k, v)| (&**k, &**v)).collect();
+        assert_eq!(labels, [("app", "reviews"), ("version", "v2")]);
+        assert_eq!(p.metadata.get("ISTIO_VERSION").map(|s| &**s), Some("1,24"));
+        assert!(
+            !p.metadata.contains_key("LABELS") && !p.metadata.contains_key("INSTANCE_IPS"),
+            "parsed fields are not repeated as raw metadata"
+        );
+    }
+
+    #[test]
     fn router_prefix_means_gateway() {
         let node = Node {
             id: "router~10.0.0.9~gw.istio-system~istio-system.svc.cluster.local".into(),
