@@ -1,7 +1,8 @@
 //! Replaying a real embedded log: event-by-event attribution agrees with the fast
 //! fold, positions outside the log are refused with the valid range, a record that
-//! does not decode or a record damaged after the log was opened stops the replay
-//! there, and bisect finds the first event that made a resource match.
+//! does not decode is skipped as the engine skips it, a record damaged after the
+//! log was opened stops the replay there, and bisect finds the first event that
+//! made a resource match.
 
 mod replay_support;
 mod support_events;
@@ -114,36 +115,51 @@ async fn positions_outside_the_log_state_the_valid_range() {
 }
 
 #[tokio::test]
-async fn an_undecodable_record_stops_the_replay_there() {
+async fn a_record_of_a_newer_schema_is_skipped_as_the_engine_skips_it() {
     let dir = tempfile::tempdir().expect("tmp");
     let mut events = history()[..10].to_vec();
     events[6].schema_version = SCHEMA_VERSION + 1;
     let log = log_with(dir.path(), &events).await;
     let head = log.head().await.expect("head");
 
-    let mut r = Replayer::new(GenOptions::default());
-    let stop = fold_to(&log, &mut r, &head, &mut |_| {})
+    let mut fast = Replayer::new(GenOptions::default());
+    let stop = fold_to(&log, &mut fast, &head, &mut |_| {})
         .await
-        .expect("fold")
-        .expect("stopped");
-    assert_eq!(stop.position, "0:6");
-    assert!(stop.reason.contains("schema version"), "{}", stop.reason);
-    assert_eq!(
-        r.position(),
-        &Position::single(6),
-        "everything before it is folded"
-    );
+        .expect("fold");
+    assert_eq!(stop, None, "nothing stops the replay");
+    assert_eq!(fast.position(), &head, "the records after it are folded");
 
-    let mut r = Replayer::new(GenOptions::default());
-    let mut n = 0;
-    let stop = each_event(&log, &mut r, &head, &mut |_, _, _, _| {
-        n += 1;
+    let mut slow = Replayer::new(GenOptions::default());
+    let mut holes = Vec::new();
+    let stop = each_event(&log, &mut slow, &head, &mut |pos, event, report, _| {
+        if event.is_none() {
+            let s = report.skipped.as_ref().expect("a reason");
+            holes.push((
+                pos.offset,
+                s.reason.as_str(),
+                s.detail.contains("schema version"),
+            ));
+        }
         ControlFlow::Continue(())
     })
     .await
-    .expect("replay")
-    .expect("stopped");
-    assert_eq!((n, stop.position.as_str()), (6, "0:6"));
+    .expect("replay");
+    assert_eq!(stop, None);
+    assert_eq!(holes, [(6, "schema_too_new", true)]);
+
+    // Both reach the state the engine served from the same log.
+    let mut engine = deltapilot_engine::fold::runner::Engine::new(GenOptions::default());
+    engine.apply_records(&log.read(&Position::default(), 100).await.expect("read"));
+    let served = engine.current().hash;
+    assert_eq!(fast.snapshot().hash, served);
+    assert_eq!(slow.snapshot().hash, served);
+    assert_eq!(
+        (fast.stats().skipped, slow.stats().skipped),
+        (
+            engine.stats().skipped_total(),
+            engine.stats().skipped_total()
+        )
+    );
 }
 
 #[tokio::test]

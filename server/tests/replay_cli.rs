@@ -396,6 +396,60 @@ fn bisect_finds_the_event_and_says_when_there_is_none() {
     );
 }
 
+/// A record of a newer schema is passed over as the engine passes over it:
+/// printed with its reason (in JSON with `"event": null`), and the events after
+/// it still replay.
+#[test]
+fn a_record_this_build_cannot_read_is_shown_and_passed_over() {
+    use deltapilot_engine::log::{EventLog, Position, file::FileLog, file::FileLogOptions};
+
+    let dir = setup();
+    let d = dir.path();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let log = FileLog::open(&d.join("data/log"), FileLogOptions::default()).expect("open");
+        let last = log
+            .read(&Position::single(30), 1)
+            .await
+            .expect("read")
+            .remove(0)
+            .decode()
+            .expect("decode");
+        let newer = deltapilot_proto::Event {
+            schema_version: deltapilot_proto::SCHEMA_VERSION + 1,
+            ..last.clone()
+        };
+        log.append(&[newer, last]).await.expect("append");
+    });
+
+    let o = dp(d, &["replay", "--log", LOG, "--from", "30"]);
+    assert!(o.ok(), "{o:?}");
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| *l == "0:31  (not an event this build reads)")
+        .unwrap_or_else(|| panic!("{}", o.stdout));
+    assert!(
+        lines[at + 1].starts_with("  skipped (schema_too_new): ")
+            && lines[at + 1].contains("schema version"),
+        "{}",
+        o.stdout
+    );
+    assert!(lines[at + 2].starts_with("0:32  "), "{}", o.stdout);
+
+    let o = dp(
+        d,
+        &["replay", "--log", LOG, "--from", "30", "--output", "json"],
+    );
+    assert!(o.ok(), "{o:?}");
+    let lines = json_lines(&o.stdout);
+    assert_eq!(lines.len(), 4, "three records and the end line");
+    assert!(lines[1]["event"].is_null(), "{}", lines[1]);
+    assert_eq!(lines[1]["skipped"]["reason"], "schema_too_new");
+    assert_eq!(lines[2]["position"], "0:32");
+    assert_eq!(lines[3]["end"]["position"], "33");
+}
+
 #[test]
 fn a_corrupt_record_mid_log_is_reported_and_the_replay_stops_there() {
     let dir = setup();

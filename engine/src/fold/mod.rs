@@ -182,6 +182,23 @@ pub struct Skipped {
     pub detail: String,
 }
 
+impl Skipped {
+    /// A record whose bytes are not an event this build reads: written by a
+    /// newer schema, or not an event at all. The engine and a replay both skip
+    /// it with this report, so that both fold the same events.
+    pub fn undecodable(pos: RecordPos, e: &crate::Error) -> Skipped {
+        Skipped {
+            pos,
+            key: None,
+            reason: match e {
+                crate::Error::SchemaTooNew { .. } => SkipReason::SchemaTooNew,
+                _ => SkipReason::Decode,
+            },
+            detail: e.to_string(),
+        }
+    }
+}
+
 /// What one fold step produced.
 #[derive(Debug, Clone, Default)]
 pub struct FoldOutput {

@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{SkipReason, Skipped, fold};
+use crate::Result;
 use crate::log::{EventLog, FollowItem, Position, Record, RecordPos};
 use crate::release::Releaser;
 use crate::snapshot::{RECENT_CHANGES, Snapshot, SnapshotReader, SnapshotWriter};
@@ -33,7 +34,6 @@ use crate::xds::generate::{GenError, GenOptions, Generator};
 use crate::xds::{
     ChangeSet, Resource, ResourceKind, ResourceMap, ResourceSet, ResourceType, entry_hash,
 };
-use crate::{Error, Result};
 
 /// Counters of the engine, readable from any thread while it runs.
 #[derive(Debug, Default)]
@@ -215,18 +215,7 @@ impl Engine {
             fresh += 1;
             match r.decode() {
                 Ok(ev) => events.push((r.pos, ev)),
-                Err(e) => {
-                    let reason = match e {
-                        Error::SchemaTooNew { .. } => SkipReason::SchemaTooNew,
-                        _ => SkipReason::Decode,
-                    };
-                    skipped.push(Skipped {
-                        pos: r.pos,
-                        key: None,
-                        reason,
-                        detail: e.to_string(),
-                    });
-                }
+                Err(e) => skipped.push(Skipped::undecodable(r.pos, &e)),
             }
             self.position.advance(r.pos);
         }

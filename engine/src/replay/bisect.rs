@@ -185,6 +185,10 @@ pub async fn bisect<L: EventLog + ?Sized>(
             if seen.is_multiple_of(4096) {
                 progress(seen);
             }
+            // A record that did not decode changed nothing.
+            let Some(event) = event else {
+                return ControlFlow::Continue(());
+            };
             let Some(change) = report.changes.iter().find(|c| {
                 c.kind.resource_type() == target.resource_type && *c.name == *target.name
             }) else {

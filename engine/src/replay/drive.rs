@@ -2,10 +2,13 @@
 //! a start from the newest usable checkpoint, then records folded fast (in
 //! batches) or one event at a time with what each changed.
 //!
-//! A record the log reports as corrupt, or whose bytes are not an event this build
-//! reads, stops the replay there: everything before it is folded, and the
-//! [`StoppedAt`] says where and why. (The engine skips undecodable records and
-//! counts them; a debugging tool must not quietly show a state past a hole.)
+//! A record the log reports as corrupt stops the replay there, as it stops the
+//! engine: everything before it is folded, and the [`StoppedAt`] says where and
+//! why. A record that reads but is not an event this build decodes (a newer
+//! schema, or not an event at all) is skipped and counted, as the engine skips
+//! it, so that a replay reaches the states the engine served past it; it is not
+//! quiet about it: [`each_event`] hands it to its caller with the reason, and
+//! [`Replayer::stats`] counts it.
 //!
 //! What it does NOT do: print anything (callers get callbacks) or open logs.
 
@@ -16,6 +19,7 @@ use deltapilot_proto::Event;
 
 use super::{EventReport, Replayer, StoppedAt};
 use crate::checkpoint::{CheckpointStore, Rejected, load_verified};
+use crate::fold::Skipped;
 use crate::log::{EventLog, Position, Record, RecordPos};
 use crate::xds::generate::GenOptions;
 use crate::{Error, Result};
@@ -139,11 +143,10 @@ pub async fn fold_to<L: EventLog + ?Sized>(
     to: &Position,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Option<StoppedAt>> {
-    type Decoded = (super::Decoded, Option<StoppedAt>);
     let head = log.head().await?;
     let mut read_at = r.position().clone();
     let mut done = 0u64;
-    let mut ahead: Option<tokio::task::JoinHandle<Decoded>> = None;
+    let mut ahead: Option<tokio::task::JoinHandle<super::Decoded>> = None;
     let mut read_stop = None;
     loop {
         // Read (and start decoding) the next batch while the previous one folds.
@@ -174,16 +177,13 @@ pub async fn fold_to<L: EventLog + ?Sized>(
             ahead = next;
             continue;
         };
-        let (decoded, stop) = batch.await.map_err(|e| Error::Io {
+        let decoded = batch.await.map_err(|e| Error::Io {
             op: "decode records (task failed)",
             path: std::path::PathBuf::new(),
             source: std::io::Error::other(e.to_string()),
         })?;
-        done += decoded.events.len() as u64;
+        done += (decoded.events.len() + decoded.skipped.len()) as u64;
         r.apply_decoded(decoded);
-        if stop.is_some() {
-            return Ok(stop);
-        }
         progress(done);
         ahead = next;
         if ahead.is_none() {
@@ -192,14 +192,21 @@ pub async fn fold_to<L: EventLog + ?Sized>(
     }
 }
 
+/// What [`each_event`] calls per record: its position, its event (`None` when
+/// it did not decode), what folding it did, and the replayer after it.
+pub type EachEvent<'a> =
+    dyn FnMut(RecordPos, Option<&Event>, &EventReport, &Replayer) -> ControlFlow<()> + 'a;
+
 /// Folds every record from `r`'s position up to `to` one event at a time, calling
 /// `f` with each event and what it changed; `f` may break to stop early (the
-/// event it was given is folded).
+/// event it was given is folded). A record that does not decode comes with no
+/// event, and its report's `skipped` says why (it is passed over, as the engine
+/// passes over it).
 pub async fn each_event<L: EventLog + ?Sized>(
     log: &L,
     r: &mut Replayer,
     to: &Position,
-    f: &mut dyn FnMut(RecordPos, &Event, &EventReport, &Replayer) -> ControlFlow<()>,
+    f: &mut EachEvent<'_>,
 ) -> Result<Option<StoppedAt>> {
     let head = log.head().await?;
     while !r.position().covers(to) {
@@ -211,17 +218,14 @@ pub async fn each_event<L: EventLog + ?Sized>(
             break;
         }
         for rec in &recs {
-            let event = match rec.decode() {
-                Ok(e) => e,
-                Err(e) => {
-                    return Ok(Some(StoppedAt {
-                        position: rec.pos.to_string(),
-                        reason: e.to_string(),
-                    }));
+            let (event, report) = match rec.decode() {
+                Ok(event) => {
+                    let report = r.apply_event(rec.pos, &event);
+                    (Some(event), report)
                 }
+                Err(e) => (None, r.skip_record(Skipped::undecodable(rec.pos, &e))),
             };
-            let report = r.apply_event(rec.pos, &event);
-            if f(rec.pos, &event, &report, r).is_break() {
+            if f(rec.pos, event.as_ref(), &report, r).is_break() {
                 return Ok(None);
             }
         }

@@ -46,7 +46,6 @@ use std::sync::Arc;
 
 use deltapilot_proto::Event;
 
-use crate::Error;
 use crate::checkpoint::{Checkpoint, generator_id};
 use crate::fold::runner::snapshot_hash;
 use crate::fold::{Prepared, Skipped, fold_iter, fold_prepared_owned};
@@ -82,8 +81,10 @@ pub struct EventReport {
     pub gen_errors: Vec<GenError>,
 }
 
-/// A record replay cannot get past: the log failed its checks there, or its bytes
-/// are not an event this build reads. Everything before it was folded.
+/// A record replay cannot get past: the log failed its checks there (the
+/// engine cannot read past it either). Everything before it was folded. A
+/// record that reads but is not an event this build decodes is skipped and
+/// counted instead, as the engine skips it ([`Skipped::undecodable`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoppedAt {
     /// Where (`partition:offset`, or the log offset when the backend names no
@@ -104,7 +105,8 @@ impl std::fmt::Display for StoppedAt {
 pub struct ReplayStats {
     /// Records folded (events applied, skipped ones included).
     pub records: u64,
-    /// Events skipped by the fold.
+    /// Records skipped: events the fold could not apply and records that did
+    /// not decode, as the engine counts them.
     pub skipped: u64,
     /// Resource build failures seen.
     pub gen_errors: u64,
@@ -264,13 +266,10 @@ impl Replayer {
     }
 
     /// Folds a batch of records (resources are regenerated when next needed).
-    /// Records already folded are ignored. Stops at the first record that does not
-    /// decode: the records before it are folded, and the returned [`StoppedAt`]
-    /// names it.
-    pub fn apply_records(&mut self, records: &[Record]) -> Result<(), StoppedAt> {
-        let (decoded, stop) = decode_records(records, &self.position);
-        self.apply_decoded(decoded);
-        stop.map_or(Ok(()), Err)
+    /// Records already folded are ignored; records that do not decode are
+    /// skipped and counted, as the engine skips them.
+    pub fn apply_records(&mut self, records: &[Record]) {
+        self.apply_decoded(decode_records(records, &self.position));
     }
 
     /// Folds a batch of decoded events (see [`decode_records`]); positions already
@@ -281,14 +280,31 @@ impl Replayer {
     pub fn apply_decoded(&mut self, decoded: Decoded) {
         let events = &decoded.events;
         let out = fold_prepared_owned(std::mem::take(&mut self.model), events, &decoded.prepared);
-        for (pos, _) in events {
+        for pos in events
+            .iter()
+            .map(|(p, _)| p)
+            .chain(decoded.skipped.iter().map(|s| &s.pos))
+        {
             self.position.advance(*pos);
         }
-        self.stats.records += events.len() as u64;
-        self.stats.skipped += out.skipped.len() as u64;
+        self.stats.records += (events.len() + decoded.skipped.len()) as u64;
+        self.stats.skipped += (out.skipped.len() + decoded.skipped.len()) as u64;
         self.pending.extend(out.touched);
         self.model = out.state;
         self.dropper.release(decoded);
+    }
+
+    /// Passes over a record that did not decode (see [`Skipped::undecodable`]),
+    /// as the engine does: its position is folded, nothing else changes, and the
+    /// report says why.
+    pub fn skip_record(&mut self, skipped: Skipped) -> EventReport {
+        self.position.advance(skipped.pos);
+        self.stats.records += 1;
+        self.stats.skipped += 1;
+        EventReport {
+            skipped: Some(skipped),
+            ..Default::default()
+        }
     }
 
     /// Folds one event at `pos` and reports every resource it changed.
@@ -357,15 +373,18 @@ pub struct Decoded {
     pub events: Vec<(RecordPos, Event)>,
     /// `prepared[i]` is [`Prepared::of`] `events[i]`.
     pub prepared: Vec<Prepared>,
+    /// The records that did not decode, in log order.
+    pub skipped: Vec<Skipped>,
 }
 
-/// Decodes records not yet covered by `folded`, up to the first that does not
-/// decode (returned as the [`StoppedAt`]), and prepares each for the fold. Pure,
-/// so a caller may run it on another thread while the previous batch folds.
-pub fn decode_records(records: &[Record], folded: &Position) -> (Decoded, Option<StoppedAt>) {
+/// Decodes records not yet covered by `folded` and prepares each for the fold;
+/// a record that does not decode is listed in [`Decoded::skipped`]. Pure, so a
+/// caller may run it on another thread while the previous batch folds.
+pub fn decode_records(records: &[Record], folded: &Position) -> Decoded {
     let mut out = Decoded {
         events: Vec::with_capacity(records.len()),
         prepared: Vec::with_capacity(records.len()),
+        skipped: Vec::new(),
     };
     for r in records {
         if folded.contains(r.pos) {
@@ -376,15 +395,8 @@ pub fn decode_records(records: &[Record], folded: &Position) -> (Decoded, Option
                 out.prepared.push(Prepared::of(&ev));
                 out.events.push((r.pos, ev));
             }
-            Err(e) => return (out, Some(stopped(r.pos, &e))),
+            Err(e) => out.skipped.push(Skipped::undecodable(r.pos, &e)),
         }
     }
-    (out, None)
-}
-
-fn stopped(pos: RecordPos, e: &Error) -> StoppedAt {
-    StoppedAt {
-        position: pos.to_string(),
-        reason: e.to_string(),
-    }
+    out
 }

@@ -41,7 +41,7 @@ fn history() -> Vec<Event> {
 fn one_event_at_a_time_equals_one_batch() {
     let recs = records(&history());
     let mut batch = Replayer::new(GenOptions::default());
-    batch.apply_records(&recs).expect("all decode");
+    batch.apply_records(&recs);
     let mut single = Replayer::new(GenOptions::default());
     for r in &recs {
         let ev = r.decode().expect("decode");
@@ -123,20 +123,62 @@ fn changes_name_old_and_new_versions_and_views() {
 }
 
 #[test]
-fn an_undecodable_record_stops_after_the_ones_before_it() {
-    let mut recs = records(&history()[..2]);
-    recs.push(Record {
-        pos: RecordPos {
-            partition: 0,
-            offset: 2,
+fn an_undecodable_record_is_skipped_as_the_engine_skips_it() {
+    let mut recs = records(&history());
+    // Garbage in the middle: the records after it still fold.
+    recs.insert(
+        2,
+        Record {
+            pos: RecordPos {
+                partition: 0,
+                offset: 2,
+            },
+            bytes: Bytes::from_static(&[0xff, 0xff, 0xff]),
         },
-        bytes: Bytes::from_static(&[0xff, 0xff, 0xff]),
-    });
-    let mut r = Replayer::new(GenOptions::default());
-    let stop = r.apply_records(&recs).expect_err("garbage");
-    assert_eq!(stop.position, "0:2");
-    assert_eq!(r.position(), &Position::single(2));
-    assert_eq!(r.model().endpoint_count("h1"), 1);
+    );
+    for (i, r) in recs.iter_mut().enumerate() {
+        r.pos.offset = i as u64;
+    }
+    let mut batch = Replayer::new(GenOptions::default());
+    batch.apply_records(&recs);
+    assert_eq!(batch.position(), &Position::single(8));
+    assert_eq!(batch.stats().records, 8);
+    assert_eq!(
+        batch.stats().skipped,
+        2,
+        "the garbage and the orphan endpoint"
+    );
+
+    // One at a time, the garbage comes back as a skip with its reason.
+    let mut single = Replayer::new(GenOptions::default());
+    let mut reasons = Vec::new();
+    for r in &recs {
+        let report = match r.decode() {
+            Ok(ev) => single.apply_event(r.pos, &ev),
+            Err(e) => single.skip_record(crate::fold::Skipped::undecodable(r.pos, &e)),
+        };
+        if let Some(s) = report.skipped {
+            reasons.push((s.pos.offset, s.reason));
+        }
+    }
+    assert_eq!(
+        reasons,
+        [
+            (2, crate::fold::SkipReason::Decode),
+            (3, crate::fold::SkipReason::UnknownService)
+        ]
+    );
+
+    // Both equal the engine fed the same records.
+    let mut engine = crate::fold::runner::Engine::new(GenOptions::default());
+    engine.apply_records(&recs);
+    let served = engine.current();
+    assert_eq!(served.position, Position::single(8));
+    for r in [&mut batch, &mut single] {
+        let snap = r.snapshot();
+        assert_eq!(snap.hash, served.hash);
+        assert_eq!(r.model(), engine.model());
+    }
 }
 
 #[test]

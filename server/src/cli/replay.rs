@@ -270,6 +270,12 @@ impl Session {
         if let Some(s) = stop {
             bail!(stopped_message(&s, r.position()));
         }
+        let skipped = r.stats().skipped;
+        if skipped > 0 {
+            eprintln!(
+                "replay: {skipped} records skipped on the way, as the engine skips them (events it could not apply, records this build does not decode); replay event by event (--from) to see each"
+            );
+        }
         Ok(r)
     }
 

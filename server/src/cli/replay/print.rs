@@ -7,11 +7,17 @@
 //! 0:17  endpoint_upsert  ep/reviews-v1-1  source=file:/etc/mesh gen=1
 //!   eds  outbound|9080||reviews.default.svc.cluster.local  3f2a5c…  ->  9c1b07…  [sidecar router proxyless_grpc]
 //!   skipped (unknown_service): endpoint ep/x: none of its services exists yet: y; held, and served once one does
+//! 0:18  (not an event this build reads)
+//!   skipped (schema_too_new): …
 //! ```
+//!
+//! A record that does not decode is passed over, as the engine passes over
+//! it, and always printed whatever the filters.
 //!
 //! `--output json`: one object per line, `{"position", "event", "skipped",
 //! "changes": [{"type", "kind", "name", "old_version", "new_version", "views",
-//! "diff"?}]}`, where `event` is the event as `deltapilot log read` prints it.
+//! "diff"?}]}`, where `event` is the event as `deltapilot log read` prints it
+//! (`null` for a record that does not decode).
 //!
 //! Filters: `--source` and `--key` select events (globs with `*`); `--resource`
 //! (`NAME` or `TYPE/NAME`, globs) and `--proxy` (that proxy's view) select
@@ -136,11 +142,16 @@ impl Filters {
     }
 
     /// The changes to print for an event, or `None` if the event is not printed.
+    /// A record that did not decode (`ev` is `None`) is always printed: it is
+    /// the only trace of a hole the fold passed over.
     pub(crate) fn select<'a>(
         &self,
-        ev: &Event,
+        ev: Option<&Event>,
         report: &'a EventReport,
     ) -> Option<Vec<&'a ResourceChange>> {
+        let Some(ev) = ev else {
+            return Some(Vec::new());
+        };
         if !self.event_selected(ev) {
             return None;
         }
@@ -194,23 +205,26 @@ fn version(r: Option<&std::sync::Arc<Resource>>) -> String {
     r.map_or_else(|| "(absent)".to_owned(), |r| r.version.to_string())
 }
 
-/// Writes one event as text.
+/// Writes one event as text (`ev` is `None` for a record that did not decode).
 pub(crate) fn text(
     out: &mut impl Write,
     pos: RecordPos,
-    ev: &Event,
+    ev: Option<&Event>,
     report: &EventReport,
     changes: &[&ResourceChange],
     diff: Option<DiffFormat>,
 ) -> std::io::Result<()> {
-    writeln!(
-        out,
-        "{pos}  {}  {}  source={} gen={}",
-        ev.kind_name(),
-        ev.key().unwrap_or_else(|| "-".into()),
-        ev.source,
-        ev.generation
-    )?;
+    match ev {
+        Some(ev) => writeln!(
+            out,
+            "{pos}  {}  {}  source={} gen={}",
+            ev.kind_name(),
+            ev.key().unwrap_or_else(|| "-".into()),
+            ev.source,
+            ev.generation
+        )?,
+        None => writeln!(out, "{pos}  (not an event this build reads)")?,
+    }
     if let Some(s) = &report.skipped {
         writeln!(out, "  skipped ({}): {}", s.reason.as_str(), s.detail)?;
     } else if changes.is_empty() {
@@ -258,25 +272,27 @@ struct JsonSkip<'a> {
 #[derive(Serialize)]
 struct JsonEvent<'a> {
     position: String,
-    event: deltapilot_server::admin::render::Json,
+    /// `null` for a record that did not decode.
+    event: Option<deltapilot_server::admin::render::Json>,
     skipped: Option<JsonSkip<'a>>,
     changes: Vec<JsonChange<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     not_built: Vec<String>,
 }
 
-/// Writes one event as a JSON line.
+/// Writes one event as a JSON line (`ev` is `None` for a record that did not
+/// decode: `"event": null`, and `skipped` says why).
 pub(crate) fn json(
     out: &mut impl Write,
     pos: RecordPos,
-    ev: &Event,
+    ev: Option<&Event>,
     report: &EventReport,
     changes: &[&ResourceChange],
     diff: Option<DiffFormat>,
 ) -> std::io::Result<()> {
     let line = JsonEvent {
         position: pos.to_string(),
-        event: event_json(pos, ev),
+        event: ev.map(|ev| event_json(pos, ev)),
         skipped: report.skipped.as_ref().map(|s| JsonSkip {
             reason: s.reason.as_str(),
             detail: &s.detail,
