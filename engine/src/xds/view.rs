@@ -171,7 +171,8 @@ pub fn judge<'v>(view: &'v ResourceMap, known: &ResourceMap, name: &str) -> Verd
 }
 
 impl Diff {
-    /// Judges `names` (each once; see [`judge`]), in the order given.
+    /// Judges each of `names` (none twice: a change set's upserted and removed
+    /// names are disjoint) with [`judge`], then sorts by name.
     fn of_names<'n>(
         view: &ResourceMap,
         known: &ResourceMap,
