@@ -20,10 +20,18 @@
 //! bucket with one `memcpy`; a lookup is three indexes and a binary search in
 //! a few records.
 //! Walking the buckets in order walks the keys in order, as the tree did. The
-//! bucket count doubles or halves with the map (rebuilding it, an O(n) copy
-//! once per doubling), so a bucket stays between [`MIN_MEAN`] and
-//! [`MAX_MEAN`] records on average; the keys being hashes, none strays far
-//! from the mean. Keys chosen to share their top bits (an endpoint key is
+//! bucket count doubles or halves with the map, so a bucket stays between
+//! [`MIN_MEAN`] and [`MAX_MEAN`] records on average; the keys being hashes,
+//! none strays far from the mean. A resize moves the records a few buckets at
+//! a time ([`MOVE_PER_WRITE`] per insert or remove), not all at once: a map
+//! rebuilt whole in one write shared nothing with the map it came from, and
+//! at 65k records that one write took 2.5–6 ms (a published snapshot's map
+//! copied whole, in the batch that crossed the size). While it moves, the map
+//! before the resize answers for the buckets not yet moved ([`Moving`]);
+//! bucket `i` of a map of `bits` covers the keys of buckets `2i` and `2i + 1`
+//! of one of `bits + 1`, so moving in bucket order keeps every moved key
+//! below every unmoved one, and a walk of the moved buckets then the unmoved
+//! ones is still in key order. Keys chosen to share their top bits (an endpoint key is
 //! whatever a registry calls it, and xxh3 is not keyed) would pile into one
 //! bucket, so a bucket past [`BIG`] records moves to a tree of its own
 //! ([`Records::big`]) and inserting into it stays logarithmic.
@@ -69,6 +77,13 @@ const MID_BITS: u32 = 4;
 /// reference per 256 buckets at the root (see the module doc).
 const TOP_BITS: u32 = 4;
 
+/// Buckets of the map before a resize moved into the new one per insert or
+/// remove. Enough to finish long before the next resize is due: a doubling
+/// leaves `2^bits` old buckets and `4 · 2^bits` inserts before the next, a
+/// halving `2^(bits+1)` old buckets and `2^bits` removes before the next (a
+/// resize due before the move ends finishes it first).
+const MOVE_PER_WRITE: usize = 4;
+
 /// A bucket that would grow past this many records moves to
 /// [`Records::big`]. Keys that behave like hashes never get there (the mean
 /// is at most [`MAX_MEAN`], and a bucket of 64 at a mean of 8 has a chance
@@ -100,7 +115,20 @@ pub(crate) struct Records<V: Clone, const SKIP: u32> {
     big: OrdMap<usize, BigBucket<V>>,
     /// There are `1 << bits` buckets.
     bits: u32,
+    /// Records in the map, both tables counted while a resize moves them.
     len: usize,
+    /// A resize in progress: the map before it, answering for the keys of
+    /// the buckets not moved yet (see the module doc).
+    moving: Option<Box<Moving<V, SKIP>>>,
+}
+
+/// The map before a resize, and how far the move has got.
+#[derive(Clone)]
+struct Moving<V: Clone, const SKIP: u32> {
+    /// The map before the resize (it has no resize of its own in progress).
+    from: Records<V, SKIP>,
+    /// Its buckets below this have moved; its records there are stale.
+    next: usize,
 }
 
 impl<V: Clone, const SKIP: u32> Default for Records<V, SKIP> {
@@ -148,6 +176,28 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
             big,
             bits,
             len,
+            moving: None,
+        }
+    }
+
+    /// An empty map of `1 << bits` buckets whose nodes are shared: one empty
+    /// bucket under one node under one node, so that a resize starts with a
+    /// root array of one reference per 256 buckets and copies a node only
+    /// when a bucket under it is written.
+    fn skeleton(bits: u32) -> Self {
+        let buckets = 1usize << bits;
+        let per_mid = buckets.min(1 << MID_BITS);
+        let mids = buckets / per_mid;
+        let per_top = mids.min(1 << TOP_BITS);
+        let empty: Bucket<V> = Bucket::from([]);
+        let mid: Mid<V> = (0..per_mid).map(|_| empty.clone()).collect();
+        let top: Top<V> = (0..per_top).map(|_| mid.clone()).collect();
+        Records {
+            tops: (0..mids / per_top).map(|_| top.clone()).collect(),
+            big: OrdMap::new(),
+            bits,
+            len: 0,
+            moving: None,
         }
     }
 
@@ -159,11 +209,32 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
         self.len == 0
     }
 
-    /// The bucket of `k`, with its index.
+    /// Whether `k` is answered by the map before a resize in progress (its
+    /// bucket there has not moved yet).
+    fn unmoved(&self, k: &HKey) -> bool {
+        self.moving
+            .as_ref()
+            .is_some_and(|m| bucket_of::<SKIP>(k, m.from.bits) >= m.next)
+    }
+
+    /// The table that answers for `k`: this one, or the map before a resize
+    /// in progress.
+    fn table_of(&self, k: &HKey) -> &Self {
+        match &self.moving {
+            Some(m) if bucket_of::<SKIP>(k, m.from.bits) >= m.next => &m.from,
+            _ => self,
+        }
+    }
+
+    /// The bucket of index `b` in this table.
+    fn bucket_at(&self, b: usize) -> &Bucket<V> {
+        &self.tops[b >> (MID_BITS + TOP_BITS)][(b >> MID_BITS) & TOP_MASK][b & MID_MASK]
+    }
+
+    /// The bucket of `k` in this table, with its index.
     fn bucket(&self, k: &HKey) -> (usize, &Bucket<V>) {
         let b = bucket_of::<SKIP>(k, self.bits);
-        let mid = &self.tops[b >> (MID_BITS + TOP_BITS)][(b >> MID_BITS) & TOP_MASK];
-        (b, &mid[b & MID_MASK])
+        (b, self.bucket_at(b))
     }
 
     /// The bucket of `k` (its index), and where `k` is in it (`Ok`) or would
@@ -192,7 +263,7 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
     /// depending on the previous read, lets the processor wait for all of them
     /// at once (as [`Records::get_each`] does).
     pub(crate) fn warm(&self, k: &HKey) -> u64 {
-        let (_, bucket) = self.bucket(k);
+        let (_, bucket) = self.table_of(k).bucket(k);
         let keys = bucket.iter().fold(0, |w, (k, _)| w ^ k.low);
         keys ^ Arc::strong_count(bucket) as u64
     }
@@ -205,12 +276,13 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
     }
 
     pub(crate) fn get(&self, k: &HKey) -> Option<&V> {
-        let (b, bucket) = self.bucket(k);
-        self.get_in(b, bucket, k)
+        let t = self.table_of(k);
+        let (b, bucket) = t.bucket(k);
+        t.get_in(b, bucket, k)
     }
 
-    /// The record under `k` in `bucket` (of index `b`), or in the big bucket
-    /// of that index.
+    /// The record under `k` in `bucket` (of index `b` in this table), or in
+    /// the big bucket of that index.
     fn get_in<'s>(&'s self, b: usize, bucket: &'s Bucket<V>, k: &HKey) -> Option<&'s V> {
         match bucket.binary_search_by(|(e, _)| e.cmp(k)) {
             Ok(at) => Some(&bucket[at].1),
@@ -226,17 +298,32 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
     /// misses of different keys independent of each other, so the processor
     /// overlaps them; one key after another, it waits for each in turn.
     pub(crate) fn get_each<'s>(&'s self, keys: &[HKey], out: &mut Vec<Option<&'s V>>) {
-        let buckets: Vec<(usize, &Bucket<V>)> = keys.iter().map(|k| self.bucket(k)).collect();
+        let buckets: Vec<(&Self, usize, &Bucket<V>)> = keys
+            .iter()
+            .map(|k| {
+                let t = self.table_of(k);
+                let (b, bucket) = t.bucket(k);
+                (t, b, bucket)
+            })
+            .collect();
         out.extend(
             keys.iter()
                 .zip(buckets)
-                .map(|(k, (b, bucket))| self.get_in(b, bucket, k)),
+                .map(|(k, (t, b, bucket))| t.get_in(b, bucket, k)),
         );
     }
 
     /// The record under `k`, to write in place: copies its path (root array,
     /// node, bucket) where another map shares it, and only when `k` is present.
     pub(crate) fn get_mut(&mut self, k: &HKey) -> Option<&mut V> {
+        if self.unmoved(k) {
+            return self.moving.as_deref_mut()?.from.get_mut_here(k);
+        }
+        self.get_mut_here(k)
+    }
+
+    /// [`Records::get_mut`] in this table.
+    fn get_mut_here(&mut self, k: &HKey) -> Option<&mut V> {
         let (b, _, at) = self.find(k);
         match at {
             Ok(at) => Some(&mut Arc::make_mut(self.bucket_mut(b))[at].1),
@@ -247,6 +334,102 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
 
     /// Stores `v` under `k`, returning the record it replaces.
     pub(crate) fn insert(&mut self, k: HKey, v: V) -> Option<V> {
+        let replaced = match self.moving.as_deref_mut() {
+            Some(m) if bucket_of::<SKIP>(&k, m.from.bits) >= m.next => m.from.put(k, v),
+            _ => self.put(k, v),
+        };
+        if replaced.is_none() {
+            self.len += 1;
+        }
+        self.after_write();
+        replaced
+    }
+
+    /// Removes the record under `k`, returning it.
+    pub(crate) fn remove(&mut self, k: &HKey) -> Option<V> {
+        let gone = match self.moving.as_deref_mut() {
+            Some(m) if bucket_of::<SKIP>(k, m.from.bits) >= m.next => m.from.take(k),
+            _ => self.take(k),
+        };
+        if gone.is_some() {
+            self.len -= 1;
+        }
+        self.after_write();
+        gone
+    }
+
+    /// Moves a few buckets of a resize in progress, and starts a resize when
+    /// the map has outgrown or undergrown its buckets (finishing the one in
+    /// progress first).
+    fn after_write(&mut self) {
+        self.move_buckets(MOVE_PER_WRITE);
+        let grow = self.len > MAX_MEAN << self.bits;
+        let shrink = self.bits > 0 && self.len < MIN_MEAN << self.bits;
+        if grow || shrink {
+            self.move_buckets(usize::MAX);
+            let bits = if grow { self.bits + 1 } else { self.bits - 1 };
+            let from = std::mem::replace(self, Records::skeleton(bits));
+            self.len = from.len;
+            self.moving = Some(Box::new(Moving { from, next: 0 }));
+            self.move_buckets(MOVE_PER_WRITE);
+        }
+    }
+
+    /// Moves up to `n` buckets of the map before a resize in progress into
+    /// this one (a halving moves them in pairs), and drops it once all have.
+    fn move_buckets(&mut self, n: usize) {
+        let Some(mut m) = self.moving.take() else {
+            return;
+        };
+        let old = 1usize << m.from.bits;
+        let mut moved = 0;
+        while m.next < old && moved < n {
+            if self.bits > m.from.bits {
+                // Old bucket i holds the keys of new buckets 2i and 2i + 1.
+                let i = m.next;
+                let mut low = m.from.records_at(i);
+                let split = low.partition_point(|(k, _)| bucket_of::<SKIP>(k, self.bits) == 2 * i);
+                let high = low.split_off(split);
+                self.place(2 * i, low);
+                self.place(2 * i + 1, high);
+                m.next += 1;
+                moved += 1;
+            } else {
+                // Old buckets 2j and 2j + 1 make new bucket j.
+                let j = m.next / 2;
+                let mut both = m.from.records_at(2 * j);
+                both.extend(m.from.records_at(2 * j + 1));
+                self.place(j, both);
+                m.next += 2;
+                moved += 2;
+            }
+        }
+        if m.next < old {
+            self.moving = Some(m);
+        }
+    }
+
+    /// The records of bucket `b` of this table, big bucket included, sorted.
+    fn records_at(&self, b: usize) -> Vec<(HKey, V)> {
+        let mut out: Vec<(HKey, V)> = self.bucket_at(b).to_vec();
+        if let Some(big) = self.big.get(&b) {
+            out.extend(big.iter().map(|(k, v)| (*k, v.clone())));
+        }
+        out
+    }
+
+    /// Fills the empty bucket `b` of this table with `records` (sorted, all of
+    /// that bucket).
+    fn place(&mut self, b: usize, records: Vec<(HKey, V)>) {
+        if records.len() > BIG {
+            self.big.insert(b, records.into_iter().collect());
+        } else if !records.is_empty() {
+            *self.bucket_mut(b) = records.into();
+        }
+    }
+
+    /// [`Records::insert`] in this table, neither counting nor resizing.
+    fn put(&mut self, k: HKey, v: V) -> Option<V> {
         let (b, bucket, at) = self.find(&k);
         match at {
             Ok(at) => {
@@ -273,15 +456,11 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
                 }
             }
         }
-        self.len += 1;
-        if self.len > MAX_MEAN << self.bits {
-            self.rebuild(self.bits + 1);
-        }
         None
     }
 
-    /// Removes the record under `k`, returning it.
-    pub(crate) fn remove(&mut self, k: &HKey) -> Option<V> {
+    /// [`Records::remove`] in this table, neither counting nor resizing.
+    fn take(&mut self, k: &HKey) -> Option<V> {
         let (b, bucket, at) = self.find(k);
         let gone = match at {
             Ok(at) => {
@@ -306,33 +485,53 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
                 gone
             }
         };
-        self.len -= 1;
-        if self.bits > 0 && self.len < MIN_MEAN << self.bits {
-            self.rebuild(self.bits - 1);
-        }
         Some(gone)
     }
 
-    /// Every record in key order.
+    /// Every record in key order: while a resize moves them, the moved
+    /// buckets of this table, then the unmoved ones of the map before it.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&HKey, &V)> + '_ {
+        let moved = self.moved_buckets();
+        self.iter_buckets(0, moved).chain(
+            self.moving
+                .iter()
+                .flat_map(|m| m.from.iter_buckets(m.next, 1 << m.from.bits)),
+        )
+    }
+
+    /// How many of this table's buckets hold their records: all of them, or
+    /// those moved so far while a resize is in progress.
+    fn moved_buckets(&self) -> usize {
+        match &self.moving {
+            None => 1 << self.bits,
+            Some(m) if self.bits > m.from.bits => 2 * m.next,
+            Some(m) => m.next / 2,
+        }
+    }
+
+    /// The records of buckets `from..to` of this table, in key order.
+    fn iter_buckets(&self, from: usize, to: usize) -> impl Iterator<Item = (&HKey, &V)> + '_ {
         let big = |i: usize| self.big.get(&i).into_iter().flatten();
         self.tops
             .iter()
             .flat_map(|t| t.iter())
             .flat_map(|m| m.iter())
             .enumerate()
+            .skip(from)
+            .take(to.saturating_sub(from))
             .flat_map(move |(i, b)| b.iter().map(|(k, v)| (k, v)).chain(big(i)))
-    }
-
-    /// The same records in `1 << bits` buckets.
-    fn rebuild(&mut self, bits: u32) {
-        *self = Records::with_bits(bits, self.iter().map(|(k, v)| (*k, v.clone())));
     }
 
     /// Whether `other` is this map or a clone of it with no write since:
     /// true means equal, false means nothing (as `OrdMap::ptr_eq`).
     pub(crate) fn ptr_eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.tops, &other.tops) && self.big.ptr_eq(&other.big)
+        Arc::ptr_eq(&self.tops, &other.tops)
+            && self.big.ptr_eq(&other.big)
+            && match (&self.moving, &other.moving) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a.next == b.next && a.from.ptr_eq(&b.from),
+                _ => false,
+            }
     }
 }
 
@@ -370,32 +569,17 @@ impl<V: Clone + std::fmt::Debug, const SKIP: u32> std::fmt::Debug for Records<V,
 impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
     /// Panics unless every record is in its bucket, each bucket is sorted
     /// with no key twice, `len` counts them, and the mean bucket is within
-    /// bounds (a map of one bucket may hold fewer).
+    /// bounds (a map of one bucket may hold fewer). While a resize is in
+    /// progress, the same of the map before it, for its unmoved buckets, and
+    /// this table's unmoved buckets are empty.
     pub(super) fn check(&self) {
-        let mids: Vec<&Mid<V>> = self.tops.iter().flat_map(|t| t.iter()).collect();
-        let buckets: Vec<&Bucket<V>> = mids.iter().flat_map(|m| m.iter()).collect();
-        assert_eq!(buckets.len(), 1 << self.bits);
-        assert!(mids.iter().all(|m| m.len() <= 1 << MID_BITS));
-        assert!(self.tops.iter().all(|t| t.len() <= 1 << TOP_BITS));
-        for (i, b) in buckets.iter().enumerate() {
-            assert!(b.iter().all(|(k, _)| bucket_of::<SKIP>(k, self.bits) == i));
-            assert!(b.windows(2).all(|w| w[0].0 < w[1].0), "bucket {i} unsorted");
-            assert!(b.len() <= BIG, "bucket {i}: {} records", b.len());
+        let mut len = self.check_table(0, self.moved_buckets());
+        if let Some(m) = &self.moving {
+            assert!(m.from.moving.is_none(), "one resize at a time");
+            assert!(m.next < 1 << m.from.bits, "a finished move is dropped");
+            len += m.from.check_table(m.next, 1 << m.from.bits);
         }
-        for (i, big) in &self.big {
-            assert!(buckets[*i].is_empty(), "bucket {i} both big and small");
-            assert!(
-                big.len() >= BIG / 2,
-                "big bucket {i}: {} records",
-                big.len()
-            );
-            assert!(big.keys().all(|k| bucket_of::<SKIP>(k, self.bits) == *i));
-        }
-        let big: usize = self.big.values().map(OrdMap::len).sum();
-        assert_eq!(
-            buckets.iter().map(|b| b.len()).sum::<usize>() + big,
-            self.len
-        );
+        assert_eq!(len, self.len);
         assert!(
             self.len <= MAX_MEAN << self.bits,
             "{} in {} bits",
@@ -405,8 +589,67 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
         assert!(self.bits == 0 || self.len >= MIN_MEAN << self.bits);
     }
 
-    /// How many buckets outgrew [`BIG`].
+    /// Checks this table's structure; returns how many records its buckets
+    /// `live..end` hold, and panics if one outside that range holds any.
+    fn check_table(&self, live: usize, end: usize) -> usize {
+        let mids: Vec<&Mid<V>> = self.tops.iter().flat_map(|t| t.iter()).collect();
+        let buckets: Vec<&Bucket<V>> = mids.iter().flat_map(|m| m.iter()).collect();
+        assert_eq!(buckets.len(), 1 << self.bits);
+        assert!(mids.iter().all(|m| m.len() <= 1 << MID_BITS));
+        assert!(self.tops.iter().all(|t| t.len() <= 1 << TOP_BITS));
+        let mut len = 0;
+        for (i, b) in buckets.iter().enumerate() {
+            assert!(b.iter().all(|(k, _)| bucket_of::<SKIP>(k, self.bits) == i));
+            assert!(b.windows(2).all(|w| w[0].0 < w[1].0), "bucket {i} unsorted");
+            assert!(b.len() <= BIG, "bucket {i}: {} records", b.len());
+            if (live..end).contains(&i) {
+                len += b.len();
+            } else if self.moving.is_some() {
+                assert!(b.is_empty(), "bucket {i} not moved yet but filled");
+            }
+        }
+        for (i, big) in &self.big {
+            assert!(buckets[*i].is_empty(), "bucket {i} both big and small");
+            assert!(
+                big.len() >= BIG / 2,
+                "big bucket {i}: {} records",
+                big.len()
+            );
+            assert!(big.keys().all(|k| bucket_of::<SKIP>(k, self.bits) == *i));
+            if (live..end).contains(i) {
+                len += big.len();
+            }
+        }
+        len
+    }
+
+    /// The map before a resize in progress.
+    pub(super) fn resize_source(&self) -> Option<&Self> {
+        self.moving.as_ref().map(|m| &m.from)
+    }
+
+    /// How many of this table's buckets are the very buckets (shared, not
+    /// copied) of `other`'s at the same index.
+    pub(super) fn buckets_shared_with(&self, other: &Self) -> usize {
+        let all = |r: &Self| -> Vec<Bucket<V>> {
+            (0..1usize << r.bits)
+                .map(|b| r.bucket_at(b).clone())
+                .collect()
+        };
+        all(self)
+            .iter()
+            .zip(all(other).iter())
+            .filter(|(a, b)| Arc::ptr_eq(a, b))
+            .count()
+    }
+
+    /// How many buckets outgrew [`BIG`] (of both tables while a resize moves
+    /// them).
     pub(super) fn big_buckets(&self) -> usize {
-        self.big.len()
+        let unmoved = self
+            .moving
+            .as_ref()
+            .map_or(0, |m| m.from.big.range(m.next..).count());
+        self.big.range(..self.moved_buckets()).count() + unmoved
     }
 }

@@ -124,6 +124,57 @@ fn churn(base: Hot, keys: &[HKey]) {
     }
 }
 
+/// A resize moves a few buckets per write rather than rebuilding the map in
+/// one: the write that starts it leaves the map before it whole, shared with a
+/// clone taken before that write but for the written bucket, and while the
+/// buckets move the map answers as the model after every write, through
+/// doublings and halvings.
+#[test]
+fn a_resize_moves_a_few_buckets_per_write_and_answers_throughout() {
+    let base = some_hot();
+    let ks = keys(1, 4_200, "resize");
+    let mut records = Records::default();
+    let mut model = BTreeMap::new();
+    // One write (an insert or a remove of key i); whether it started a resize.
+    let write = |records: &mut Records, model: &mut BTreeMap<HKey, Hot>, i: usize, add: bool| {
+        let before = records.clone();
+        let k = ks[i];
+        if add {
+            let v = hot(base, i as u64);
+            assert_eq!(records.insert(k, v), model.insert(k, v));
+        } else {
+            assert_eq!(records.remove(&k), model.remove(&k));
+        }
+        let mut started = false;
+        if let Some(from) = records.resize_source() {
+            if before.resize_source().is_none() {
+                started = true;
+                let buckets = from.buckets_shared_with(from); // every bucket
+                assert!(
+                    from.buckets_shared_with(&before) + 1 >= buckets,
+                    "the map before the resize is not copied"
+                );
+            }
+            same(records, model);
+        } else if i.is_multiple_of(64) {
+            same(records, model);
+        }
+        started
+    };
+    let grown = (0..ks.len())
+        .filter(|&i| write(&mut records, &mut model, i, true))
+        .count();
+    // Up to 4,200 records the map doubles ten times; the first three move
+    // their few buckets within the write that starts them.
+    assert!(grown >= 7, "{grown} doublings seen moving");
+    let shrunk = (0..ks.len())
+        .filter(|&i| write(&mut records, &mut model, i, false))
+        .count();
+    assert!(shrunk >= 7, "{shrunk} halvings seen moving");
+    same(&records, &model);
+    assert!(records.is_empty());
+}
+
 #[test]
 fn a_sorted_load_equals_one_insert_at_a_time() {
     let base = some_hot();
