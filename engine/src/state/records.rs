@@ -31,10 +31,12 @@
 //! bucket `i` of a map of `bits` covers the keys of buckets `2i` and `2i + 1`
 //! of one of `bits + 1`, so moving in bucket order keeps every moved key
 //! below every unmoved one, and a walk of the moved buckets then the unmoved
-//! ones is still in key order. Keys chosen to share their top bits (an endpoint key is
-//! whatever a registry calls it, and xxh3 is not keyed) would pile into one
-//! bucket, so a bucket past [`BIG`] records moves to a tree of its own
-//! ([`Records::big`]) and inserting into it stays logarithmic.
+//! ones is still in key order.
+//!
+//! Keys chosen to share their top bits (an endpoint key is whatever a
+//! registry calls it, and xxh3 is not keyed) would pile into one bucket, so a
+//! bucket past [`BIG`] records moves to a tree of its own ([`Records::big`])
+//! and inserting into it stays logarithmic.
 //!
 //! Why buckets this small: a batch of 4,096 into 100k records writes most
 //! buckets of any size, so the bytes it copies fall with the bucket size
