@@ -265,7 +265,7 @@ fn with_prepared<'a>(
 /// (on-CPU cost at 100k endpoints, 4,096-event batches: 1.6–1.9 µs per event
 /// before, 0.9–1.3 µs after). It is computed for a whole run at once, a few
 /// events at a time with their payloads' map nodes read first (see
-/// [`Folding::complete`]).
+/// `Folding::complete`).
 pub fn fold_iter<'a>(
     state: &ModelState,
     events: impl IntoIterator<Item = (RecordPos, &'a Event)>,

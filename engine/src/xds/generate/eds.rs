@@ -8,7 +8,7 @@
 //!   weight-0 endpoints and localities); a group's weight is the sum of its
 //!   endpoints' weights, and a total above `u32::MAX` is an error (Envoy rejects it);
 //! - the socket address is the endpoint IP and its target port for this service
-//!   port ([`Endpoint::target_port`]);
+//!   port ([`Endpoint::target_port`](crate::model::Endpoint::target_port));
 //! - one endpoint per (address, port): when several workloads (say, from two
 //!   sources) claim the same socket, the one with the smallest entity key wins
 //!   (gRPC NACKs duplicate addresses, gRFC A61);
