@@ -3,7 +3,7 @@
 //!
 //! Each stream is a thin loop: send whatever the state machine allows, then wait
 //! for the next request, snapshot, drain signal or stall deadline. The loop is the
-//! response body itself (see [`run_stream`]): hyper's per-stream task polls it, so
+//! response body itself (see `run_stream`): hyper's per-stream task polls it, so
 //! there is no task or channel of ours per stream. Because at most one response per
 //! type is in flight, nothing ever queues; a client that stops reading only stops
 //! its own stream (its state keeps coalescing).

@@ -5,11 +5,11 @@
 //!
 //! Flags (each with its `DELTAPILOT_*` variable and `--config` key):
 //!
-//! - `--checkpoint-every-events N` [100000], `--checkpoint-every-secs S` [300],
-//!   `--checkpoint-keep K` [3]: when to write `DATA_DIR/checkpoints/*.dpc` and how
+//! - `--checkpoint-every-events N` (default 100000), `--checkpoint-every-secs S` (300),
+//!   `--checkpoint-keep K` (3): when to write `DATA_DIR/checkpoints/*.dpc` and how
 //!   many to keep; `--checkpoint-every-events 0` turns checkpoints off (restart
 //!   then re-folds the whole log).
-//! - `--debug-endpoints auto|on|off` [auto]: mount `/debug/*` on the admin server;
+//! - `--debug-endpoints auto|on|off` (default auto): mount `/debug/*` on the admin server;
 //!   `auto` does only when the admin address is loopback, since the views expose
 //!   the whole mesh's configuration.
 //!
