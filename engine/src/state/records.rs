@@ -133,6 +133,14 @@ struct Moving<V: Clone, const SKIP: u32> {
     next: usize,
 }
 
+impl<V: Clone, const SKIP: u32> Moving<V, SKIP> {
+    /// Whether the map before the resize still answers for `k` (its bucket
+    /// there has not moved yet).
+    fn holds(&self, k: &HKey) -> bool {
+        bucket_of::<SKIP>(k, self.from.bits) >= self.next
+    }
+}
+
 impl<V: Clone, const SKIP: u32> Default for Records<V, SKIP> {
     fn default() -> Self {
         Records::with_bits(0, std::iter::empty())
@@ -211,19 +219,11 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
         self.len == 0
     }
 
-    /// Whether `k` is answered by the map before a resize in progress (its
-    /// bucket there has not moved yet).
-    fn unmoved(&self, k: &HKey) -> bool {
-        self.moving
-            .as_ref()
-            .is_some_and(|m| bucket_of::<SKIP>(k, m.from.bits) >= m.next)
-    }
-
     /// The table that answers for `k`: this one, or the map before a resize
     /// in progress.
     fn table_of(&self, k: &HKey) -> &Self {
         match &self.moving {
-            Some(m) if bucket_of::<SKIP>(k, m.from.bits) >= m.next => &m.from,
+            Some(m) if m.holds(k) => &m.from,
             _ => self,
         }
     }
@@ -318,7 +318,9 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
     /// The record under `k`, to write in place: copies its path (root array,
     /// node, bucket) where another map shares it, and only when `k` is present.
     pub(crate) fn get_mut(&mut self, k: &HKey) -> Option<&mut V> {
-        if self.unmoved(k) {
+        // Decided before borrowing: a borrow returned from one arm of a match
+        // would hold `self` in the other.
+        if self.moving.as_ref().is_some_and(|m| m.holds(k)) {
             return self.moving.as_deref_mut()?.from.get_mut_here(k);
         }
         self.get_mut_here(k)
@@ -337,7 +339,7 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
     /// Stores `v` under `k`, returning the record it replaces.
     pub(crate) fn insert(&mut self, k: HKey, v: V) -> Option<V> {
         let replaced = match self.moving.as_deref_mut() {
-            Some(m) if bucket_of::<SKIP>(&k, m.from.bits) >= m.next => m.from.put(k, v),
+            Some(m) if m.holds(&k) => m.from.put(k, v),
             _ => self.put(k, v),
         };
         if replaced.is_none() {
@@ -350,7 +352,7 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
     /// Removes the record under `k`, returning it.
     pub(crate) fn remove(&mut self, k: &HKey) -> Option<V> {
         let gone = match self.moving.as_deref_mut() {
-            Some(m) if bucket_of::<SKIP>(k, m.from.bits) >= m.next => m.from.take(k),
+            Some(m) if m.holds(k) => m.from.take(k),
             _ => self.take(k),
         };
         if gone.is_some() {
