@@ -43,7 +43,7 @@ pub enum Error {
 
     /// The event log failed (append refused, closed, timed out).
     #[error("event log: {0}")]
-    Log(#[from] deltapilot_engine::Error),
+    Log(#[from] deltapilot_log::Error),
 
     /// The adapter's persisted state (generation, last good objects) is unusable.
     #[error("adapter state file {path}: {reason}")]

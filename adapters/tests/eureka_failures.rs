@@ -6,12 +6,11 @@
 //! registry behaves again, changes flow. Every wait is bounded.
 
 mod support_eureka;
-mod support_log;
 
 use std::sync::Arc;
 
 use deltapilot_adapters::eureka::FetchErrorKind;
-use deltapilot_engine::log::file::FileLog;
+use deltapilot_log::file::FileLog;
 use support_eureka::harness::{all_events, fast, start, summary, wait_log, wait_status};
 use support_eureka::{FakeEureka, Mode, instance};
 

@@ -5,12 +5,11 @@
 //! bounded.
 
 mod support_eureka;
-mod support_log;
 
 use std::sync::Arc;
 
 use deltapilot_adapters::eureka::EurekaOptions;
-use deltapilot_engine::log::file::FileLog;
+use deltapilot_log::file::FileLog;
 use deltapilot_proto::{self as pb, Event};
 use serde_json::json;
 use support_eureka::harness::{

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use deltapilot_adapters::file::{FileAdapter, FileAdapterOptions, ProblemKind};
 use deltapilot_proto::event::Payload;
 
-mod support_log;
+use deltapilot_testkit::log as support_log;
 use support_log::summary;
 
 /// A ServiceEntry with one host and the given endpoint addresses.

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deltapilot_adapters::file::{FileAdapter, FileAdapterOptions, FileAdapterStatus, ProblemKind};
-use deltapilot_engine::log::file::FileLog;
+use deltapilot_log::file::FileLog;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-mod support_log;
+use deltapilot_testkit::log as support_log;
 use support_log::{WAIT, all_events, fold_all, summary, wait_log};
 
 fn mk_se(name: &str, host: &str, addrs: &[&str]) -> String {

@@ -6,14 +6,13 @@
 //! server runs here.)
 
 mod support_k8s;
-mod support_log;
 
 use std::path::Path;
 
 use deltapilot_adapters::file::{FileAdapter, FileAdapterOptions, ProblemKind};
-use deltapilot_engine::state::ModelState;
-use deltapilot_engine::xds::generate::{GenOptions, build_all};
+use deltapilot_model::state::ModelState;
 use deltapilot_proto::Event;
+use deltapilot_xds::generate::{GenOptions, build_all};
 use support_k8s::harness::{fold_all, summary};
 
 const HOST: &str = "pay.shop.internal";

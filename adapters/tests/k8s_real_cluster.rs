@@ -19,7 +19,7 @@
 //! on the fake exactly as on the real cluster.
 
 mod support_k8s;
-mod support_log;
+use deltapilot_testkit::log as support_log;
 
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -7,10 +7,10 @@
 //! engine folds the log into the ClusterLoadAssignment of the entry's host.
 
 mod support_k8s;
-mod support_log;
+use deltapilot_testkit::log as support_log;
 
-use deltapilot_engine::xds::generate::{GenOptions, build_all};
 use deltapilot_proto::{self as pb, event::Payload};
+use deltapilot_xds::generate::{GenOptions, build_all};
 use serde_json::{Value, json};
 use support_k8s::FakeApiServer;
 use support_k8s::harness::*;
@@ -78,7 +78,7 @@ fn seed(fake: &FakeApiServer) {
 /// Waits for the next `n` events after `base` (a change was just made);
 /// returns the whole log and the summary of those events.
 async fn after(
-    log: &deltapilot_engine::log::file::FileLog,
+    log: &deltapilot_log::file::FileLog,
     base: usize,
     n: usize,
     what: &str,

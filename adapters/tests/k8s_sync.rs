@@ -4,7 +4,7 @@
 //! real engine. Every wait is bounded.
 
 mod support_k8s;
-mod support_log;
+use deltapilot_testkit::log as support_log;
 
 use deltapilot_adapters::kubernetes::{KubernetesOptions, ResourceKind, SyncState};
 use deltapilot_proto::{self as pb, event::Payload};
@@ -534,44 +534,42 @@ async fn a_large_cluster_resyncs_in_batches_and_then_stays_incremental() {
 
 /// The embedded log, refusing appends while `down` is set.
 struct FlakyLog {
-    inner: std::sync::Arc<deltapilot_engine::log::file::FileLog>,
+    inner: std::sync::Arc<deltapilot_log::file::FileLog>,
     down: std::sync::atomic::AtomicBool,
 }
 
-impl deltapilot_engine::log::EventLog for FlakyLog {
+impl deltapilot_log::EventLog for FlakyLog {
     async fn append(
         &self,
         events: &[pb::Event],
-    ) -> deltapilot_engine::Result<Vec<deltapilot_engine::log::RecordPos>> {
+    ) -> deltapilot_log::Result<Vec<deltapilot_log::RecordPos>> {
         if self.down.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(deltapilot_engine::Error::Closed);
+            return Err(deltapilot_log::Error::Closed);
         }
         self.inner.append(events).await
     }
 
     async fn read(
         &self,
-        from: &deltapilot_engine::log::Position,
+        from: &deltapilot_log::Position,
         limit: usize,
-    ) -> deltapilot_engine::Result<Vec<deltapilot_engine::log::Record>> {
+    ) -> deltapilot_log::Result<Vec<deltapilot_log::Record>> {
         self.inner.read(from, limit).await
     }
 
     fn follow(
         &self,
-        from: deltapilot_engine::log::Position,
-    ) -> futures::stream::BoxStream<
-        'static,
-        deltapilot_engine::Result<deltapilot_engine::log::FollowItem>,
-    > {
+        from: deltapilot_log::Position,
+    ) -> futures::stream::BoxStream<'static, deltapilot_log::Result<deltapilot_log::FollowItem>>
+    {
         self.inner.follow(from)
     }
 
-    async fn head(&self) -> deltapilot_engine::Result<deltapilot_engine::log::Position> {
+    async fn head(&self) -> deltapilot_log::Result<deltapilot_log::Position> {
         self.inner.head().await
     }
 
-    fn start(&self) -> deltapilot_engine::log::Position {
+    fn start(&self) -> deltapilot_log::Position {
         self.inner.start()
     }
 }

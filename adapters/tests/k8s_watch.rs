@@ -6,7 +6,7 @@
 //! expectation is the exact list of appended events. Every wait is bounded.
 
 mod support_k8s;
-mod support_log;
+use deltapilot_testkit::log as support_log;
 
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ async fn started(
 ) -> (
     FakeApiServer,
     tempfile::TempDir,
-    std::sync::Arc<deltapilot_engine::log::file::FileLog>,
+    std::sync::Arc<deltapilot_log::file::FileLog>,
     Running,
 ) {
     let fake = FakeApiServer::start().await;

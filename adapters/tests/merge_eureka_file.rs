@@ -10,17 +10,16 @@
 //! binary, is `server/tests/merge_registries.rs`.
 
 mod support_eureka;
-mod support_log;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use deltapilot_adapters::file::{FileAdapter, FileAdapterOptions};
-use deltapilot_engine::fold::runner::Engine;
-use deltapilot_engine::log::EventLog;
-use deltapilot_engine::log::file::FileLog;
-use deltapilot_engine::snapshot::{Snapshot, SnapshotReader};
-use deltapilot_engine::xds::generate::GenOptions;
+use deltapilot_engine::runner::Engine;
+use deltapilot_log::EventLog;
+use deltapilot_log::file::FileLog;
+use deltapilot_xds::generate::GenOptions;
+use deltapilot_xds::snapshot::{Snapshot, SnapshotReader};
 use support_eureka::harness::{WAIT, fast, start};
 use support_eureka::{FakeEureka, instance};
 use tokio::sync::watch;

@@ -12,15 +12,15 @@
 
 mod support_eureka;
 mod support_k8s;
-mod support_log;
+use deltapilot_testkit::log as support_log;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use deltapilot_engine::fold::runner::Engine;
-use deltapilot_engine::log::EventLog;
-use deltapilot_engine::snapshot::{Snapshot, SnapshotReader};
-use deltapilot_engine::xds::generate::GenOptions;
+use deltapilot_engine::runner::Engine;
+use deltapilot_log::EventLog;
+use deltapilot_xds::generate::GenOptions;
+use deltapilot_xds::snapshot::{Snapshot, SnapshotReader};
 use support_eureka::harness::{WAIT, fast};
 use support_eureka::{FakeEureka, instance};
 use support_k8s::FakeApiServer;

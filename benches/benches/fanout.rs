@@ -23,15 +23,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_main};
-use deltapilot_engine::fold::runner::Engine;
-use deltapilot_engine::log::RecordPos;
-use deltapilot_engine::snapshot::{Snapshot, SnapshotReader, SnapshotWriter};
-use deltapilot_engine::xds::ResourceType;
-use deltapilot_engine::xds::generate::GenOptions;
+use deltapilot_engine::runner::Engine;
+use deltapilot_log::RecordPos;
 use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION, event::Payload};
 use deltapilot_server::xds::Limits;
 use deltapilot_server::xds::delta::DeltaStream;
 use deltapilot_server::xds::request::DeltaRequest;
+use deltapilot_xds::ResourceType;
+use deltapilot_xds::generate::GenOptions;
+use deltapilot_xds::snapshot::{Snapshot, SnapshotReader, SnapshotWriter};
 use tokio::sync::Notify;
 
 const SERVICES: usize = 100;

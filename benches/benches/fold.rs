@@ -21,13 +21,13 @@ use std::cell::OnceCell;
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use deltapilot_engine::fold::fold;
-use deltapilot_engine::fold::runner::Engine;
-use deltapilot_engine::log::{FOLLOW_BATCH_MAX, Record, RecordPos, encode_event};
-use deltapilot_engine::model::endpoint_from_proto;
-use deltapilot_engine::state::ModelState;
-use deltapilot_engine::xds::generate::GenOptions;
+use deltapilot_engine::runner::Engine;
+use deltapilot_log::{FOLLOW_BATCH_MAX, Record, RecordPos, encode_event};
+use deltapilot_model::endpoint_from_proto;
+use deltapilot_model::fold::fold;
+use deltapilot_model::state::ModelState;
 use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION, event::Payload};
+use deltapilot_xds::generate::GenOptions;
 
 /// The allocator `deltapilot` itself runs with, so the figures are the binary's.
 #[global_allocator]

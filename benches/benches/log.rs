@@ -12,8 +12,8 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_main};
-use deltapilot_engine::log::file::{FileLog, FileLogOptions, FsyncPolicy};
-use deltapilot_engine::log::{EventLog, FOLLOW_BATCH_MAX, Position, encode_event};
+use deltapilot_log::file::{FileLog, FileLogOptions, FsyncPolicy};
+use deltapilot_log::{EventLog, FOLLOW_BATCH_MAX, Position, encode_event};
 use deltapilot_proto::{Endpoint, EndpointUpsert, Event, SCHEMA_VERSION, event};
 
 /// Encoded size of each benchmark event, as in the issue.

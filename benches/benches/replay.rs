@@ -29,13 +29,13 @@ use std::time::Instant;
 
 use criterion::{Criterion, Throughput};
 use deltapilot_engine::checkpoint::{CheckpointStore, fingerprints, generator_id, load_verified};
-use deltapilot_engine::log::file::{FileLog, FileLogOptions, FsyncPolicy};
-use deltapilot_engine::log::{EventLog, Position};
 use deltapilot_engine::replay::Replayer;
 use deltapilot_engine::replay::drive::fold_to;
-use deltapilot_engine::snapshot::Snapshot;
-use deltapilot_engine::xds::generate::GenOptions;
+use deltapilot_log::file::{FileLog, FileLogOptions, FsyncPolicy};
+use deltapilot_log::{EventLog, Position};
 use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION, event::Payload};
+use deltapilot_xds::generate::GenOptions;
+use deltapilot_xds::snapshot::Snapshot;
 
 /// The allocator `deltapilot` itself runs with, so the figures are the binary's.
 #[global_allocator]
@@ -240,9 +240,9 @@ async fn replay(dir: &Path, store: Option<&CheckpointStore>) -> (Snapshot, Repla
 /// Where the time of one replay from the start goes (printed, not asserted): the
 /// phases `fold_to` runs, timed one by one, with fold batches of two sizes.
 async fn phases(dir: &Path) {
-    use deltapilot_engine::fold::fold;
-    use deltapilot_engine::state::Touched;
-    use deltapilot_engine::xds::generate::Generator;
+    use deltapilot_model::fold::fold;
+    use deltapilot_model::state::Touched;
+    use deltapilot_xds::generate::Generator;
     let log = FileLog::open_read_only(&dir.join("log")).expect("open");
     let t = Instant::now();
     let mut recs = Vec::new();
@@ -264,7 +264,7 @@ async fn phases(dir: &Path) {
     let decode = t.elapsed();
     for batch in [4096usize, 65_536] {
         let t = Instant::now();
-        let mut model = deltapilot_engine::state::ModelState::default();
+        let mut model = deltapilot_model::state::ModelState::default();
         let mut touched = Touched::default();
         for chunk in events.chunks(batch) {
             let out = fold(&model, chunk);

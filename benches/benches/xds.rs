@@ -20,14 +20,14 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_main};
-use deltapilot_engine::fold::fold;
-use deltapilot_engine::log::RecordPos;
-use deltapilot_engine::model::ProxyType;
-use deltapilot_engine::state::{ModelState, Touched};
-use deltapilot_engine::xds::generate::{GenOptions, Generator, build_all};
-use deltapilot_engine::xds::view::{View, ViewKey, diff, diff_changed};
-use deltapilot_engine::xds::{ChangeSet, Resource, ResourceMap, ResourceSet, ResourceType};
+use deltapilot_log::RecordPos;
+use deltapilot_model::ProxyType;
+use deltapilot_model::fold::fold;
+use deltapilot_model::state::{ModelState, Touched};
 use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION, event::Payload};
+use deltapilot_xds::generate::{GenOptions, Generator, build_all};
+use deltapilot_xds::view::{View, ViewKey, diff, diff_changed};
+use deltapilot_xds::{ChangeSet, Resource, ResourceMap, ResourceSet, ResourceType};
 
 const SOURCE: &str = "k8s:bench";
 

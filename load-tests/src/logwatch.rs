@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::Context;
-use deltapilot_engine::log::file::FileLog;
-use deltapilot_engine::log::{EventLog, FollowItem, Position};
+use deltapilot_log::file::FileLog;
+use deltapilot_log::{EventLog, FollowItem, Position};
 use deltapilot_proto::{Event, event::Payload};
 use futures::StreamExt;
 use tokio::sync::watch;

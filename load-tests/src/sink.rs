@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use deltapilot_engine::log::{EventLog, Log};
+use deltapilot_log::{EventLog, Log};
 use deltapilot_proto::resync_marker::Phase;
 use deltapilot_proto::{Event, event::Payload};
 

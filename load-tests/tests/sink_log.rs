@@ -5,15 +5,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use deltapilot_engine::fold::runner::Engine;
-use deltapilot_engine::log::{EventLog, Log, Position, parse_uri};
-use deltapilot_engine::xds::generate::GenOptions;
+use deltapilot_engine::runner::Engine;
 use deltapilot_load_tests::churn::Churn;
 use deltapilot_load_tests::mesh::Mesh;
 use deltapilot_load_tests::proxy::decode::cla_addresses;
 use deltapilot_load_tests::scenario::{ChurnMix, ChurnSpec, MeshSpec};
 use deltapilot_load_tests::sink::Sink;
 use deltapilot_load_tests::tracker::Tracker;
+use deltapilot_log::{EventLog, Log, Position, parse_uri};
+use deltapilot_xds::generate::GenOptions;
 use rand::SeedableRng;
 
 async fn fold_all(log: &Log) -> Engine {

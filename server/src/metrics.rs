@@ -50,8 +50,8 @@
 //!
 //! What it does NOT do: serve HTTP (see `admin`).
 
-use deltapilot_engine::fold::SkipReason;
-use deltapilot_engine::fold::runner::EngineStats;
+use deltapilot_engine::runner::EngineStats;
+use deltapilot_model::fold::SkipReason;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

@@ -580,7 +580,7 @@ fn tail_exits_quietly_when_stdout_closes() {
 
 #[test]
 fn a_record_with_a_newer_schema_stops_read_with_its_position() {
-    use deltapilot_engine::log::{EventLog, file::FileLog, file::FileLogOptions};
+    use deltapilot_log::{EventLog, file::FileLog, file::FileLogOptions};
 
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("log");

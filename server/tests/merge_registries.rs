@@ -10,17 +10,14 @@
 //! The fake Eureka server is shared with the adapters crate's tests.
 
 mod support;
-#[path = "../../adapters/tests/support_eureka/mod.rs"]
-mod support_eureka;
-#[path = "../../adapters/tests/support_log/mod.rs"]
-mod support_log;
+use deltapilot_testkit::eureka as support_eureka;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use deltapilot_engine::xds::ResourceType;
+use deltapilot_xds::ResourceType;
 use envoy_types::pb::envoy::config::core::v3::address::Address;
 use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;

@@ -401,7 +401,7 @@ fn bisect_finds_the_event_and_says_when_there_is_none() {
 /// it still replay.
 #[test]
 fn a_record_this_build_cannot_read_is_shown_and_passed_over() {
-    use deltapilot_engine::log::{EventLog, Position, file::FileLog, file::FileLogOptions};
+    use deltapilot_log::{EventLog, Position, file::FileLog, file::FileLogOptions};
 
     let dir = setup();
     let d = dir.path();

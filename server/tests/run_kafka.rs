@@ -132,8 +132,8 @@ fn two_replicas_serve_one_registry_from_a_kafka_topic() {
 /// of a service nobody defines is held; the server says both.
 #[test]
 fn a_resync_waiting_for_marker_copies_and_a_held_endpoint_show_in_gauges() {
-    use deltapilot_engine::log::EventLog;
-    use deltapilot_engine::log::file::{FileLog, FileLogOptions};
+    use deltapilot_log::EventLog;
+    use deltapilot_log::file::{FileLog, FileLogOptions};
     use deltapilot_proto::event::Payload;
     use deltapilot_proto::resync_marker::Phase;
     use deltapilot_proto::{Event, ResyncMarker, SCHEMA_VERSION};
@@ -217,8 +217,8 @@ fn a_bad_log_uri_is_refused_before_anything_starts() {
 /// whose weights overflow is counted as a resource that was not published.
 #[test]
 fn skipped_events_held_endpoints_and_failed_resources_are_counted() {
-    use deltapilot_engine::log::EventLog;
-    use deltapilot_engine::log::file::{FileLog, FileLogOptions};
+    use deltapilot_log::EventLog;
+    use deltapilot_log::file::{FileLog, FileLogOptions};
     use deltapilot_proto::event::Payload;
     use deltapilot_proto::{
         Endpoint, EndpointUpsert, Event, Port, Protocol, SCHEMA_VERSION, Service, ServiceRef,

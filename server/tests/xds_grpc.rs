@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use deltapilot_engine::snapshot::{Snapshot, SnapshotWriter};
-use deltapilot_engine::xds::{ChangeSet, Resource, ResourceType};
 use deltapilot_server::metrics::Metrics;
 use deltapilot_server::xds::Limits;
 use deltapilot_server::xds::service::{PublishClock, XdsShared, serve};
+use deltapilot_xds::snapshot::{Snapshot, SnapshotWriter};
+use deltapilot_xds::{ChangeSet, Resource, ResourceType};
 use envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_client::ClusterDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use deltapilot_engine::log::EventLog;
+use deltapilot_log::EventLog;
 use deltapilot_proto::Event;
 use tokio::sync::watch;
 use tokio::time::Instant;

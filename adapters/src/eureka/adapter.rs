@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use deltapilot_engine::log::EventLog;
+use deltapilot_log::EventLog;
 use tokio::sync::watch;
 use tokio::time::Instant;
 

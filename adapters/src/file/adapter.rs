@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use deltapilot_engine::log::EventLog;
+use deltapilot_log::EventLog;
 use deltapilot_proto::Event;
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};

@@ -15,7 +15,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use deltapilot_engine::log::EventLog;
+use deltapilot_log::EventLog;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 

@@ -5,14 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deltapilot_adapters::eureka::{EurekaAdapter, EurekaAdapterStatus, EurekaOptions};
-use deltapilot_engine::log::file::FileLog;
+use deltapilot_log::file::FileLog;
 use deltapilot_proto::Event;
 use deltapilot_proto::event::Payload;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 #[allow(unused_imports)] // each test binary uses its own subset
-pub use crate::support_log::{POLL, WAIT, all_events, fold_all, summary, wait_log};
+pub use deltapilot_testkit::log::{POLL, WAIT, all_events, fold_all, summary, wait_log};
 
 /// Options for tests: fast polling, short timeouts and retries, a small cap.
 pub fn fast(url: &str) -> EurekaOptions {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use deltapilot_adapters::kubernetes::{
     KubernetesAdapter, KubernetesAdapterStatus, KubernetesOptions,
 };
-use deltapilot_engine::log::file::FileLog;
+use deltapilot_log::file::FileLog;
 use deltapilot_proto::Event;
 use deltapilot_proto::event::Payload;
 use tokio::sync::watch;
@@ -19,7 +19,7 @@ use super::FakeApiServer;
 use super::objects::{Ep, istio, node, pod, service, slice};
 
 #[allow(unused_imports)] // each test binary uses its own subset
-pub use crate::support_log::{POLL, WAIT, all_events, fold_all, summary, wait_log};
+pub use deltapilot_testkit::log::{POLL, WAIT, all_events, fold_all, summary, wait_log};
 
 /// Options for tests: fast retries, short watches.
 pub fn test_opts() -> KubernetesOptions {

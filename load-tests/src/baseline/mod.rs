@@ -318,7 +318,7 @@ pub fn split(api: Api, captured: &[Captured]) -> (Vec<Bytes>, Vec<Push>) {
         .filter(|c| c.phase == Phase::Churn)
         .collect();
     let first = pushes.first().map(|c| c.at);
-    let eds_url = deltapilot_engine::xds::ResourceType::Endpoint.type_url();
+    let eds_url = deltapilot_xds::ResourceType::Endpoint.type_url();
     let pushes = pushes
         .iter()
         .map(|c| Push {

@@ -18,7 +18,7 @@ pub mod sotw;
 pub mod wire;
 
 use bytes::Bytes;
-use deltapilot_engine::xds::ResourceType;
+use deltapilot_xds::ResourceType;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
@@ -181,11 +181,14 @@ pub fn node(i: usize) -> Node {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use deltapilot_engine::model::{Proxy, ProxyType};
+    use deltapilot_model::ProxyType;
 
     #[test]
     fn nodes_are_distinct_sidecars_to_deltapilot() {
-        let (a, b) = (Proxy::from_node(&node(0)), Proxy::from_node(&node(70_000)));
+        let (a, b) = (
+            deltapilot_xds::proxy_from_node(&node(0)),
+            deltapilot_xds::proxy_from_node(&node(70_000)),
+        );
         assert_ne!(a.id, b.id);
         assert_eq!(a.proxy_type, ProxyType::Sidecar);
         assert_eq!(&*b.namespace, "lg-ns-0");

@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use bytes::Bytes;
-use deltapilot_engine::xds::ResourceType;
+use deltapilot_xds::ResourceType;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use prost::Message;

@@ -24,10 +24,10 @@ use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use deltapilot_engine::log::Log;
 use deltapilot_engine::replay::bisect::parse_type;
-use deltapilot_engine::snapshot::SnapshotReader;
-use deltapilot_engine::xds::ResourceType;
+use deltapilot_log::Log;
+use deltapilot_xds::ResourceType;
+use deltapilot_xds::snapshot::SnapshotReader;
 use serde::Deserialize;
 
 use super::dump::config_dump;

@@ -22,9 +22,9 @@
 //!
 //! What it does NOT do: decide what a proxy subscribed to; callers pass a filter.
 
-use deltapilot_engine::model::ProxyType;
-use deltapilot_engine::xds::view::resources_for;
-use deltapilot_engine::xds::{ResourceSet, ResourceType};
+use deltapilot_model::ProxyType;
+use deltapilot_xds::view::resources_for;
+use deltapilot_xds::{ResourceSet, ResourceType};
 
 use super::render::{Json, renderer};
 

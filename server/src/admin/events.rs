@@ -9,7 +9,7 @@
 //!
 //! What it does NOT do: follow the log (a debug endpoint answers and returns).
 
-use deltapilot_engine::log::{EventLog, Log, Position, RecordPos};
+use deltapilot_log::{EventLog, Log, Position, RecordPos};
 use deltapilot_proto::Event;
 use serde::Serialize;
 

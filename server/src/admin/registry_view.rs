@@ -13,10 +13,8 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use deltapilot_engine::model::{
-    Endpoint, LabelSelector, Port, Proxy, ProxyType, Service, ServiceInstance,
-};
-use deltapilot_engine::state::ModelState;
+use deltapilot_model::state::ModelState;
+use deltapilot_model::{Endpoint, LabelSelector, Port, Proxy, ProxyType, Service, ServiceInstance};
 use serde_json::{Value, json};
 
 /// The query parameters.

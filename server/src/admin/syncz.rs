@@ -16,9 +16,9 @@
 //!
 //! What it does NOT do: change any stream.
 
-use deltapilot_engine::model::Proxy;
-use deltapilot_engine::snapshot::Snapshot;
-use deltapilot_engine::xds::view::resources_for;
+use deltapilot_model::Proxy;
+use deltapilot_xds::snapshot::Snapshot;
+use deltapilot_xds::view::resources_for;
 use serde::Serialize;
 
 use crate::xds::registry::{StreamStatus, TypeStatus};

@@ -19,8 +19,8 @@ mod output;
 mod read;
 
 use anyhow::Context as _;
-use deltapilot_engine::log::file::FileLog;
-use deltapilot_engine::log::{DEFAULT_LOG_URI, Log, LogOptions, LogUri, parse_uri};
+use deltapilot_log::file::FileLog;
+use deltapilot_log::{DEFAULT_LOG_URI, Log, LogOptions, LogUri, parse_uri};
 
 /// Arguments of `deltapilot log`.
 #[derive(Debug, clap::Args)]

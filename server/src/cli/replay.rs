@@ -41,12 +41,12 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use deltapilot_engine::checkpoint::{CHECKPOINT_DIR, CheckpointStore};
-use deltapilot_engine::log::{DEFAULT_LOG_URI, EventLog, LogUri, Position, parse_uri};
 use deltapilot_engine::replay::drive::{check_position, each_event, fold_to, start_before};
 use deltapilot_engine::replay::{Replayer, StoppedAt};
-use deltapilot_engine::xds::generate::GenOptions;
+use deltapilot_log::{DEFAULT_LOG_URI, EventLog, LogUri, Position, parse_uri};
 use deltapilot_server::admin::debug::parse_types;
 use deltapilot_server::admin::dump::config_dump;
+use deltapilot_xds::generate::GenOptions;
 
 use self::open::Opened;
 use self::print::{DiffFormat, Filters, Output, ResourceFilter};

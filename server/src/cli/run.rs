@@ -24,13 +24,13 @@ use anyhow::{Context, bail};
 use deltapilot_adapters::eureka::{EurekaAdapter, EurekaOptions};
 use deltapilot_adapters::file::{FileAdapter, FileAdapterOptions};
 use deltapilot_adapters::kubernetes::{KubernetesAdapter, KubernetesOptions};
-use deltapilot_engine::fold::runner::Engine;
-use deltapilot_engine::log::{EventLog, Log, LogOptions, LogUri, parse_uri};
-use deltapilot_engine::xds::generate::GenOptions;
+use deltapilot_engine::runner::Engine;
+use deltapilot_log::{EventLog, Log, LogOptions, LogUri, parse_uri};
 use deltapilot_server::adapter_health::{self, AdapterWatch, not_ready_reason};
 use deltapilot_server::metrics::Metrics;
 use deltapilot_server::xds::Limits;
 use deltapilot_server::xds::service::{PublishClock, XdsShared};
+use deltapilot_xds::generate::GenOptions;
 use serde::Deserialize;
 use tokio::sync::watch;
 

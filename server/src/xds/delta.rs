@@ -17,10 +17,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::mem;
 use std::sync::Arc;
 
-use deltapilot_engine::model::{Proxy, ProxyType};
-use deltapilot_engine::snapshot::Snapshot;
-use deltapilot_engine::xds::view::{Verdict, judge, resources_for};
-use deltapilot_engine::xds::{Resource, ResourceMap, ResourceType};
+use deltapilot_model::{Proxy, ProxyType};
+use deltapilot_xds::snapshot::Snapshot;
+use deltapilot_xds::view::{Verdict, judge, resources_for};
+use deltapilot_xds::{Resource, ResourceMap, ResourceType};
 
 use super::encode::DeltaOut;
 use super::order::{TypeWork, pick, removal_bound};
@@ -339,7 +339,7 @@ impl DeltaStream {
         if self.proxy.is_none()
             && let Some(node) = req.decode_node()?
         {
-            self.proxy = Some(Proxy::from_node(&node));
+            self.proxy = Some(deltapilot_xds::proxy_from_node(&node));
         }
         let t = type_of(text(&req.type_url)?, self.fixed)?;
         let view = resources_for(&snap.resources, self.proxy_type(), t);

@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 
-use deltapilot_engine::snapshot::Snapshot;
-use deltapilot_engine::xds::ResourceType::{self, Cluster, Endpoint, Listener, Route};
+use deltapilot_xds::ResourceType::{self, Cluster, Endpoint, Listener, Route};
+use deltapilot_xds::snapshot::Snapshot;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 

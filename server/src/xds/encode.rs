@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use bytes::{BufMut, BytesMut};
-use deltapilot_engine::xds::{Resource, ResourceType};
+use deltapilot_xds::{Resource, ResourceType};
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
 
 /// A `DeltaDiscoveryResponse`, holding shared resources instead of copies.

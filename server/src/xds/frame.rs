@@ -217,7 +217,7 @@ impl Inbound {
 mod tests {
     use super::*;
     use crate::xds::encode::DeltaOut;
-    use deltapilot_engine::xds::ResourceType;
+    use deltapilot_xds::ResourceType;
     use http_body_util::{Full, StreamBody};
 
     fn framed(msgs: &[&[u8]]) -> Vec<u8> {

@@ -25,7 +25,7 @@ mod testutil;
 
 use std::time::Duration;
 
-use deltapilot_engine::xds::ResourceType;
+use deltapilot_xds::ResourceType;
 
 use crate::Error;
 

@@ -26,7 +26,7 @@
 //! What it does NOT do: look at names or versions; callers summarise each type's
 //! pending work as three flags.
 
-use deltapilot_engine::xds::ResourceType;
+use deltapilot_xds::ResourceType;
 
 /// One type's pending work on a stream.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use deltapilot_engine::model::Proxy;
-use deltapilot_engine::xds::ResourceType;
+use deltapilot_model::Proxy;
+use deltapilot_xds::ResourceType;
 
 /// One type of one stream, as the protocol state machine sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,10 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
-use deltapilot_engine::model::Proxy;
-use deltapilot_engine::snapshot::Snapshot;
-use deltapilot_engine::snapshot::SnapshotReader;
-use deltapilot_engine::xds::ResourceType;
+use deltapilot_model::Proxy;
+use deltapilot_xds::ResourceType;
+use deltapilot_xds::snapshot::Snapshot;
+use deltapilot_xds::snapshot::SnapshotReader;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use tokio::sync::watch;
 use tonic::Status;
@@ -259,11 +259,11 @@ trait Protocol: Send + 'static {
     const API: &'static str;
     fn decode(msg: Bytes) -> Result<Self::Req, Error>;
     fn on_request(&mut self, req: &Self::Req, snap: &Snapshot) -> Result<RequestOutcome, Error>;
-    fn on_snapshot(&mut self, snap: &deltapilot_engine::snapshot::Snapshot);
+    fn on_snapshot(&mut self, snap: &deltapilot_xds::snapshot::Snapshot);
     /// The next response plus `(type, resources, removals, resent_known)`.
     fn next(
         &mut self,
-        snap: &deltapilot_engine::snapshot::Snapshot,
+        snap: &deltapilot_xds::snapshot::Snapshot,
     ) -> Option<(Self::Out, ResourceType, usize, usize, usize)>;
     fn proxy(&self) -> Option<&Proxy>;
     fn in_flight(&self) -> usize;
@@ -295,12 +295,12 @@ impl Protocol for DeltaStream {
     fn on_request(&mut self, req: &Self::Req, snap: &Snapshot) -> Result<RequestOutcome, Error> {
         DeltaStream::on_request(self, req, snap)
     }
-    fn on_snapshot(&mut self, snap: &deltapilot_engine::snapshot::Snapshot) {
+    fn on_snapshot(&mut self, snap: &deltapilot_xds::snapshot::Snapshot) {
         DeltaStream::on_snapshot(self, snap)
     }
     fn next(
         &mut self,
-        snap: &deltapilot_engine::snapshot::Snapshot,
+        snap: &deltapilot_xds::snapshot::Snapshot,
     ) -> Option<(DeltaOut, ResourceType, usize, usize, usize)> {
         let p = self.next_response(snap)?;
         let (n, r) = (p.out.resources.len(), p.out.removed.len());
@@ -331,12 +331,12 @@ impl Protocol for SotwStream {
     fn on_request(&mut self, req: &Self::Req, _snap: &Snapshot) -> Result<RequestOutcome, Error> {
         SotwStream::on_request(self, req)
     }
-    fn on_snapshot(&mut self, snap: &deltapilot_engine::snapshot::Snapshot) {
+    fn on_snapshot(&mut self, snap: &deltapilot_xds::snapshot::Snapshot) {
         SotwStream::on_snapshot(self, snap)
     }
     fn next(
         &mut self,
-        snap: &deltapilot_engine::snapshot::Snapshot,
+        snap: &deltapilot_xds::snapshot::Snapshot,
     ) -> Option<(SotwOut, ResourceType, usize, usize, usize)> {
         let p = self.next_response(snap)?;
         let n = p.out.resources.len();

@@ -15,10 +15,10 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use deltapilot_engine::model::{Proxy, ProxyType};
-use deltapilot_engine::snapshot::Snapshot;
-use deltapilot_engine::xds::view::resources_for;
-use deltapilot_engine::xds::{Resource, ResourceMap, ResourceType};
+use deltapilot_model::{Proxy, ProxyType};
+use deltapilot_xds::snapshot::Snapshot;
+use deltapilot_xds::view::resources_for;
+use deltapilot_xds::{Resource, ResourceMap, ResourceType};
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
 use super::encode::SotwOut;
@@ -204,7 +204,7 @@ impl SotwStream {
         if self.proxy.is_none()
             && let Some(node) = &req.node
         {
-            self.proxy = Some(Proxy::from_node(node));
+            self.proxy = Some(deltapilot_xds::proxy_from_node(node));
         }
         let t = type_of(&req.type_url, self.fixed)?;
         let others: usize = self

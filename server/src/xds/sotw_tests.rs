@@ -1,5 +1,5 @@
-use deltapilot_engine::snapshot::Snapshot;
-use deltapilot_engine::xds::ResourceType::{self, Cluster, Endpoint, Listener, Route};
+use deltapilot_xds::ResourceType::{self, Cluster, Endpoint, Listener, Route};
+use deltapilot_xds::snapshot::Snapshot;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::google::rpc::Status as RpcStatus;

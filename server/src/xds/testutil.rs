@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use deltapilot_engine::snapshot::Snapshot;
-use deltapilot_engine::xds::{ChangeSet, Resource, ResourceMap, ResourceType};
+use deltapilot_xds::snapshot::Snapshot;
+use deltapilot_xds::{ChangeSet, Resource, ResourceMap, ResourceType};
 
 pub(crate) fn map_mut(s: &mut Snapshot, t: ResourceType) -> &mut ResourceMap {
     match t {
@@ -35,7 +35,7 @@ pub(crate) fn next(prev: &Snapshot, edits: &[(ResourceType, &str, Option<&str>)]
         }
     }
     s.recent.push_back((s.seq, Arc::new(cs)));
-    while s.recent.len() > deltapilot_engine::snapshot::RECENT_CHANGES {
+    while s.recent.len() > deltapilot_xds::snapshot::RECENT_CHANGES {
         s.recent.pop_front();
     }
     s

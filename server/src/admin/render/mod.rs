@@ -40,7 +40,7 @@ mod wkt;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use deltapilot_engine::xds::ResourceType;
+use deltapilot_xds::ResourceType;
 use prost::Message;
 use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FileDescriptorSet};

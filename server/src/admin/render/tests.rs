@@ -1,9 +1,9 @@
 //! The renderer against resources the real generator builds: every field known,
 //! the proto3 JSON forms Envoy prints, and damage reported instead of dropped.
 
-use deltapilot_engine::state::ModelState;
-use deltapilot_engine::xds::generate::{GenOptions, build_all};
+use deltapilot_model::state::ModelState;
 use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION, event::Payload};
+use deltapilot_xds::generate::{GenOptions, build_all};
 
 use super::*;
 
@@ -181,8 +181,8 @@ fn garbage_and_unknown_fields_are_shown_not_dropped() {
 /// resource maps iterate in (they iterate in name-hash order).
 #[test]
 fn config_dump_lists_resources_by_name() {
-    use deltapilot_engine::model::ProxyType;
-    use deltapilot_engine::xds::{Resource, ResourceSet};
+    use deltapilot_model::ProxyType;
+    use deltapilot_xds::{Resource, ResourceSet};
     use std::sync::Arc;
 
     let mut set = ResourceSet::default();

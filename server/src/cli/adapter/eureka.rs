@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use deltapilot_adapters::eureka::{EurekaAdapter, EurekaOptions};
-use deltapilot_engine::log::DEFAULT_LOG_URI;
+use deltapilot_log::DEFAULT_LOG_URI;
 
 use super::file::{LogTarget, open_log, parse_log, run_until_signal};
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use deltapilot_adapters::file::{FileAdapter, FileAdapterOptions};
-use deltapilot_engine::log::{DEFAULT_LOG_URI, Log, LogOptions, LogUri, parse_uri};
+use deltapilot_log::{DEFAULT_LOG_URI, Log, LogOptions, LogUri, parse_uri};
 use tokio::sync::watch;
 
 /// Arguments of `deltapilot adapter file`.

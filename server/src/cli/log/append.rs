@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
-use deltapilot_engine::log::{EventLog, RecordPos};
+use deltapilot_log::{EventLog, RecordPos};
 use deltapilot_proto::Event;
 
 use super::copies;

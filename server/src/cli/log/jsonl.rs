@@ -13,7 +13,7 @@
 //! What it does NOT do: I/O (reading files, writing stdout) or validate semantics
 //! that depend on state (ports in range, services that exist): that is the fold's.
 
-use deltapilot_engine::log::RecordPos;
+use deltapilot_log::RecordPos;
 use deltapilot_proto::{ConfigKind, Event, SCHEMA_VERSION, event::Payload, resync_marker::Phase};
 use serde::Serialize;
 use serde_json::Value;

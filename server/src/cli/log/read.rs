@@ -16,8 +16,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use deltapilot_engine::Error as EngineError;
-use deltapilot_engine::log::{EventLog, FollowItem, Log, Position, Record};
+use deltapilot_log::Error as LogError;
+use deltapilot_log::{EventLog, FollowItem, Log, Position, Record};
 use futures::StreamExt as _;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -229,7 +229,7 @@ fn resolve(log: &Log, head: &Position, from: StartAt) -> anyhow::Result<Position
         pos.offset(p) < start.offset(p) || pos.offset(p) > head.offset(p)
     });
     if beyond || outside {
-        return Err(EngineError::PositionOutOfRange {
+        return Err(LogError::PositionOutOfRange {
             requested: pos.to_string(),
             start: start.to_string(),
             head: head.to_string(),

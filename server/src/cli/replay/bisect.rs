@@ -14,11 +14,11 @@
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
-use deltapilot_engine::log::{EventLog, Position};
 use deltapilot_engine::replay::bisect::{Outcome, Predicate, Target, bisect};
-use deltapilot_engine::xds::Resource;
+use deltapilot_log::{EventLog, Position};
 use deltapilot_server::admin::events::event_json;
 use deltapilot_server::admin::render::renderer;
+use deltapilot_xds::Resource;
 
 use super::print::Output;
 use super::progress::Progress;

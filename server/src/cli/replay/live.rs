@@ -23,11 +23,11 @@ use std::time::Duration;
 use deltapilot_engine::checkpoint::{
     CHECKPOINT_DIR, Checkpoint, CheckpointPolicy, CheckpointStore, load_verified, run_checkpointer,
 };
-use deltapilot_engine::log::{Log, Position};
-use deltapilot_engine::snapshot::SnapshotReader;
-use deltapilot_engine::xds::generate::GenOptions;
+use deltapilot_log::{Log, Position};
 use deltapilot_server::admin::DebugState;
 use deltapilot_server::xds::registry::StreamRegistry;
+use deltapilot_xds::generate::GenOptions;
+use deltapilot_xds::snapshot::SnapshotReader;
 use serde::Deserialize;
 use tokio::sync::watch;
 

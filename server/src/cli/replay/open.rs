@@ -20,9 +20,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use deltapilot_engine::Error;
-use deltapilot_engine::log::file::FileLog;
-use deltapilot_engine::log::{Log, LogOptions, LogUri};
+use deltapilot_log::Error;
+use deltapilot_log::file::FileLog;
+use deltapilot_log::{Log, LogOptions, LogUri};
 
 /// An opened log, possibly only the part before a corrupt record.
 pub(crate) struct Opened {

@@ -28,14 +28,14 @@
 
 use std::io::Write;
 
-use deltapilot_engine::log::RecordPos;
-use deltapilot_engine::model::Proxy;
 use deltapilot_engine::replay::bisect::parse_type;
 use deltapilot_engine::replay::{EventReport, ResourceChange, ResourceKind};
-use deltapilot_engine::xds::{Resource, ResourceType};
+use deltapilot_log::RecordPos;
+use deltapilot_model::Proxy;
 use deltapilot_proto::Event;
 use deltapilot_server::admin::events::event_json;
 use deltapilot_server::admin::render::renderer;
+use deltapilot_xds::{Resource, ResourceType};
 use serde::Serialize;
 
 use super::diff::unified;

@@ -16,7 +16,7 @@
 use std::path::Path;
 
 use anyhow::Context as _;
-use deltapilot_engine::model::{Proxy, ProxyType};
+use deltapilot_model::{Proxy, ProxyType};
 use envoy_types::pb::envoy::config::core::v3::{Locality, Node};
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
 
@@ -55,7 +55,7 @@ pub(crate) fn resolve(arg: &str, kind: Option<ProxyTypeArg>) -> anyhow::Result<P
             ..Default::default()
         }
     };
-    let mut proxy = Proxy::from_node(&node);
+    let mut proxy = deltapilot_xds::proxy_from_node(&node);
     if let Some(k) = kind {
         proxy.proxy_type = k.into();
     }

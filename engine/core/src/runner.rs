@@ -1,0 +1,371 @@
+//! The engine runner: owns the folded state, the current xDS resources and the one
+//! [`SnapshotWriter`], and turns each batch of log records into the next snapshot.
+//!
+//! Per batch ([`Engine::apply_records`]): decode each record (a record that does not
+//! decode, or has a newer schema, is skipped with its position), [`fold`]
+//! the events, regenerate the touched xDS resources, and publish a snapshot. A
+//! snapshot is published after every batch so its `position` is always current (for
+//! readiness and debug views), but its `seq` only moves, and readers are only woken,
+//! when the change set is non-empty: identical content never causes a push.
+//!
+//! Counters ([`EngineStats`]) are plain atomics that the server exports as metrics;
+//! the engine depends on no metrics crate.
+//!
+//! What it does NOT do: decide what a proxy sees (that is `xds::view`) or serve
+//! anything. [`Engine::run`] follows a log until shutdown; everything else is
+//! synchronous and deterministic.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use deltapilot_proto::Event;
+use futures::StreamExt;
+use imbl::Vector;
+use tokio::sync::watch;
+
+use crate::Result;
+use crate::release::Releaser;
+use deltapilot_log::{EventLog, FollowItem, Position, Record, RecordPos};
+use deltapilot_model::fold::{SkipReason, Skipped, fold};
+use deltapilot_model::state::{ModelState, Touched};
+use deltapilot_xds::generate::{GenError, GenOptions, Generator};
+use deltapilot_xds::snapshot::{RECENT_CHANGES, Snapshot, SnapshotReader, SnapshotWriter};
+use deltapilot_xds::{ChangeSet, ResourceSet};
+
+/// Counters of the engine, readable from any thread while it runs.
+#[derive(Debug, Default)]
+pub struct EngineStats {
+    events_applied: AtomicU64,
+    skipped: [AtomicU64; SkipReason::ALL.len()],
+    gen_errors: AtomicU64,
+    batches: AtomicU64,
+    caught_up: AtomicBool,
+}
+
+impl EngineStats {
+    /// Events folded into the state (including rewrites that changed nothing).
+    pub fn events_applied(&self) -> u64 {
+        self.events_applied.load(Ordering::Relaxed)
+    }
+
+    /// Events or records skipped for `reason`.
+    pub fn skipped(&self, reason: SkipReason) -> u64 {
+        self.skipped[reason.index()].load(Ordering::Relaxed)
+    }
+
+    /// Events or records skipped, all reasons.
+    pub fn skipped_total(&self) -> u64 {
+        SkipReason::ALL.iter().map(|r| self.skipped(*r)).sum()
+    }
+
+    /// xDS resources that failed to build or encode (and were not published).
+    pub fn gen_errors(&self) -> u64 {
+        self.gen_errors.load(Ordering::Relaxed)
+    }
+
+    /// Batches folded.
+    pub fn batches(&self) -> u64 {
+        self.batches.load(Ordering::Relaxed)
+    }
+
+    /// Whether the engine has caught up with the log head at least once (readiness).
+    pub fn caught_up(&self) -> bool {
+        self.caught_up.load(Ordering::Relaxed)
+    }
+}
+
+/// What one batch did.
+#[derive(Debug, Clone, Default)]
+pub struct StepReport {
+    /// Records (or events) in the batch, skipped ones included.
+    pub records: usize,
+    /// Events applied.
+    pub applied: usize,
+    /// Records or events skipped, in log order.
+    pub skipped: Vec<Skipped>,
+    /// What the fold touched.
+    pub touched: Touched,
+    /// Resources that failed to build or encode.
+    pub gen_errors: Vec<GenError>,
+    /// The xDS changes this batch produced (empty: no push).
+    pub changes: Arc<ChangeSet>,
+    /// Sequence number of the published snapshot (unchanged if `changes` is empty).
+    pub seq: u64,
+    /// Its content hash.
+    pub hash: u64,
+    /// Its log position.
+    pub position: Position,
+}
+
+/// The fold loop's owner: one per process, not `Clone` (there is one writer).
+#[derive(Debug)]
+pub struct Engine {
+    model: ModelState,
+    resources: ResourceSet,
+    /// The incremental generator and its reverse indexes (entity → resources);
+    /// it also keeps the hash of `resources` ([`Generator::resources_hash`]).
+    generator: Generator,
+    writer: SnapshotWriter,
+    position: Position,
+    seq: u64,
+    recent: Vector<(u64, Arc<ChangeSet>)>,
+    /// See [`Snapshot::observed_at_micros`].
+    observed_at_micros: i64,
+    stats: Arc<EngineStats>,
+    ready: watch::Sender<bool>,
+    /// Frees each replaced snapshot off the fold's thread (see
+    /// `crate::release`): at 100k endpoints, freeing what a 4,096-event batch
+    /// superseded cost about as much as folding it.
+    releaser: Releaser<Arc<Snapshot>>,
+}
+
+impl Engine {
+    /// An engine with an empty state, publishing its first snapshot (seq 0) at once.
+    pub fn new(opts: GenOptions) -> Self {
+        Self::with_state(opts, ModelState::default(), Position::default())
+    }
+
+    /// An engine restored from a checkpoint: its state at its position, every
+    /// resource built from that state, published at once as snapshot seq 0. Run it
+    /// from `checkpoint.position` to continue where the checkpoint was taken.
+    pub fn from_checkpoint(opts: GenOptions, checkpoint: crate::checkpoint::Checkpoint) -> Self {
+        Self::with_state(opts, checkpoint.model, checkpoint.position)
+    }
+
+    fn with_state(opts: GenOptions, model: ModelState, position: Position) -> Self {
+        let (generator, resources, errors) = Generator::build(&model, opts);
+        for e in &errors {
+            tracing::warn!(resource = %e.name, reason = %e.reason, "xDS resource not published");
+        }
+        let stats = Arc::new(EngineStats::default());
+        stats
+            .gen_errors
+            .fetch_add(errors.len() as u64, Ordering::Relaxed);
+        let initial = Snapshot {
+            seq: 0,
+            position: position.clone(),
+            hash: deltapilot_xds::hash::snapshot_hash(model.hash(), generator.resources_hash()),
+            model: model.clone(),
+            resources: resources.clone(),
+            observed_at_micros: 0,
+            recent: Vector::new(),
+        };
+        let (writer, _reader) = SnapshotWriter::new(initial);
+        let (ready, _) = watch::channel(false);
+        Engine {
+            model,
+            resources,
+            generator,
+            writer,
+            position,
+            seq: 0,
+            recent: Vector::new(),
+            observed_at_micros: 0,
+            stats,
+            ready,
+            releaser: Releaser::new("engine-release"),
+        }
+    }
+
+    /// A reader of the published snapshots.
+    pub fn reader(&self) -> SnapshotReader {
+        self.writer.reader()
+    }
+
+    /// The engine's counters (shared; they keep counting while the engine runs).
+    pub fn stats(&self) -> Arc<EngineStats> {
+        self.stats.clone()
+    }
+
+    /// Becomes `true` once the engine has caught up with the log head (and stays
+    /// so): the replica is ready to serve.
+    pub fn ready(&self) -> watch::Receiver<bool> {
+        self.ready.subscribe()
+    }
+
+    /// The snapshot currently published.
+    pub fn current(&self) -> Arc<Snapshot> {
+        self.writer.current()
+    }
+
+    /// The folded state.
+    pub fn model(&self) -> &ModelState {
+        &self.model
+    }
+
+    /// Where the engine stands in the log: everything before it is folded.
+    pub fn position(&self) -> &Position {
+        &self.position
+    }
+
+    /// Decodes, folds and publishes one batch of records. Records at or before the
+    /// engine's position in their partition (a re-delivery) are ignored.
+    pub fn apply_records(&mut self, records: &[Record]) -> StepReport {
+        let mut events: Vec<(RecordPos, Event)> = Vec::with_capacity(records.len());
+        let mut skipped = Vec::new();
+        let mut fresh = 0;
+        for r in records {
+            if self.position.contains(r.pos) {
+                tracing::debug!(position = %r.pos, "record already folded; ignored");
+                continue;
+            }
+            fresh += 1;
+            match r.decode() {
+                Ok(ev) => events.push((r.pos, ev)),
+                Err(e) => skipped.push(undecodable(r.pos, &e)),
+            }
+            self.position.advance(r.pos);
+        }
+        let mut report = self.step(&events, skipped);
+        report.records = fresh;
+        report
+    }
+
+    /// Folds and publishes one batch of already decoded events (replay tools and
+    /// tests); positions advance as for records.
+    pub fn apply_events(&mut self, batch: &[(RecordPos, Event)]) -> StepReport {
+        for (pos, _) in batch {
+            self.position.advance(*pos);
+        }
+        self.step(batch, Vec::new())
+    }
+
+    fn step(&mut self, events: &[(RecordPos, Event)], mut skipped: Vec<Skipped>) -> StepReport {
+        let out = fold(&self.model, events);
+        skipped.extend(out.skipped);
+        skipped.sort_by_key(|s| s.pos);
+        for s in &skipped {
+            self.stats.skipped[s.reason.index()].fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                position = %s.pos,
+                key = s.key.as_deref().unwrap_or("-"),
+                reason = s.reason.as_str(),
+                "event skipped: {}",
+                s.detail
+            );
+        }
+        self.stats
+            .events_applied
+            .fetch_add(out.applied as u64, Ordering::Relaxed);
+        self.stats.batches.fetch_add(1, Ordering::Relaxed);
+
+        let (resources, changes, gen_errors) =
+            self.generator
+                .regenerate(&self.resources, &out.state, &out.touched);
+        for e in &gen_errors {
+            tracing::warn!(resource = %e.name, reason = %e.reason, "xDS resource not published");
+        }
+        self.stats
+            .gen_errors
+            .fetch_add(gen_errors.len() as u64, Ordering::Relaxed);
+
+        self.model = out.state;
+        self.resources = resources;
+        let changes = Arc::new(changes);
+        if !changes.is_empty() {
+            self.seq += 1;
+            self.observed_at_micros = events
+                .iter()
+                .map(|(_, e)| e.observed_at_unix_micros)
+                .max()
+                .unwrap_or(0);
+            self.recent.push_back((self.seq, changes.clone()));
+            while self.recent.len() > RECENT_CHANGES {
+                self.recent.pop_front();
+            }
+        }
+        let hash = self.publish();
+        StepReport {
+            records: events.len() + skipped.len(),
+            applied: out.applied,
+            skipped,
+            touched: out.touched,
+            gen_errors,
+            changes,
+            seq: self.seq,
+            hash,
+            position: self.position.clone(),
+        }
+    }
+
+    fn publish(&mut self) -> u64 {
+        let hash =
+            deltapilot_xds::hash::snapshot_hash(self.model.hash(), self.generator.resources_hash());
+        let replaced = self.writer.publish(Snapshot {
+            seq: self.seq,
+            position: self.position.clone(),
+            hash,
+            model: self.model.clone(),
+            resources: self.resources.clone(),
+            observed_at_micros: self.observed_at_micros,
+            recent: self.recent.clone(),
+        });
+        self.releaser.release(replaced);
+        hash
+    }
+
+    /// Records that the log has been read up to `head`: the engine's position moves
+    /// up to it (per partition) and the engine becomes ready.
+    pub fn mark_caught_up(&mut self, head: &Position) {
+        self.mark_position(head);
+        self.stats.caught_up.store(true, Ordering::Relaxed);
+        self.ready.send_if_modified(|r| !std::mem::replace(r, true));
+        self.publish();
+    }
+
+    /// Follows `log` from `from`, folding every batch, until `shutdown` turns `true`
+    /// (or its sender is dropped), the log stream ends, or the log fails. A log error
+    /// is returned: the log is the truth, so the engine never skips past a failure
+    /// of the log itself (only past individual bad records).
+    pub async fn run<L: EventLog + ?Sized>(
+        &mut self,
+        log: &L,
+        from: Position,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<()> {
+        if !self.position.covers(&from) {
+            self.mark_position(&from);
+        }
+        let mut stream = log.follow(from);
+        let stop = shutdown.wait_for(|s| *s);
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut stop => return Ok(()),
+                item = stream.next() => match item {
+                    None => return Ok(()),
+                    Some(Err(e)) => return Err(e.into()),
+                    Some(Ok(FollowItem::Records(records))) => {
+                        self.apply_records(&records);
+                    }
+                    Some(Ok(FollowItem::CaughtUp(head))) => self.mark_caught_up(&head),
+                },
+            }
+        }
+    }
+
+    /// Moves the position up to `at`, per partition (never back).
+    fn mark_position(&mut self, at: &Position) {
+        let n = self.position.partitions().max(at.partitions());
+        let merged: Vec<u64> = (0..n as u32)
+            .map(|p| self.position.offset(p).max(at.offset(p)))
+            .collect();
+        self.position = Position::from_offsets(merged);
+    }
+}
+
+/// The skip report of a record whose bytes are not an event this build reads:
+/// written by a newer schema, or not an event at all. The engine and a replay
+/// both skip it with this report, so that both fold the same events.
+pub(crate) fn undecodable(pos: RecordPos, e: &deltapilot_log::Error) -> Skipped {
+    let reason = match e {
+        deltapilot_log::Error::SchemaTooNew { .. } => SkipReason::SchemaTooNew,
+        _ => SkipReason::Decode,
+    };
+    Skipped::undecodable(pos, reason, e.to_string())
+}
+
+#[cfg(test)]
+#[path = "runner_tests.rs"]
+mod tests;

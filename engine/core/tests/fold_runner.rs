@@ -1,0 +1,136 @@
+//! The engine runner against a real embedded log: it follows the log, folds what is
+//! there and what is appended later, becomes ready on catch-up, counts skipped
+//! events, and stops on the drain signal.
+
+mod fold_support;
+use deltapilot_testkit::events as support_events;
+
+use std::time::Duration;
+
+use deltapilot_engine::runner::Engine;
+use deltapilot_log::file::{FileLog, FileLogOptions};
+use deltapilot_log::{EventLog, Position};
+use deltapilot_model::fold::SkipReason;
+use deltapilot_xds::generate::GenOptions;
+use deltapilot_xds::hash::full_snapshot_hash;
+use deltapilot_xds::snapshot::SnapshotReader;
+use fold_support::*;
+use tokio::sync::watch;
+
+/// Polls the published snapshot until its position reaches `offset` (bounded).
+async fn wait_for_offset(reader: &SnapshotReader, offset: u64) {
+    for _ in 0..1000 {
+        if reader.load().position.offset(0) >= offset {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "engine did not reach offset {offset}; at {}",
+        reader.load().position
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follows_a_file_log_until_shutdown() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = std::sync::Arc::new(
+        FileLog::open(dir.path(), FileLogOptions::default()).expect("open log"),
+    );
+    log.append(&[
+        svc("file", 1, "ns", "a.ns.svc", 80),
+        ep("file", 1, "ep/1", "10.0.0.1", &["a.ns.svc"], 1),
+        ep("file", 1, "ep/orphan", "10.0.0.2", &["missing.ns.svc"], 1),
+    ])
+    .await
+    .expect("append");
+
+    let mut engine = Engine::new(GenOptions::default());
+    let reader = engine.reader();
+    let stats = engine.stats();
+    let mut ready = engine.ready();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let follower = log.clone();
+    let task = tokio::spawn(async move {
+        let from = follower.start();
+        let r = engine.run(&*follower, from, stop_rx).await;
+        (engine, r)
+    });
+
+    tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
+        .await
+        .expect("ready within bound")
+        .expect("engine alive");
+    wait_for_offset(&reader, 3).await;
+    let snap = reader.load();
+    assert_eq!(snap.model.endpoint_count("a.ns.svc"), 1);
+    assert_eq!(stats.skipped(SkipReason::UnknownService), 1);
+
+    // Appended while the engine follows.
+    log.append(&[
+        ep("file", 1, "ep/2", "10.0.0.3", &["a.ns.svc"], 1),
+        ep_del("file", 1, "ep/1"),
+    ])
+    .await
+    .expect("append");
+    wait_for_offset(&reader, 5).await;
+    let snap = reader.load();
+    let keys: Vec<String> = snap
+        .model
+        .endpoints_of("a.ns.svc")
+        .map(|e| e.key.to_string())
+        .collect();
+    assert_eq!(keys, ["ep/2"]);
+    assert_eq!(snap.hash, full_snapshot_hash(&snap));
+    assert_eq!(stats.events_applied(), 4);
+
+    stop_tx.send(true).expect("engine listening");
+    let (engine, result) = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("stops within bound")
+        .expect("task did not panic");
+    result.expect("clean stop");
+    assert_eq!(engine.position(), &Position::single(5));
+    assert!(stats.caught_up());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replaying_the_same_file_log_gives_the_same_hash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = FileLog::open(dir.path(), FileLogOptions::default()).expect("open log");
+    let mut events = vec![resync("file", 1, false)];
+    for i in 0..50u32 {
+        let host = format!("s{}.ns.svc", i % 7);
+        events.push(svc("file", 1, "ns", &host, 80 + i % 3));
+        events.push(ep(
+            "file",
+            1,
+            &format!("ep/{i}"),
+            &format!("10.0.1.{i}"),
+            &[&host],
+            i % 4,
+        ));
+    }
+    events.push(resync("file", 1, true));
+    log.append(&events).await.expect("append");
+    let head = log.head().await.expect("head");
+
+    let mut hashes = Vec::new();
+    for _ in 0..2 {
+        let mut engine = Engine::new(GenOptions::default());
+        let mut offset = Position::single(0);
+        for _ in 0..100 {
+            let records = log.read(&offset, 17).await.expect("read");
+            if records.is_empty() {
+                break;
+            }
+            for r in &records {
+                offset.advance(r.pos);
+            }
+            engine.apply_records(&records);
+        }
+        assert_eq!(engine.position(), &head);
+        hashes.push(engine.current().hash);
+    }
+    assert_eq!(hashes[0], hashes[1]);
+}

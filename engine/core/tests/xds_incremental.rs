@@ -1,0 +1,521 @@
+//! Incremental generation equals rebuild-from-scratch, byte for byte, for random
+//! event sequences folded by the real fold: service and endpoint upserts and
+//! deletes, resyncs that sweep, and two sources (and two namespaces) writing the
+//! same hostnames. Also: change sets name exactly the resources whose bytes
+//! changed, and the O(changed) per-proxy diff equals the full diff.
+
+use deltapilot_testkit::events as support_events;
+mod xds_support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use deltapilot_model::ProxyType;
+use deltapilot_model::state::ModelState;
+use deltapilot_proto::Event;
+use deltapilot_xds::generate::{GenOptions, Generator, build_all, changes_between};
+use deltapilot_xds::hash::resources_hash;
+use deltapilot_xds::view::{View, ViewKey, diff, diff_changed};
+use deltapilot_xds::{Resource, ResourceMap, ResourceSet, ResourceType};
+use proptest::prelude::*;
+use xds_support::*;
+
+const SOURCES: [&str; 2] = ["a-k8s", "b-file"];
+const NAMESPACES: [&str; 2] = ["ns1", "ns2"];
+const HOSTS: [&str; 6] = [
+    "a.ns1.svc.cluster.local",
+    "a.ns2.svc.cluster.local",
+    "b.ns1.svc.cluster.local",
+    "a.ns1",
+    "api.example.com",
+    "*.wild.example.com",
+];
+const PORTS: [u32; 4] = [80, 443, 9090, 3306];
+const PROTOCOLS: [Protocol; 7] = [
+    Protocol::Http,
+    Protocol::Http2,
+    Protocol::Grpc,
+    Protocol::Tcp,
+    Protocol::Tls,
+    Protocol::Udp,
+    Protocol::Mysql,
+];
+const RESOLUTIONS: [Resolution; 4] = [
+    Resolution::StaticEndpoints,
+    Resolution::StaticEndpoints,
+    Resolution::Dns,
+    Resolution::Passthrough,
+];
+const ADDRESSES: [&str; 5] = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "fd00::1"];
+const WEIGHTS: [u32; 5] = [0, 1, 2, 5, u32::MAX / 2 + 1];
+const HEALTHS: [Health; 5] = [
+    Health::Unspecified,
+    Health::Healthy,
+    Health::Unhealthy,
+    Health::Draining,
+    Health::NotReady,
+];
+const LOCALITIES: [(&str, &str); 3] = [("", ""), ("r1", "z1"), ("r2", "z1")];
+
+/// One step of a random history, in terms of indexes into the pools above.
+#[derive(Debug, Clone)]
+enum Op {
+    Svc {
+        src: usize,
+        ns: usize,
+        host: usize,
+        ports: Vec<(usize, usize)>,
+        res: usize,
+    },
+    SvcDel {
+        src: usize,
+        ns: usize,
+        host: usize,
+    },
+    Ep {
+        src: usize,
+        key: usize,
+        addr: usize,
+        refs: Vec<(usize, usize)>,
+        weight: usize,
+        health: usize,
+        loc: usize,
+        target: bool,
+    },
+    EpDel {
+        src: usize,
+        key: usize,
+    },
+    /// The last `Ep` of this key again, same source and shape, with another
+    /// address, weight and health: the fold's rewrite path (an endpoint of
+    /// one hostname is touched by key), which a random `Ep` rarely takes.
+    EpAgain {
+        key: usize,
+        addr: usize,
+        weight: usize,
+        health: usize,
+    },
+    ResyncStart {
+        src: usize,
+    },
+    ResyncDone {
+        src: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let src = 0..SOURCES.len();
+    let ns = 0..NAMESPACES.len();
+    let host = 0..HOSTS.len();
+    prop_oneof![
+        6 => (src.clone(), ns.clone(), host.clone(), prop::collection::vec((0..PORTS.len(), 0..PROTOCOLS.len()), 0..3), 0..RESOLUTIONS.len())
+            .prop_map(|(src, ns, host, ports, res)| Op::Svc { src, ns, host, ports, res }),
+        2 => (src.clone(), ns.clone(), host.clone()).prop_map(|(src, ns, host)| Op::SvcDel { src, ns, host }),
+        8 => (
+            src.clone(),
+            0..6usize,
+            0..ADDRESSES.len(),
+            prop::collection::vec((ns.clone(), host.clone()), 1..3),
+            0..WEIGHTS.len(),
+            0..HEALTHS.len(),
+            0..LOCALITIES.len(),
+            any::<bool>(),
+        )
+            .prop_map(|(src, key, addr, refs, weight, health, loc, target)| Op::Ep { src, key, addr, refs, weight, health, loc, target }),
+        2 => (src.clone(), 0..6usize).prop_map(|(src, key)| Op::EpDel { src, key }),
+        6 => (0..6usize, 0..ADDRESSES.len(), 0..WEIGHTS.len(), 0..HEALTHS.len())
+            .prop_map(|(key, addr, weight, health)| Op::EpAgain { key, addr, weight, health }),
+        1 => src.clone().prop_map(|src| Op::ResyncStart { src }),
+        1 => src.prop_map(|src| Op::ResyncDone { src }),
+    ]
+}
+
+/// An endpoint op, over more keys than [`op`] uses, so that a long run holds
+/// both repeated and distinct keys.
+fn endpoint_op() -> impl Strategy<Value = Op> {
+    let src = 0..SOURCES.len();
+    let (ns, host) = (0..NAMESPACES.len(), 0..HOSTS.len());
+    prop_oneof![
+        8 => (
+            src.clone(),
+            0..40usize,
+            0..ADDRESSES.len(),
+            prop::collection::vec((ns, host), 1..3),
+            0..WEIGHTS.len(),
+            0..HEALTHS.len(),
+            0..LOCALITIES.len(),
+            any::<bool>(),
+        )
+            .prop_map(|(src, key, addr, refs, weight, health, loc, target)| Op::Ep { src, key, addr, refs, weight, health, loc, target }),
+        2 => (src, 0..40usize).prop_map(|(src, key)| Op::EpDel { src, key }),
+        6 => (0..40usize, 0..ADDRESSES.len(), 0..WEIGHTS.len(), 0..HEALTHS.len())
+            .prop_map(|(key, addr, weight, health)| Op::EpAgain { key, addr, weight, health }),
+    ]
+}
+
+/// Turns ops into events, giving each source a current resync generation.
+fn events(ops: &[Op]) -> Vec<Event> {
+    let mut gens = [0u64; SOURCES.len()];
+    let mut out = Vec::with_capacity(ops.len());
+    // Per key index, the last `Ep` written for it (for `EpAgain`).
+    let mut last: HashMap<usize, Op> = HashMap::new();
+    for op in ops {
+        let again;
+        let op = match op {
+            Op::EpAgain {
+                key,
+                addr,
+                weight,
+                health,
+            } => match last.get(key) {
+                Some(Op::Ep {
+                    src,
+                    refs,
+                    loc,
+                    target,
+                    ..
+                }) => {
+                    again = Op::Ep {
+                        src: *src,
+                        key: *key,
+                        addr: *addr,
+                        refs: refs.clone(),
+                        weight: *weight,
+                        health: *health,
+                        loc: *loc,
+                        target: *target,
+                    };
+                    &again
+                }
+                _ => continue,
+            },
+            Op::Ep { key, .. } => {
+                last.insert(*key, op.clone());
+                op
+            }
+            _ => op,
+        };
+        let ev = match op {
+            Op::Svc {
+                src,
+                ns,
+                host,
+                ports,
+                res,
+            } => {
+                let ports = ports
+                    .iter()
+                    .map(|(p, proto)| {
+                        port(&format!("p{}", PORTS[*p]), PORTS[*p], PROTOCOLS[*proto])
+                    })
+                    .collect();
+                svc(
+                    SOURCES[*src],
+                    gens[*src],
+                    NAMESPACES[*ns],
+                    HOSTS[*host],
+                    ports,
+                    RESOLUTIONS[*res],
+                )
+            }
+            Op::SvcDel { src, ns, host } => {
+                svc_del(SOURCES[*src], gens[*src], NAMESPACES[*ns], HOSTS[*host])
+            }
+            Op::Ep {
+                src,
+                key,
+                addr,
+                refs,
+                weight,
+                health,
+                loc,
+                target,
+            } => {
+                let (ns, host) = refs[0];
+                let mut e = Ep::new(ADDRESSES[*addr], NAMESPACES[ns], HOSTS[host])
+                    .weight(WEIGHTS[*weight])
+                    .health(HEALTHS[*health])
+                    .locality(LOCALITIES[*loc].0, LOCALITIES[*loc].1);
+                e.services = refs
+                    .iter()
+                    .map(|(n, h)| (NAMESPACES[*n].to_string(), HOSTS[*h].to_string()))
+                    .collect();
+                if *target {
+                    e = e.target("p80", 8080);
+                }
+                e.upsert(
+                    SOURCES[*src],
+                    gens[*src],
+                    &format!("ep/{}/{key}", SOURCES[*src]),
+                )
+            }
+            Op::EpDel { src, key } => ep_del(
+                SOURCES[*src],
+                gens[*src],
+                &format!("ep/{}/{key}", SOURCES[*src]),
+            ),
+            Op::ResyncStart { src } => {
+                gens[*src] += 1;
+                resync(SOURCES[*src], gens[*src], false)
+            }
+            Op::ResyncDone { src } => resync(SOURCES[*src], gens[*src], true),
+            Op::EpAgain { .. } => unreachable!("replaced by the Ep it repeats"),
+        };
+        out.push(ev);
+    }
+    out
+}
+
+/// What a proxy holds after reporting `view`'s versions on a reconnect:
+/// stand-ins, so that the diffs compare versions, not pointers.
+fn known_of(view: &View, t: ResourceType) -> ResourceMap {
+    view.resources(t)
+        .iter()
+        .map(|(n, r)| Arc::new(Resource::stand_in(n.clone(), r.version.clone())))
+        .collect()
+}
+
+/// Folds `ops` in batches of the given sizes, checking every step.
+fn check(ops: &[Op], batch_sizes: &[usize]) -> Result<(), TestCaseError> {
+    let evs = events(ops);
+    let opts = GenOptions {
+        bind_outbound: true,
+        ..Default::default()
+    };
+    let mut generator = Generator::new(opts.clone());
+    let mut state = ModelState::default();
+    let mut set = ResourceSet::default();
+    let mut rest = &evs[..];
+    let mut sizes = batch_sizes.iter().cycle();
+    while !rest.is_empty() {
+        let n = (*sizes.next().unwrap_or(&1)).clamp(1, rest.len());
+        let (batch, tail) = rest.split_at(n);
+        rest = tail;
+        let (next_state, touched, _) = fold_batch(&state, batch);
+        let (next, changes, errors) = generator.regenerate(&set, &next_state, &touched);
+        let (reference, ref_errors) = build_all(&next_state, &opts);
+        assert_client_rules(&next);
+        prop_assert_eq!(
+            flatten(&next),
+            flatten(&reference),
+            "incremental != from scratch after {:?}",
+            batch
+        );
+        prop_assert_eq!(
+            &changes,
+            &changes_between(&set, &next),
+            "change set must name exactly what changed"
+        );
+        prop_assert_eq!(
+            generator.resources_hash(),
+            resources_hash(&next),
+            "the generator's running hash must be the set's"
+        );
+        for e in &errors {
+            prop_assert!(
+                ref_errors.contains(e),
+                "incremental error {e} unknown to the reference {ref_errors:?}"
+            );
+        }
+        for pt in [ProxyType::Sidecar, ProxyType::ProxylessGrpc] {
+            let key = ViewKey { proxy_type: pt };
+            let (before, after) = (View::new(&set, key.clone()), View::new(&next, key.clone()));
+            for t in ResourceType::ALL {
+                let known = known_of(&before, t);
+                let full = diff(after.resources(t), &known);
+                let quick = diff_changed(after.resources(t), &known, changes.of(t));
+                prop_assert_eq!(full, quick, "{:?} {:?}", pt, t);
+            }
+        }
+        state = next_state;
+        set = next;
+    }
+    // Rebuilding the generator from the final model agrees too (startup path).
+    let (rebuilt_generator, rebuilt, _) = Generator::build(&state, opts.clone());
+    prop_assert_eq!(flatten(&rebuilt), flatten(&set));
+    prop_assert_eq!(rebuilt_generator.resources_hash(), resources_hash(&set));
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn incremental_equals_from_scratch(
+        ops in prop::collection::vec(op(), 1..60),
+        sizes in prop::collection::vec(1usize..8, 1..6),
+    ) {
+        check(&ops, &sizes)?;
+    }
+
+    /// Batches as live ones are: a run of 64 or more endpoint events (which the
+    /// fold applies by key hash) inside one batch, between random histories.
+    #[test]
+    fn incremental_equals_from_scratch_with_long_endpoint_runs(
+        head in prop::collection::vec(op(), 1..30),
+        run in prop::collection::vec(endpoint_op(), 64..130),
+        tail in prop::collection::vec(op(), 0..20),
+        sizes in prop::collection::vec(160usize..256, 1..3),
+    ) {
+        let ops: Vec<Op> = head.into_iter().chain(run).chain(tail).collect();
+        check(&ops, &sizes)?;
+    }
+}
+
+#[test]
+fn endpoint_only_batches_touch_only_eds() {
+    let opts = GenOptions::default();
+    let mut events: Vec<Event> = (0..50)
+        .map(|i| {
+            simple_svc(
+                "ns",
+                &format!("s{i}.ns.svc.cluster.local"),
+                80,
+                Protocol::Http,
+            )
+        })
+        .collect();
+    events.push(Ep::new("10.0.0.1", "ns", "s7.ns.svc.cluster.local").upsert("src", 0, "ep/1"));
+    let (state, touched) = fold_all(&ModelState::default(), &events);
+    let mut generator = Generator::new(opts.clone());
+    let (set, _, errors) = generator.regenerate(&ResourceSet::default(), &state, &touched);
+    assert!(errors.is_empty());
+
+    let batch = [
+        Ep::new("10.0.0.2", "ns", "s7.ns.svc.cluster.local").upsert("src", 0, "ep/2"),
+        Ep::new("10.0.0.1", "ns", "s7.ns.svc.cluster.local")
+            .weight(4)
+            .upsert("src", 0, "ep/1"),
+    ];
+    let (state2, touched2) = fold_all(&state, &batch);
+    let (next, changes, _) = generator.regenerate(&set, &state2, &touched2);
+    let eds: Vec<&str> = changes
+        .of(ResourceType::Endpoint)
+        .upserted
+        .iter()
+        .map(|n| &**n)
+        .collect();
+    assert_eq!(eds, ["outbound|80||s7.ns.svc.cluster.local"]);
+    for t in [
+        ResourceType::Cluster,
+        ResourceType::Listener,
+        ResourceType::Route,
+    ] {
+        assert!(
+            changes.of(t).is_empty(),
+            "{t:?} untouched by endpoint changes"
+        );
+    }
+    assert!(Arc::ptr_eq(
+        next.routes.get("80").expect("route 80"),
+        set.routes.get("80").expect("route 80")
+    ));
+
+    // Rewriting an unchanged endpoint changes nothing at all.
+    let (state3, touched3) = fold_all(&state2, &batch[1..]);
+    let (_, none, _) = generator.regenerate(&next, &state3, &touched3);
+    assert!(none.is_empty(), "{none:?}");
+}
+
+#[test]
+fn removing_the_last_service_on_a_port_removes_its_listener_and_routes() {
+    let opts = GenOptions::default();
+    let host = "only.ns.svc.cluster.local";
+    let (state, touched) = fold_all(
+        &ModelState::default(),
+        &[simple_svc("ns", host, 8080, Protocol::Grpc)],
+    );
+    let mut generator = Generator::new(opts);
+    let (set, _, _) = generator.regenerate(&ResourceSet::default(), &state, &touched);
+    let (state2, touched2) = fold_all(&state, &[svc_del("src", 0, "ns", host)]);
+    let (next, changes, _) = generator.regenerate(&set, &state2, &touched2);
+    assert!(flatten(&next).is_empty());
+    let removed = |t: ResourceType| {
+        changes
+            .of(t)
+            .removed
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        removed(ResourceType::Cluster),
+        [format!("outbound|8080||{host}")]
+    );
+    assert_eq!(
+        removed(ResourceType::Endpoint),
+        [format!("outbound|8080||{host}")]
+    );
+    assert_eq!(
+        removed(ResourceType::Listener),
+        ["0.0.0.0_8080".to_string(), format!("{host}:8080")]
+    );
+    assert_eq!(
+        removed(ResourceType::Route),
+        ["8080".to_string(), format!("{host}:8080")]
+    );
+}
+
+/// A regeneration of many hosts is built on several threads, and so are its
+/// route configurations (one port per thread); its output must be exactly the
+/// one built host by host. Here: the same 1,200 services (three protocols, two
+/// ports, two endpoints each), regenerated once as a whole (the threaded paths:
+/// 1,200 hosts, 1,600 virtual hosts over eight ports) and in batches of 100
+/// (each below both thresholds), compared byte for byte, change set included.
+#[test]
+fn a_large_regeneration_equals_one_built_in_small_batches() {
+    let protocols = [Protocol::Http, Protocol::Tcp, Protocol::Grpc];
+    let mut events = Vec::new();
+    for i in 0..1_200usize {
+        let host = format!("svc-{i}.ns{}.svc.cluster.local", i % 3);
+        let ns = format!("ns{}", i % 3);
+        let p = protocols[i % 3];
+        events.push(svc(
+            "src",
+            0,
+            &ns,
+            &host,
+            vec![port("a", 8000 + (i % 7) as u32, p), port("b", 9090, p)],
+            Resolution::StaticEndpoints,
+        ));
+        for e in 0..2 {
+            let addr = format!("10.{}.{}.{}", e, i / 250, i % 250);
+            events.push(Ep::new(&addr, &ns, &host).upsert("src", 0, &format!("ep/{i}/{e}")));
+        }
+    }
+    let opts = GenOptions::default();
+    let (state, touched) = fold_all(&ModelState::default(), &events);
+    let (whole, whole_changes, whole_errors) =
+        Generator::new(opts.clone()).regenerate(&ResourceSet::default(), &state, &touched);
+
+    let mut generator = Generator::new(opts);
+    let mut set = ResourceSet::default();
+    let mut upserted: Vec<Vec<String>> = vec![Vec::new(); ResourceType::ALL.len()];
+    let mut model = ModelState::default();
+    for chunk in events.chunks(300) {
+        let (next, t) = fold_all(&model, chunk);
+        let (s, changes, errors) = generator.regenerate(&set, &next, &t);
+        assert!(errors.is_empty(), "{errors:?}");
+        for (i, ty) in ResourceType::ALL.iter().enumerate() {
+            upserted[i].extend(changes.of(*ty).upserted.iter().map(|n| n.to_string()));
+        }
+        set = s;
+        model = next;
+    }
+    assert!(whole_errors.is_empty(), "{whole_errors:?}");
+    assert_eq!(flatten(&whole).len(), flatten(&set).len());
+    assert!(flatten(&whole) == flatten(&set), "threaded build differs");
+    for (i, ty) in ResourceType::ALL.iter().enumerate() {
+        let mut names: Vec<String> = whole_changes
+            .of(*ty)
+            .upserted
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        let mut batched = upserted[i].clone();
+        names.sort();
+        batched.sort();
+        batched.dedup();
+        assert_eq!(names, batched, "{ty:?} upserts");
+    }
+}

@@ -1,0 +1,541 @@
+//! The embedded file log against real files: the shared behavioural suite, crash
+//! recovery (torn tail vs corruption in the middle), segment rolling, read-only
+//! followers beside a writer (in this process and in a child process), and the
+//! writer lock.
+
+mod suite;
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use deltapilot_log::Error;
+use deltapilot_log::file::{FileLog, FileLogOptions, FsyncPolicy};
+use deltapilot_log::{EventLog, FollowItem, Position, encode_event};
+use futures::StreamExt;
+
+/// On-disk sizes, from the format documented in `engine/src/log/file/format.rs`.
+const SEGMENT_HEADER: u64 = 16;
+const RECORD_HEADER: u64 = 20;
+
+fn opts(fsync: FsyncPolicy, segment_bytes: u64) -> FileLogOptions {
+    FileLogOptions {
+        fsync,
+        segment_bytes,
+    }
+}
+
+fn open(dir: &Path) -> FileLog {
+    FileLog::open(dir, FileLogOptions::default()).expect("open")
+}
+
+fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Bytes record `i` of `suite::batch(0, n)` takes on disk.
+fn framed(i: u64) -> u64 {
+    RECORD_HEADER + encode_event(&suite::event(i, 200)).len() as u64
+}
+
+/// Byte offset of record `i` in a one-segment log written with `suite::batch(0, n)`.
+fn byte_of(i: u64) -> u64 {
+    SEGMENT_HEADER + (0..i).map(framed).sum::<u64>()
+}
+
+/// A log holding records 0..n in one segment, closed again; returns its segment.
+async fn write_and_close(dir: &Path, n: u64) -> PathBuf {
+    let log = open(dir);
+    log.append(&suite::batch(0, n)).await.expect("append");
+    drop(log);
+    let segs = segment_files(dir);
+    assert_eq!(segs.len(), 1);
+    segs.into_iter().next().expect("one segment")
+}
+
+fn flip_byte(path: &Path, at: u64) {
+    let mut bytes = std::fs::read(path).expect("read segment");
+    bytes[at as usize] ^= 0x40;
+    std::fs::write(path, bytes).expect("write segment");
+}
+
+#[tokio::test]
+async fn suite_round_trip() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    suite::round_trip(&open(dir.path())).await;
+}
+
+#[tokio::test]
+async fn suite_read_from_position() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    suite::read_from_position(&open(dir.path())).await;
+}
+
+#[tokio::test]
+async fn suite_head_reports_end() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    suite::head_reports_end(&open(dir.path())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suite_tail_follow_while_appending() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = FileLog::open(dir.path(), opts(FsyncPolicy::Never, 8 * 1024)).expect("open");
+    suite::tail_follow_while_appending(&log).await;
+}
+
+#[test]
+fn suite_any_batches_read_back() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Small segments so that cases cross segment boundaries.
+    let log = FileLog::open(dir.path(), opts(FsyncPolicy::Never, 16 * 1024)).expect("open");
+    suite::any_batches_read_back(&rt, &log, 64);
+}
+
+#[tokio::test]
+async fn all_fsync_policies_survive_reopen() {
+    for policy in [
+        FsyncPolicy::Always,
+        FsyncPolicy::Interval(Duration::from_millis(1)),
+        FsyncPolicy::Never,
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let log = FileLog::open(dir.path(), opts(policy, 4096)).expect("open");
+            suite::round_trip(&log).await;
+        }
+        let log = open(dir.path());
+        assert!(log.recovery().is_none(), "{policy:?}: {:?}", log.recovery());
+        assert_eq!(log.head().await.expect("head"), Position::single(50));
+        assert_eq!(suite::read_to_end(&log, &log.start()).await.len(), 50);
+    }
+}
+
+#[tokio::test]
+async fn torn_tail_is_truncated_and_reported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seg = write_and_close(dir.path(), 10).await;
+    let full = std::fs::metadata(&seg).expect("stat").len();
+    assert_eq!(full, byte_of(10));
+    // A crash in the middle of writing record 9.
+    let cut = byte_of(9) + framed(9) / 2;
+    OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .expect("open segment")
+        .set_len(cut)
+        .expect("cut");
+
+    let log = open(dir.path());
+    let rec = log.recovery().expect("a recovery report");
+    assert_eq!(rec.segment, seg);
+    assert_eq!(rec.offset, 9);
+    assert_eq!(rec.byte_offset, byte_of(9));
+    assert_eq!(rec.truncated_bytes, cut - byte_of(9));
+    assert!(rec.reason.contains("incomplete"), "{}", rec.reason);
+    assert_eq!(std::fs::metadata(&seg).expect("stat").len(), byte_of(9));
+    assert_eq!(log.head().await.expect("head"), Position::single(9));
+
+    // Appends continue at the cut with the right offsets.
+    let pos = log.append(&suite::batch(9, 3)).await.expect("append");
+    assert_eq!(
+        pos.iter().map(|p| p.offset).collect::<Vec<_>>(),
+        [9, 10, 11]
+    );
+    drop(log);
+    let log = open(dir.path());
+    assert!(log.recovery().is_none());
+    let recs = suite::read_to_end(&log, &log.start()).await;
+    assert_eq!(recs.len(), 12);
+    for (i, r) in recs.iter().enumerate() {
+        assert_eq!(r.pos.offset, i as u64);
+        assert_eq!(r.decode().expect("decode"), suite::event(i as u64, 200));
+    }
+}
+
+#[tokio::test]
+async fn flipped_byte_in_last_record_is_a_torn_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seg = write_and_close(dir.path(), 10).await;
+    flip_byte(&seg, byte_of(9) + framed(9) - 3);
+
+    let log = open(dir.path());
+    let rec = log.recovery().expect("a recovery report");
+    assert_eq!((rec.offset, rec.byte_offset), (9, byte_of(9)));
+    assert_eq!(rec.truncated_bytes, framed(9));
+    assert!(rec.reason.contains("CRC"), "{}", rec.reason);
+    assert_eq!(log.head().await.expect("head"), Position::single(9));
+    assert_eq!(suite::read_to_end(&log, &log.start()).await.len(), 9);
+}
+
+#[tokio::test]
+async fn flipped_length_in_last_record_is_a_torn_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seg = write_and_close(dir.path(), 10).await;
+    // The length field's high byte: the record now claims to run past the file.
+    flip_byte(&seg, byte_of(9) + 11);
+    let log = open(dir.path());
+    let rec = log.recovery().expect("a recovery report");
+    assert_eq!((rec.offset, rec.byte_offset), (9, byte_of(9)));
+}
+
+#[tokio::test]
+async fn flipped_byte_in_middle_record_is_corruption() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seg = write_and_close(dir.path(), 10).await;
+    let len = std::fs::metadata(&seg).expect("stat").len();
+    flip_byte(&seg, byte_of(4) + RECORD_HEADER + 5);
+
+    for (who, res) in [
+        (
+            "writer",
+            FileLog::open(dir.path(), FileLogOptions::default()),
+        ),
+        ("reader", FileLog::open_read_only(dir.path())),
+    ] {
+        match res {
+            Err(Error::Corrupt {
+                segment,
+                byte_offset,
+                offset,
+                reason,
+            }) => {
+                assert_eq!(segment, seg, "{who}");
+                assert_eq!((offset, byte_offset), (4, byte_of(4)), "{who}");
+                assert!(
+                    reason.contains("CRC") && reason.contains("offset 5"),
+                    "{who}: {reason}"
+                );
+            }
+            other => panic!("{who}: expected Error::Corrupt, got {other:?}"),
+        }
+    }
+    // Nothing was cut.
+    assert_eq!(std::fs::metadata(&seg).expect("stat").len(), len);
+}
+
+#[tokio::test]
+async fn damage_after_open_fails_reads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seg = write_and_close(dir.path(), 10).await;
+    let log = open(dir.path());
+    flip_byte(&seg, byte_of(6) + RECORD_HEADER + 1);
+    let err = log
+        .read(&Position::single(0), 100)
+        .await
+        .expect_err("corrupt");
+    assert!(
+        matches!(err, Error::Corrupt { offset: 6, byte_offset, .. } if byte_offset == byte_of(6)),
+        "{err}"
+    );
+    // Records before the damage are still readable.
+    assert_eq!(
+        log.read(&Position::single(0), 6).await.expect("read").len(),
+        6
+    );
+}
+
+#[tokio::test]
+async fn bad_tail_of_an_older_segment_is_corruption() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let log = FileLog::open(dir.path(), opts(FsyncPolicy::Never, 4096)).expect("open");
+        for b in 0..10 {
+            log.append(&suite::batch(b * 10, 10)).await.expect("append");
+        }
+    }
+    let segs = segment_files(dir.path());
+    assert!(segs.len() >= 3, "{segs:?}");
+    let first = &segs[0];
+    let len = std::fs::metadata(first).expect("stat").len();
+    flip_byte(first, len - 2);
+    let err = FileLog::open(dir.path(), FileLogOptions::default()).expect_err("corrupt");
+    assert!(
+        matches!(&err, Error::Corrupt { segment, reason, .. } if segment == first && reason.contains("not in the last segment")),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn torn_segment_header_is_recovered() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_and_close(dir.path(), 3).await;
+    // A crash right after a roll created the next segment.
+    let next = dir.path().join(format!("{:020}.log", 3));
+    std::fs::write(&next, b"DPLO").expect("write");
+    let log = open(dir.path());
+    let rec = log.recovery().expect("a recovery report");
+    assert_eq!(
+        (rec.segment.clone(), rec.offset, rec.byte_offset),
+        (next.clone(), 3, 0)
+    );
+    let pos = log.append(&suite::batch(3, 1)).await.expect("append");
+    assert_eq!(pos[0].offset, 3);
+    drop(log);
+    let log = open(dir.path());
+    assert!(log.recovery().is_none());
+    assert_eq!(suite::read_to_end(&log, &log.start()).await.len(), 4);
+}
+
+#[tokio::test]
+async fn segments_roll_and_reads_cross_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let n = 200u64;
+    {
+        let log = FileLog::open(dir.path(), opts(FsyncPolicy::Never, 4096)).expect("open");
+        for b in 0..n / 10 {
+            log.append(&suite::batch(b * 10, 10)).await.expect("append");
+        }
+        // One batch larger than a segment is split across segments.
+        let pos = log.append(&suite::batch(n, 50)).await.expect("append");
+        assert_eq!(pos.last().map(|p| p.offset), Some(n + 49));
+    }
+    let n = n + 50;
+    let segs = segment_files(dir.path());
+    assert!(
+        segs.len() >= 10,
+        "expected several segments, got {}",
+        segs.len()
+    );
+    let mut bases = Vec::new();
+    for s in &segs {
+        let name = s.file_stem().and_then(|x| x.to_str()).expect("name");
+        assert_eq!(name.len(), 20, "{name}");
+        bases.push(name.parse::<u64>().expect("digits"));
+        let len = std::fs::metadata(s).expect("stat").len();
+        assert!(
+            len > SEGMENT_HEADER && len <= 4096,
+            "{} is {len} bytes",
+            s.display()
+        );
+    }
+    assert_eq!(bases[0], 0);
+    assert!(bases.windows(2).all(|w| w[0] < w[1]), "{bases:?}");
+
+    let log = open(dir.path());
+    assert_eq!(log.head().await.expect("head"), Position::single(n));
+    for from in [0, 1, 13, 17, 18, 19, 20, 57, 199, n - 7] {
+        let recs = log.read(&Position::single(from), 7).await.expect("read");
+        let offsets: Vec<u64> = recs.iter().map(|r| r.pos.offset).collect();
+        assert_eq!(offsets, (from..from + 7).collect::<Vec<_>>(), "from {from}");
+        for r in &recs {
+            assert_eq!(r.decode().expect("decode"), suite::event(r.pos.offset, 200));
+        }
+    }
+    let all = log.read(&log.start(), 10_000).await.expect("read all");
+    assert_eq!(all.len() as u64, n);
+    // Appends after reopen continue in the last segment.
+    let pos = log.append(&suite::batch(n, 1)).await.expect("append");
+    assert_eq!(pos[0].offset, n);
+}
+
+#[tokio::test]
+async fn positions_outside_the_log_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open(dir.path());
+    log.append(&suite::batch(0, 3)).await.expect("append");
+    for bad in [Position::single(4), Position::from_offsets(vec![0, 0])] {
+        match log.read(&bad, 1).await {
+            Err(Error::PositionOutOfRange { start, head, .. }) => {
+                assert_eq!((start.as_str(), head.as_str()), ("0", "3"));
+            }
+            other => panic!("{bad}: {other:?}"),
+        }
+        let mut follow = log.follow(bad.clone());
+        let first = follow.next().await.expect("an item");
+        assert!(
+            matches!(first, Err(Error::PositionOutOfRange { .. })),
+            "{first:?}"
+        );
+        assert!(follow.next().await.is_none(), "stream ends after the error");
+    }
+    assert!(
+        log.read(&Position::single(3), 5)
+            .await
+            .expect("at head")
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn second_writer_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = open(dir.path());
+    let err = FileLog::open(dir.path(), FileLogOptions::default()).expect_err("locked");
+    let text = err.to_string();
+    assert!(matches!(err, Error::InvalidLogDir { .. }), "{text}");
+    assert!(
+        text.contains("LOCK") && text.contains("another writer"),
+        "{text}"
+    );
+    assert!(text.contains(&std::process::id().to_string()), "{text}");
+    // Readers are welcome meanwhile.
+    assert!(FileLog::open_read_only(dir.path()).is_ok());
+    drop(first);
+    open(dir.path());
+}
+
+#[tokio::test]
+async fn follower_ends_when_the_log_is_dropped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open(dir.path());
+    let mut follow = log.follow(log.start());
+    assert!(
+        matches!(follow.next().await, Some(Ok(FollowItem::CaughtUp(p))) if p == Position::single(0))
+    );
+    drop(log);
+    let item = tokio::time::timeout(Duration::from_secs(5), follow.next())
+        .await
+        .expect("woken by the drop");
+    assert!(matches!(item, Some(Err(Error::Closed))), "{item:?}");
+    assert!(follow.next().await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_handle_follows_a_writer_in_this_process() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let writer = FileLog::open(dir.path(), opts(FsyncPolicy::Never, 4096)).expect("open");
+    writer.append(&suite::batch(0, 5)).await.expect("append");
+
+    let reader = FileLog::open_read_only(dir.path()).expect("open read-only");
+    assert!(reader.is_read_only() && reader.recovery().is_none());
+    assert!(
+        reader.append(&suite::batch(0, 1)).await.is_err(),
+        "read-only append"
+    );
+    assert_eq!(reader.head().await.expect("head"), Position::single(5));
+
+    let total = 5 + 8 * 20;
+    let follower = tokio::spawn(suite::collect_following(
+        reader.follow(reader.start()),
+        total,
+    ));
+    for b in 0..8u64 {
+        writer
+            .append(&suite::batch(5 + b * 20, 20))
+            .await
+            .expect("append");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let (records, caught_up) = tokio::time::timeout(Duration::from_secs(30), follower)
+        .await
+        .expect("read-only follower stuck")
+        .expect("follower task");
+    assert_eq!(caught_up, Position::single(total as u64));
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r.pos.offset, i as u64);
+        assert_eq!(r.decode().expect("decode"), suite::event(i as u64, 200));
+    }
+    assert!(
+        segment_files(dir.path()).len() > 2,
+        "the writer rolled meanwhile"
+    );
+    assert_eq!(
+        reader.head().await.expect("head"),
+        Position::single(total as u64)
+    );
+}
+
+#[tokio::test]
+async fn read_only_stops_before_a_torn_tail_and_leaves_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seg = write_and_close(dir.path(), 10).await;
+    let cut = byte_of(9) + 7;
+    OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .expect("open segment")
+        .set_len(cut)
+        .expect("cut");
+    let reader = FileLog::open_read_only(dir.path()).expect("open read-only");
+    assert_eq!(reader.head().await.expect("head"), Position::single(9));
+    assert_eq!(
+        std::fs::metadata(&seg).expect("stat").len(),
+        cut,
+        "reader truncated"
+    );
+    assert!(
+        FileLog::open_read_only(&dir.path().join("missing")).is_err(),
+        "a missing directory is an error for a reader"
+    );
+}
+
+/// Set in a child copy of this test binary to make it the writer process.
+const CHILD_DIR_ENV: &str = "DELTAPILOT_FILE_LOG_TEST_CHILD_DIR";
+/// The child exits once this file exists.
+const CHILD_RELEASE_ENV: &str = "DELTAPILOT_FILE_LOG_TEST_CHILD_RELEASE";
+const CHILD_BATCHES: u64 = 10;
+const CHILD_BATCH: u64 = 20;
+
+/// The writer half of `reader_follows_a_writer_in_another_process`, run in a child
+/// process: appends in batches (rolling segments), then holds the lock until told.
+async fn child_writer(dir: &Path, release: &Path) {
+    let log = FileLog::open(dir, opts(FsyncPolicy::Never, 4096)).expect("child: open");
+    for b in 0..CHILD_BATCHES {
+        log.append(&suite::batch(b * CHILD_BATCH, CHILD_BATCH))
+            .await
+            .expect("child: append");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !release.exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reader_follows_a_writer_in_another_process() {
+    if let (Some(dir), Some(release)) = (
+        std::env::var_os(CHILD_DIR_ENV),
+        std::env::var_os(CHILD_RELEASE_ENV),
+    ) {
+        child_writer(Path::new(&dir), Path::new(&release)).await;
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("log");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let release = tmp.path().join("release");
+    let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["reader_follows_a_writer_in_another_process", "--exact"])
+        .env(CHILD_DIR_ENV, &dir)
+        .env(CHILD_RELEASE_ENV, &release)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn the writer process");
+
+    // The reader starts while the child may not even have created a segment yet.
+    let reader = FileLog::open_read_only(&dir).expect("open read-only");
+    let total = (CHILD_BATCHES * CHILD_BATCH) as usize;
+    let follow = suite::collect_following(reader.follow(reader.start()), total);
+    let (records, caught_up) = tokio::time::timeout(Duration::from_secs(60), follow)
+        .await
+        .expect("follower stuck");
+    assert_eq!(caught_up, Position::single(total as u64));
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r.pos.offset, i as u64);
+        assert_eq!(r.decode().expect("decode"), suite::event(i as u64, 200));
+    }
+    assert!(segment_files(&dir).len() > 2, "the writer rolled meanwhile");
+
+    // The child still holds the lock: a second writer is refused, naming it.
+    let err = FileLog::open(&dir, FileLogOptions::default()).expect_err("locked by the child");
+    assert!(err.to_string().contains(&child.id().to_string()), "{err}");
+
+    std::fs::write(&release, b"").expect("release the child");
+    let status = child.wait().expect("wait for the child");
+    assert!(status.success(), "writer process failed: {status}");
+    let log = open(&dir);
+    assert!(log.recovery().is_none());
+    assert_eq!(
+        log.head().await.expect("head"),
+        Position::single(total as u64)
+    );
+}

@@ -1,0 +1,170 @@
+//! xDS resource generation: the folded model in, encoded Envoy resources out.
+//!
+//! - [`build_all`] builds every resource from scratch, with no state: the
+//!   reference.
+//! - [`Generator`] keeps reverse indexes so that a batch recomputes only the
+//!   resources its [`Touched`] hostnames feed, and reports exactly the names whose
+//!   bytes changed ([`ChangeSet`]). Incremental equals from-scratch byte for byte
+//!   (property-tested).
+//! - Each resource is encoded once into `Bytes`; its version is the hash of those
+//!   bytes ([`Resource::new`](super::Resource::new)).
+//!
+//! The resources, named the way Istio names them (each module documents its rules):
+//! - `cds`: one cluster per served service port, `outbound|<port>||<hostname>`;
+//! - `eds`: one ClusterLoadAssignment per EDS cluster, by locality;
+//! - `lds`: sidecar outbound listeners `0.0.0.0_<port>` and proxyless gRPC
+//!   `api_listener`s `<hostname>:<port>`;
+//! - `rds`: route configuration `<port>` per HTTP port (sidecars) and
+//!   `<hostname>:<port>` per HTTP service port (proxyless gRPC).
+//!
+//! Served ports: UDP ports are not proxied and produce nothing; `Passthrough`
+//! services produce nothing (an ORIGINAL_DST cluster behind a directly bound
+//! listener would loop back into Envoy, and proxyless gRPC cannot use one).
+//!
+//! A runner keeps one [`Generator`] next to the [`ResourceSet`] it produced and
+//! feeds it every batch's [`Touched`]. The free [`regenerate`] needs no state but
+//! rebuilds everything (O(resources)); it exists for tools that hold no generator.
+//!
+//! A resource that fails to build is reported as a [`GenError`] and left out of the
+//! set (removed if it was there), so the set stays a pure function of the model.
+//!
+//! What it does NOT do: traffic rules (VirtualService, DestinationRule — the seam
+//! is `rds::routes_for` and `Touched::configs`), inbound listeners, gateways, TLS,
+//! or per-proxy filtering (see `view`).
+
+mod cds;
+mod common;
+mod eds;
+mod incremental;
+mod lds;
+mod rds;
+mod reference;
+mod source;
+mod wire;
+
+use std::sync::Arc;
+
+pub use incremental::Generator;
+pub use reference::{AssignmentSlot, build_all, build_assignments};
+pub use source::ModelRead;
+
+use deltapilot_model::state::{ModelState, Touched};
+use deltapilot_model::{Port, Protocol, Resolution, Service};
+
+use super::{ChangeSet, ResourceSet, ResourceType};
+
+/// Settings that shape generated resources.
+#[derive(Debug, Clone)]
+pub struct GenOptions {
+    /// Address sidecar outbound listeners listen on.
+    pub outbound_address: String,
+    /// Whether sidecar outbound listeners bind their port directly (no iptables).
+    pub bind_outbound: bool,
+    /// Upstream connect timeout.
+    pub connect_timeout: std::time::Duration,
+}
+
+impl Default for GenOptions {
+    fn default() -> Self {
+        Self {
+            outbound_address: "0.0.0.0".into(),
+            bind_outbound: false,
+            connect_timeout: std::time::Duration::from_secs(5),
+        }
+    }
+}
+
+/// A resource that failed to build or encode; it is reported and not published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenError {
+    /// The type of the resource.
+    pub resource_type: ResourceType,
+    /// Resource name.
+    pub name: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl GenError {
+    fn new(resource_type: ResourceType, name: &str, reason: String) -> Self {
+        GenError {
+            resource_type,
+            name: name.to_string(),
+            reason,
+        }
+    }
+}
+
+impl std::fmt::Display for GenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.resource_type.short_name(),
+            self.name,
+            self.reason
+        )
+    }
+}
+
+/// The ports of `svc` that get resources: none for passthrough services, and never
+/// UDP ports.
+fn served_ports(svc: &Service) -> impl Iterator<Item = &Port> {
+    let served = svc.resolution != Resolution::Passthrough;
+    svc.ports
+        .iter()
+        .filter(move |p| served && p.protocol != Protocol::Udp)
+}
+
+/// Stateless regeneration: rebuilds everything (O(resources)) and compares with
+/// `prev`. Correct, but a runner should keep a [`Generator`], which does
+/// O(touched) work per batch; this exists for tools that hold no generator.
+pub fn regenerate(
+    prev: &ResourceSet,
+    model: &ModelState,
+    _touched: &Touched,
+    opts: &GenOptions,
+) -> (ResourceSet, ChangeSet, Vec<GenError>) {
+    let (next, errors) = build_all(model, opts);
+    let changes = changes_between(prev, &next);
+    (next, changes, errors)
+}
+
+/// Every name whose bytes differ between two sets (O(resources)), per type;
+/// listener changes cover both listener flavours.
+pub fn changes_between(prev: &ResourceSet, next: &ResourceSet) -> ChangeSet {
+    let mut cs = ChangeSet::default();
+    let pairs = [
+        (ResourceType::Cluster, &prev.clusters, &next.clusters),
+        (ResourceType::Endpoint, &prev.endpoints, &next.endpoints),
+        (
+            ResourceType::Listener,
+            &prev.sidecar_listeners,
+            &next.sidecar_listeners,
+        ),
+        (
+            ResourceType::Listener,
+            &prev.grpc_listeners,
+            &next.grpc_listeners,
+        ),
+        (ResourceType::Route, &prev.routes, &next.routes),
+    ];
+    for (t, a, b) in pairs {
+        let c = cs.of_mut(t);
+        for (name, r) in b.iter() {
+            if a.get(name).is_none_or(|o| o.bytes != r.bytes) {
+                c.upserted.insert(Arc::clone(name));
+            }
+        }
+        for name in a.keys() {
+            if !b.contains_key(name) {
+                c.removed.insert(Arc::clone(name));
+            }
+        }
+    }
+    cs
+}
+
+#[cfg(test)]
+#[path = "generate/touched_tests.rs"]
+mod touched_tests;

@@ -1,0 +1,159 @@
+//! LDS: sidecar outbound listeners and proxyless gRPC `api_listener`s.
+//!
+//! ## Sidecars
+//! One listener per distinct served port number, named `0.0.0.0_<port>` (the name
+//! identifies the outbound port, whatever address it binds), at
+//! `<outbound_address>:<port>`, outbound direction, with `bind_to_port` set from
+//! [`GenOptions::bind_outbound`]. With `false` the listener only receives
+//! connections handed over by an iptables-capture virtual listener (Istio's
+//! `15001`), which deltapilot does not generate yet; `true` is for tests and simple
+//! deployments where applications dial the sidecar's ports directly.
+//! - If any service has an HTTP-like protocol on the port: one filter chain with an
+//!   HCM (codec AUTO, so HTTP/1.1 and prior-knowledge HTTP/2 and gRPC all work)
+//!   fetching route configuration `<port>` over ADS, and the router filter. HTTP
+//!   wins a port shared with TCP services: without destination VIPs there is
+//!   nothing to tell their connections apart, and HTTP services at least route by
+//!   `:authority`.
+//! - Otherwise, if exactly one service owns the port: a tcp_proxy to its cluster.
+//! - Otherwise (several TCP services, no HTTP): no listener, and a [`GenError`]
+//!   saying why. Istio separates them with filter-chain matches on destination IP,
+//!   and the model has no VIPs yet.
+//!
+//! ## Proxyless gRPC
+//! One `api_listener` per HTTP-like service port, named `<hostname>:<port>` (the
+//! `xds:///` target), holding an HCM with RDS over ADS for route configuration
+//! `<hostname>:<port>` and the router filter (grpcio NACKs an HCM without an HTTP
+//! filter).
+//!
+//! What it does NOT do: inbound listeners, the virtual outbound listener, TLS or
+//! gateways.
+//!
+//! [`GenError`]: super::GenError
+
+use std::collections::BTreeSet;
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::config::core::v3::{
+    Address, SocketAddress, TrafficDirection, address,
+    socket_address::{PortSpecifier, Protocol as SocketProtocol},
+};
+use envoy_types::pb::envoy::config::listener::v3::{
+    ApiListener, Filter, FilterChain, Listener, filter::ConfigType as FilterConfig,
+};
+use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, HttpFilter, Rds, http_connection_manager::CodecType,
+    http_connection_manager::RouteSpecifier, http_filter::ConfigType as HttpFilterConfig,
+};
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+    TcpProxy, tcp_proxy::ClusterSpecifier,
+};
+use envoy_types::pb::google::protobuf::BoolValue;
+
+use super::GenOptions;
+use super::common::{
+    ads_config_source, cluster_name, encode, grpc_name, port_route_name, sidecar_listener_name,
+    to_any,
+};
+use deltapilot_model::Hostname;
+
+const HCM_FILTER: &str = "envoy.filters.network.http_connection_manager";
+const TCP_PROXY_FILTER: &str = "envoy.filters.network.tcp_proxy";
+const ROUTER_FILTER: &str = "envoy.filters.http.router";
+
+/// An HCM that fetches `route_name` over ADS and ends in the router filter.
+fn hcm(stat_prefix: String, route_name: String) -> HttpConnectionManager {
+    HttpConnectionManager {
+        codec_type: CodecType::Auto as i32,
+        stat_prefix,
+        route_specifier: Some(RouteSpecifier::Rds(Rds {
+            config_source: Some(ads_config_source()),
+            route_config_name: route_name,
+        })),
+        http_filters: vec![HttpFilter {
+            name: ROUTER_FILTER.to_string(),
+            config_type: Some(HttpFilterConfig::TypedConfig(to_any(&Router::default()))),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn outbound_listener(port: u16, opts: &GenOptions, filter: Filter) -> Bytes {
+    encode(&Listener {
+        name: sidecar_listener_name(port).to_string(),
+        address: Some(Address {
+            address: Some(address::Address::SocketAddress(SocketAddress {
+                protocol: SocketProtocol::Tcp as i32,
+                address: opts.outbound_address.clone(),
+                port_specifier: Some(PortSpecifier::PortValue(u32::from(port))),
+                ..Default::default()
+            })),
+        }),
+        filter_chains: vec![FilterChain {
+            filters: vec![filter],
+            ..Default::default()
+        }],
+        traffic_direction: TrafficDirection::Outbound as i32,
+        bind_to_port: Some(BoolValue {
+            value: opts.bind_outbound,
+        }),
+        ..Default::default()
+    })
+}
+
+/// The sidecar listener for `port`, given which services are on it (see module
+/// docs for the rules); `None` when no service serves the port.
+pub(crate) fn sidecar_listener(
+    port: u16,
+    any_http: bool,
+    tcp: &BTreeSet<Hostname>,
+    opts: &GenOptions,
+) -> Option<Result<Bytes, String>> {
+    if any_http {
+        let h = hcm(
+            format!("outbound_0.0.0.0_{port}"),
+            port_route_name(port).to_string(),
+        );
+        let filter = Filter {
+            name: HCM_FILTER.to_string(),
+            config_type: Some(FilterConfig::TypedConfig(to_any(&h))),
+        };
+        return Some(Ok(outbound_listener(port, opts, filter)));
+    }
+    let mut owners = tcp.iter();
+    let owner = owners.next()?;
+    if owners.next().is_some() {
+        let names: Vec<&str> = tcp.iter().map(Hostname::as_str).collect();
+        return Some(Err(format!(
+            "TCP port {port} is served by {} services ({}); without VIPs their \
+             connections cannot be told apart, so no listener is generated",
+            names.len(),
+            names.join(", ")
+        )));
+    }
+    let cluster = cluster_name(port, owner).to_string();
+    let proxy = TcpProxy {
+        stat_prefix: cluster.clone(),
+        cluster_specifier: Some(ClusterSpecifier::Cluster(cluster)),
+        ..Default::default()
+    };
+    let filter = Filter {
+        name: TCP_PROXY_FILTER.to_string(),
+        config_type: Some(FilterConfig::TypedConfig(to_any(&proxy))),
+    };
+    Some(Ok(outbound_listener(port, opts, filter)))
+}
+
+/// The proxyless gRPC listener for an HTTP-like `port` of `host`.
+pub(crate) fn grpc_listener(host: &Hostname, port: u16) -> Bytes {
+    let name = grpc_name(host, port).to_string();
+    let h = hcm(name.clone(), name.clone());
+    encode(&Listener {
+        name,
+        api_listener: Some(ApiListener {
+            api_listener: Some(to_any(&h)),
+        }),
+        ..Default::default()
+    })
+}

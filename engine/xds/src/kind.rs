@@ -1,0 +1,120 @@
+//! [`ResourceKind`]: which of a [`ResourceSet`]'s five maps a resource lives in,
+//! the one place that enumerates them (replay reports, checkpoint files, the
+//! snapshot hash and proxies' views all go through it).
+//!
+//! What it does NOT do: build or hold resources (see `resource` and `generate`).
+
+use std::sync::Arc;
+
+use super::{Resource, ResourceMap, ResourceSet, ResourceType};
+use deltapilot_model::ProxyType;
+
+/// Where a resource lives in a [`ResourceSet`]: its type, and for listeners which
+/// flavour (their names never collide).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ResourceKind {
+    /// CDS.
+    Cluster = 1,
+    /// EDS.
+    Endpoint = 2,
+    /// LDS for sidecars and routers.
+    SidecarListener = 3,
+    /// LDS for proxyless gRPC (`api_listener`s).
+    GrpcListener = 4,
+    /// RDS.
+    Route = 5,
+}
+
+impl ResourceKind {
+    /// Every kind, in push order.
+    pub const ALL: [ResourceKind; 5] = [
+        ResourceKind::Cluster,
+        ResourceKind::Endpoint,
+        ResourceKind::SidecarListener,
+        ResourceKind::GrpcListener,
+        ResourceKind::Route,
+    ];
+
+    /// Its stable one-byte tag: written in checkpoint files and mixed into the
+    /// snapshot hash, so these numbers never change.
+    pub fn tag(self) -> u8 {
+        self as u8
+    }
+
+    /// The kind with tag `tag`.
+    pub fn from_tag(tag: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.tag() == tag)
+    }
+
+    /// The map of `set` that holds this kind, to change it.
+    pub fn map_mut(self, set: &mut ResourceSet) -> &mut ResourceMap {
+        match self {
+            ResourceKind::Cluster => &mut set.clusters,
+            ResourceKind::Endpoint => &mut set.endpoints,
+            ResourceKind::SidecarListener => &mut set.sidecar_listeners,
+            ResourceKind::GrpcListener => &mut set.grpc_listeners,
+            ResourceKind::Route => &mut set.routes,
+        }
+    }
+
+    /// The xDS type.
+    pub fn resource_type(self) -> ResourceType {
+        match self {
+            ResourceKind::Cluster => ResourceType::Cluster,
+            ResourceKind::Endpoint => ResourceType::Endpoint,
+            ResourceKind::SidecarListener | ResourceKind::GrpcListener => ResourceType::Listener,
+            ResourceKind::Route => ResourceType::Route,
+        }
+    }
+
+    /// The map of `set` that holds this kind.
+    pub fn map(self, set: &ResourceSet) -> &ResourceMap {
+        match self {
+            ResourceKind::Cluster => &set.clusters,
+            ResourceKind::Endpoint => &set.endpoints,
+            ResourceKind::SidecarListener => &set.sidecar_listeners,
+            ResourceKind::GrpcListener => &set.grpc_listeners,
+            ResourceKind::Route => &set.routes,
+        }
+    }
+
+    /// The kinds that hold resources of type `t`.
+    pub fn of_type(t: ResourceType) -> &'static [ResourceKind] {
+        match t {
+            ResourceType::Cluster => &[ResourceKind::Cluster],
+            ResourceType::Endpoint => &[ResourceKind::Endpoint],
+            ResourceType::Listener => &[ResourceKind::SidecarListener, ResourceKind::GrpcListener],
+            ResourceType::Route => &[ResourceKind::Route],
+        }
+    }
+
+    /// The proxy types whose view holds this kind: listeners come in one flavour per
+    /// proxy type, everything else is shared.
+    pub fn views(self) -> &'static [ProxyType] {
+        match self {
+            ResourceKind::SidecarListener => &[ProxyType::Sidecar, ProxyType::Router],
+            ResourceKind::GrpcListener => &[ProxyType::ProxylessGrpc],
+            _ => &[
+                ProxyType::Sidecar,
+                ProxyType::Router,
+                ProxyType::ProxylessGrpc,
+            ],
+        }
+    }
+
+    /// Whether a proxy of type `pt` sees this kind.
+    pub fn visible_to(self, pt: ProxyType) -> bool {
+        self.views().contains(&pt)
+    }
+
+    /// Finds `name` of type `t` in `set`, with the kind that holds it.
+    pub fn find(
+        set: &ResourceSet,
+        t: ResourceType,
+        name: &str,
+    ) -> Option<(ResourceKind, Arc<Resource>)> {
+        Self::of_type(t)
+            .iter()
+            .find_map(|k| k.map(set).get(name).map(|r| (*k, r.clone())))
+    }
+}
