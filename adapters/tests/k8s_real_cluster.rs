@@ -19,7 +19,6 @@
 //! on the fake exactly as on the real cluster.
 
 mod support_k8s;
-use deltapilot_testkit::log as support_log;
 
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -7,7 +7,6 @@
 //! engine folds the log into the ClusterLoadAssignment of the entry's host.
 
 mod support_k8s;
-use deltapilot_testkit::log as support_log;
 
 use deltapilot_proto::{self as pb, event::Payload};
 use deltapilot_xds::generate::{GenOptions, build_all};

@@ -4,7 +4,6 @@
 //! real engine. Every wait is bounded.
 
 mod support_k8s;
-use deltapilot_testkit::log as support_log;
 
 use deltapilot_adapters::kubernetes::{KubernetesOptions, ResourceKind, SyncState};
 use deltapilot_proto::{self as pb, event::Payload};

@@ -6,7 +6,6 @@
 //! expectation is the exact list of appended events. Every wait is bounded.
 
 mod support_k8s;
-use deltapilot_testkit::log as support_log;
 
 use std::time::Duration;
 

@@ -115,11 +115,11 @@ async fn eureka_and_file_endpoints_of_one_host_are_merged_by_the_engine() {
     let log = Arc::new(FileLog::open(data.path(), Default::default()).expect("log"));
 
     let (stop, stop_rx) = watch::channel(false);
-    let mut engine = Engine::new(GenOptions::default());
+    let engine = Engine::new(GenOptions::default());
     let reader = engine.reader();
     let engine_task = {
         let (log, stop_rx) = (log.clone(), stop_rx.clone());
-        tokio::spawn(async move { engine.run(&*log, log.start(), stop_rx).await })
+        tokio::spawn(async move { engine.run(&*log, log.start(), stop_rx).await.map(drop) })
     };
     let file = FileAdapter::new(
         vec![mesh.path().to_owned()],

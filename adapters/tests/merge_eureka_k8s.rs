@@ -12,7 +12,6 @@
 
 mod support_eureka;
 mod support_k8s;
-use deltapilot_testkit::log as support_log;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -105,11 +104,11 @@ async fn kubernetes_and_eureka_endpoints_of_one_host_are_merged_by_the_engine() 
     let log = open_log(data.path());
 
     let (stop, stop_rx) = watch::channel(false);
-    let mut engine = Engine::new(GenOptions::default());
+    let engine = Engine::new(GenOptions::default());
     let reader = engine.reader();
     let engine_task = {
         let log = log.clone();
-        tokio::spawn(async move { engine.run(&*log, log.start(), stop_rx).await })
+        tokio::spawn(async move { engine.run(&*log, log.start(), stop_rx).await.map(drop) })
     };
     let opts = test_opts();
     let k8s_run = support_k8s::harness::start(k8s.client(opts.read_timeout), &log, opts);

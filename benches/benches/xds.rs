@@ -26,7 +26,7 @@ use deltapilot_model::fold::fold;
 use deltapilot_model::state::{ModelState, Touched};
 use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION, event::Payload};
 use deltapilot_xds::generate::{GenOptions, Generator, build_all};
-use deltapilot_xds::view::{View, ViewKey, diff, diff_changed};
+use deltapilot_xds::view::{diff, diff_changed, resources_for};
 use deltapilot_xds::{ChangeSet, Resource, ResourceMap, ResourceSet, ResourceType};
 
 const SOURCE: &str = "k8s:bench";
@@ -237,8 +237,8 @@ fn build_all_resources(c: &mut Criterion) {
 /// What an in-sync delta stream holds: the server shares the snapshot's map as
 /// its record of the proxy's resources (`DeltaStream`'s `known`), so that is
 /// what a live push's diff reads.
-fn known_of(view: &View, t: ResourceType) -> ResourceMap {
-    view.resources(t).clone()
+fn known_of(view: &ResourceMap) -> ResourceMap {
+    view.clone()
 }
 
 /// Total resources in `set` (both listener flavours).
@@ -262,13 +262,10 @@ fn diff_one_endpoint_change(c: &mut Criterion) {
         let (next, changes, _): (ResourceSet, ChangeSet, _) =
             generator.regenerate(&set, &changed, &touched);
         assert_eq!(changes.of(ResourceType::Endpoint).upserted.len(), 1);
-        let key = ViewKey {
-            proxy_type: ProxyType::Sidecar,
-        };
-        let (before, after) = (View::new(&set, key.clone()), View::new(&next, key));
+        let pt = ProxyType::Sidecar;
         let known: Vec<ResourceMap> = ResourceType::ALL
             .iter()
-            .map(|t| known_of(&before, *t))
+            .map(|t| known_of(resources_for(&set, pt, *t)))
             .collect();
         let id = format!("{}k_resources", total(&next) / 1000);
         g.throughput(Throughput::Elements(1));
@@ -276,7 +273,7 @@ fn diff_one_endpoint_change(c: &mut Criterion) {
             b.iter(|| {
                 for t in ResourceType::ALL {
                     black_box(diff_changed(
-                        after.resources(t),
+                        resources_for(&next, pt, t),
                         &known[t.index()],
                         changes.of(t),
                     ));
@@ -287,7 +284,7 @@ fn diff_one_endpoint_change(c: &mut Criterion) {
             g.bench_function(BenchmarkId::new("diff_full", &id), |b| {
                 b.iter(|| {
                     for t in ResourceType::ALL {
-                        black_box(diff(after.resources(t), &known[t.index()]));
+                        black_box(diff(resources_for(&next, pt, t), &known[t.index()]));
                     }
                 })
             });

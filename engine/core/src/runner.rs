@@ -32,6 +32,15 @@ use deltapilot_xds::generate::{GenError, GenOptions, Generator};
 use deltapilot_xds::snapshot::{RECENT_CHANGES, Snapshot, SnapshotReader, SnapshotWriter};
 use deltapilot_xds::{ChangeSet, ResourceSet};
 
+/// The name of the OS thread [`Engine::run`] folds on (shown by `top -H` and in
+/// profiles).
+pub const FOLD_THREAD: &str = "deltapilot-fold";
+
+/// Log items waiting for the fold thread. Why this many: one batch folding and a
+/// couple read ahead keep the thread busy while the log is read; more would only
+/// hold more decoded records in memory while the fold is behind.
+pub const FOLD_QUEUE: usize = 4;
+
 /// Counters of the engine, readable from any thread while it runs.
 #[derive(Debug, Default)]
 pub struct EngineStats {
@@ -317,32 +326,70 @@ impl Engine {
     /// (or its sender is dropped), the log stream ends, or the log fails. A log error
     /// is returned: the log is the truth, so the engine never skips past a failure
     /// of the log itself (only past individual bad records).
+    ///
+    /// The fold runs on an OS thread of its own ([`FOLD_THREAD`]), never on a tokio
+    /// worker: a large batch, and the helper threads it splits its work over, must
+    /// not stall the xDS streams that share the runtime. The calling task only
+    /// reads the log and hands each item over a channel of [`FOLD_QUEUE`] items, so
+    /// a fold that falls behind slows the reading instead of queueing without bound.
+    /// The engine comes back when the run ends, for the caller to inspect.
     pub async fn run<L: EventLog + ?Sized>(
-        &mut self,
+        mut self,
         log: &L,
         from: Position,
         mut shutdown: watch::Receiver<bool>,
-    ) -> Result<()> {
+    ) -> Result<Engine> {
         if !self.position.covers(&from) {
             self.mark_position(&from);
         }
-        let mut stream = log.follow(from);
-        let stop = shutdown.wait_for(|s| *s);
-        tokio::pin!(stop);
-        loop {
-            tokio::select! {
-                biased;
-                _ = &mut stop => return Ok(()),
-                item = stream.next() => match item {
-                    None => return Ok(()),
-                    Some(Err(e)) => return Err(e.into()),
-                    Some(Ok(FollowItem::Records(records))) => {
-                        self.apply_records(&records);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<FollowItem>(FOLD_QUEUE);
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name(FOLD_THREAD.into())
+            .spawn(move || {
+                while let Some(item) = rx.blocking_recv() {
+                    match item {
+                        FollowItem::Records(records) => {
+                            self.apply_records(&records);
+                        }
+                        FollowItem::CaughtUp(head) => self.mark_caught_up(&head),
                     }
-                    Some(Ok(FollowItem::CaughtUp(head))) => self.mark_caught_up(&head),
-                },
+                }
+                // The receiver may be gone if the caller was cancelled: then the
+                // engine is simply dropped here.
+                let _ = done_tx.send(self);
+            })
+            .map_err(|e| crate::Error::Task(format!("starting the fold thread: {e}")))?;
+        let outcome = {
+            let mut stream = log.follow(from);
+            let stop = shutdown.wait_for(|s| *s);
+            tokio::pin!(stop);
+            loop {
+                // The select only picks; sending happens after it, so the
+                // shutdown future's borrow of the watch is never held across an
+                // await (the task must stay `Send`).
+                let item = tokio::select! {
+                    biased;
+                    _ = &mut stop => break Ok(()),
+                    item = stream.next() => item,
+                };
+                match item {
+                    None => break Ok(()),
+                    Some(Err(e)) => break Err(e.into()),
+                    Some(Ok(item)) => {
+                        if tx.send(item).await.is_err() {
+                            break Err(crate::Error::Task("the fold thread stopped".into()));
+                        }
+                    }
+                }
             }
-        }
+        };
+        // Closing the channel ends the thread once it has folded what it holds.
+        drop(tx);
+        let engine = done_rx.await;
+        let _ = thread.join();
+        outcome?;
+        engine.map_err(|_| crate::Error::Task("the fold thread panicked".into()))
     }
 
     /// Moves the position up to `at`, per partition (never back).

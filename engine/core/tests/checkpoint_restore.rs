@@ -5,7 +5,6 @@
 //! thresholds and at shutdown, and a restored engine continues where it stopped.
 
 mod replay_support;
-use deltapilot_testkit::events as support_events;
 
 use std::time::Duration;
 
@@ -292,7 +291,7 @@ async fn the_writer_checkpoints_on_its_threshold_and_at_shutdown() {
         every: Duration::from_secs(3600),
         keep: 2,
     };
-    let mut engine = Engine::new(GenOptions::default());
+    let engine = Engine::new(GenOptions::default());
     let reader = engine.reader();
     let (stop_tx, stop_rx) = watch::channel(false);
     let writer = tokio::spawn(run_checkpointer(

@@ -4,7 +4,6 @@
 //! reference model of the documented rules.
 
 mod fold_support;
-use deltapilot_testkit::events as support_events;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -3,11 +3,10 @@
 //! events, and stops on the drain signal.
 
 mod fold_support;
-use deltapilot_testkit::events as support_events;
 
 use std::time::Duration;
 
-use deltapilot_engine::runner::Engine;
+use deltapilot_engine::runner::{Engine, FOLD_THREAD};
 use deltapilot_log::file::{FileLog, FileLogOptions};
 use deltapilot_log::{EventLog, Position};
 use deltapilot_model::fold::SkipReason;
@@ -45,7 +44,7 @@ async fn follows_a_file_log_until_shutdown() {
     .await
     .expect("append");
 
-    let mut engine = Engine::new(GenOptions::default());
+    let engine = Engine::new(GenOptions::default());
     let reader = engine.reader();
     let stats = engine.stats();
     let mut ready = engine.ready();
@@ -53,8 +52,7 @@ async fn follows_a_file_log_until_shutdown() {
     let follower = log.clone();
     let task = tokio::spawn(async move {
         let from = follower.start();
-        let r = engine.run(&*follower, from, stop_rx).await;
-        (engine, r)
+        engine.run(&*follower, from, stop_rx).await
     });
 
     tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
@@ -62,6 +60,11 @@ async fn follows_a_file_log_until_shutdown() {
         .expect("ready within bound")
         .expect("engine alive");
     wait_for_offset(&reader, 3).await;
+    assert!(
+        thread_names().iter().any(|n| n == FOLD_THREAD),
+        "the fold runs on its own OS thread, not a tokio worker: {:?}",
+        thread_names()
+    );
     let snap = reader.load();
     assert_eq!(snap.model.endpoint_count("a.ns.svc"), 1);
     assert_eq!(stats.skipped(SkipReason::UnknownService), 1);
@@ -85,11 +88,11 @@ async fn follows_a_file_log_until_shutdown() {
     assert_eq!(stats.events_applied(), 4);
 
     stop_tx.send(true).expect("engine listening");
-    let (engine, result) = tokio::time::timeout(Duration::from_secs(10), task)
+    let engine = tokio::time::timeout(Duration::from_secs(10), task)
         .await
         .expect("stops within bound")
-        .expect("task did not panic");
-    result.expect("clean stop");
+        .expect("task did not panic")
+        .expect("clean stop");
     assert_eq!(engine.position(), &Position::single(5));
     assert!(stats.caught_up());
 }
@@ -133,4 +136,13 @@ async fn replaying_the_same_file_log_gives_the_same_hash() {
         hashes.push(engine.current().hash);
     }
     assert_eq!(hashes[0], hashes[1]);
+}
+
+/// The names of this process's threads, as the kernel reports them.
+fn thread_names() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_owned())
+        .collect()
 }

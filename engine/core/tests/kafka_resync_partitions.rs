@@ -11,7 +11,6 @@
 //! own topic.
 
 mod fold_support;
-use deltapilot_testkit::events as support_events;
 use deltapilot_testkit::kafka as support_kafka;
 
 use support_kafka::unique_topic;

@@ -5,7 +5,6 @@
 //! made a resource match.
 
 mod replay_support;
-use deltapilot_testkit::events as support_events;
 
 use std::ops::ControlFlow;
 use std::str::FromStr;

@@ -4,7 +4,6 @@
 //! same hostnames. Also: change sets name exactly the resources whose bytes
 //! changed, and the O(changed) per-proxy diff equals the full diff.
 
-use deltapilot_testkit::events as support_events;
 mod xds_support;
 
 use std::collections::HashMap;
@@ -15,7 +14,7 @@ use deltapilot_model::state::ModelState;
 use deltapilot_proto::Event;
 use deltapilot_xds::generate::{GenOptions, Generator, build_all, changes_between};
 use deltapilot_xds::hash::resources_hash;
-use deltapilot_xds::view::{View, ViewKey, diff, diff_changed};
+use deltapilot_xds::view::{diff, diff_changed, resources_for};
 use deltapilot_xds::{Resource, ResourceMap, ResourceSet, ResourceType};
 use proptest::prelude::*;
 use xds_support::*;
@@ -268,9 +267,8 @@ fn events(ops: &[Op]) -> Vec<Event> {
 
 /// What a proxy holds after reporting `view`'s versions on a reconnect:
 /// stand-ins, so that the diffs compare versions, not pointers.
-fn known_of(view: &View, t: ResourceType) -> ResourceMap {
-    view.resources(t)
-        .iter()
+fn known_of(view: &ResourceMap) -> ResourceMap {
+    view.iter()
         .map(|(n, r)| Arc::new(Resource::stand_in(n.clone(), r.version.clone())))
         .collect()
 }
@@ -318,12 +316,11 @@ fn check(ops: &[Op], batch_sizes: &[usize]) -> Result<(), TestCaseError> {
             );
         }
         for pt in [ProxyType::Sidecar, ProxyType::ProxylessGrpc] {
-            let key = ViewKey { proxy_type: pt };
-            let (before, after) = (View::new(&set, key.clone()), View::new(&next, key.clone()));
             for t in ResourceType::ALL {
-                let known = known_of(&before, t);
-                let full = diff(after.resources(t), &known);
-                let quick = diff_changed(after.resources(t), &known, changes.of(t));
+                let known = known_of(resources_for(&set, pt, t));
+                let after = resources_for(&next, pt, t);
+                let full = diff(after, &known);
+                let quick = diff_changed(after, &known, changes.of(t));
                 prop_assert_eq!(full, quick, "{:?} {:?}", pt, t);
             }
         }

@@ -2,7 +2,6 @@
 //! fields real Envoy and proxyless gRPC clients insist on (see
 //! `shared/ENVIRONMENT.md`), built from a model folded from real events.
 
-use deltapilot_testkit::events as support_events;
 mod xds_support;
 
 use std::collections::BTreeSet;

@@ -1,17 +1,13 @@
 //! Per-proxy views and diffs: which resources a proxy sees, and what it must be
 //! sent to hold exactly them.
 //!
-//! - [`ViewKey`]: everything that decides a proxy's view. Today only the proxy type
+//! - [`resources_for`]: a proxy's view. Today only the proxy type decides it
 //!   (sidecars and routers see sidecar listeners, proxyless gRPC clients see
 //!   `api_listener`s; all other types are shared), and a view is the snapshot's
-//!   own maps: [`resources_for`] hands every proxy of one type the same
-//!   persistent map, so proxies with equal keys share their view with nothing
-//!   built or cached (the server's streams and debug views call it).
-//! - [`View`] and [`ViewCache`]: where a view will be built once per key and
-//!   snapshot when it costs something. Namespace and `Sidecar`-resource scoping
-//!   will become fields of the key (e.g. the proxy's namespace and the key of
-//!   the Sidecar config selecting it) and [`View::new`] will filter by them; the
-//!   server's calls to `resources_for` then become [`ViewCache::get`].
+//!   own maps: every proxy of one type gets the same persistent map, so proxies
+//!   of one type share their view with nothing built or cached (the server's
+//!   streams and debug views call it). Scoping by namespace and `Sidecar`
+//!   resource will key views by more than the type.
 //! - [`judge`]: the one comparison, name by name, of the view with what a proxy
 //!   holds. The server's delta state machine judges each name it must
 //!   re-examine with it, on live pushes and on reconnects alike.
@@ -25,11 +21,9 @@
 //! per-stream state machine); it answers "what differs", the server decides what
 //! it is allowed to send.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use crate::snapshot::Snapshot;
-use deltapilot_model::{Proxy, ProxyType};
+use deltapilot_model::ProxyType;
 
 use super::{Resource, ResourceMap, ResourceSet, ResourceType, TypeChanges};
 
@@ -43,82 +37,6 @@ pub fn resources_for(set: &ResourceSet, proxy_type: ProxyType, t: ResourceType) 
             ProxyType::ProxylessGrpc => &set.grpc_listeners,
             ProxyType::Sidecar | ProxyType::Router => &set.sidecar_listeners,
         },
-    }
-}
-
-/// The inputs of a proxy's view: two proxies with equal keys see exactly the same
-/// resources, so they share one [`View`].
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ViewKey {
-    /// Which listener flavour the proxy gets.
-    pub proxy_type: ProxyType,
-}
-
-impl ViewKey {
-    /// The key of a connected proxy.
-    pub fn of(proxy: &Proxy) -> Self {
-        ViewKey {
-            proxy_type: proxy.proxy_type,
-        }
-    }
-}
-
-/// The resources one [`ViewKey`] sees in one resource set, per type. Building it
-/// costs O(1) today (persistent maps are shared, not copied).
-#[derive(Debug, Clone)]
-pub struct View {
-    key: ViewKey,
-    maps: [ResourceMap; 4],
-}
-
-impl View {
-    /// The view of `set` for `key`.
-    pub fn new(set: &ResourceSet, key: ViewKey) -> Self {
-        let maps = ResourceType::ALL.map(|t| resources_for(set, key.proxy_type, t).clone());
-        View { key, maps }
-    }
-
-    /// Whose view this is.
-    pub fn key(&self) -> &ViewKey {
-        &self.key
-    }
-
-    /// The resources of one type in this view.
-    pub fn resources(&self, t: ResourceType) -> &ResourceMap {
-        &self.maps[t.index()]
-    }
-}
-
-/// The views of the current snapshot, one per [`ViewKey`], computed on first use
-/// and shared by every proxy with that key. A newer snapshot replaces an entry on
-/// first use. The lock is held only to look up or insert an `Arc`, never across an
-/// await or a diff.
-#[derive(Debug, Default)]
-pub struct ViewCache {
-    views: Mutex<HashMap<ViewKey, (u64, Arc<View>)>>,
-}
-
-impl ViewCache {
-    /// An empty cache.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The view of `snapshot` for `key`, shared with every caller asking for the
-    /// same snapshot and key.
-    pub fn get(&self, snapshot: &Snapshot, key: &ViewKey) -> Arc<View> {
-        let mut views = self
-            .views
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        match views.get(key) {
-            Some((seq, v)) if *seq == snapshot.seq => v.clone(),
-            _ => {
-                let v = Arc::new(View::new(&snapshot.resources, key.clone()));
-                views.insert(key.clone(), (snapshot.seq, v.clone()));
-                v
-            }
-        }
     }
 }
 
@@ -298,27 +216,5 @@ mod tests {
             Arc::from("v"),
         )));
         assert_eq!(diff_changed(&view, &known, &changes).removals.len(), 1);
-    }
-
-    #[test]
-    fn views_are_shared_per_key_and_snapshot() {
-        let cache = ViewCache::new();
-        let mut snap = Snapshot::default();
-        let key = ViewKey {
-            proxy_type: ProxyType::Sidecar,
-        };
-        let a = cache.get(&snap, &key);
-        let b = cache.get(&snap, &key);
-        assert!(Arc::ptr_eq(&a, &b));
-        snap.seq = 1;
-        let c = cache.get(&snap, &key);
-        assert!(!Arc::ptr_eq(&a, &c), "a newer snapshot gets a new view");
-        let grpc = cache.get(
-            &snap,
-            &ViewKey {
-                proxy_type: ProxyType::ProxylessGrpc,
-            },
-        );
-        assert_eq!(grpc.key().proxy_type, ProxyType::ProxylessGrpc);
     }
 }

@@ -432,7 +432,7 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
         Some((store, _)) => live::restore(&log, store).await?,
         None => None,
     };
-    let mut engine = match restored {
+    let engine = match restored {
         Some(cp) => Engine::from_checkpoint(s.gen_opts.clone(), cp),
         None => Engine::new(s.gen_opts.clone()),
     };
@@ -468,6 +468,7 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
             engine
                 .run(&*log, from, shutdown)
                 .await
+                .map(drop)
                 .context("engine stopped: the log failed")
         });
     }

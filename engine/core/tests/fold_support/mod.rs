@@ -3,7 +3,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 #[allow(unused_imports)] // each test binary uses its own subset
-pub use crate::support_events::{ep, ep_del, event, resync};
+pub use deltapilot_testkit::events::{ep, ep_del, event, resync};
 
 use deltapilot_proto::event::Payload;
 use deltapilot_proto::{self as pb, Event};

@@ -3,7 +3,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 #[allow(unused_imports)] // each test binary uses its own subset
-pub use crate::support_events::{ep, ep_del};
+pub use deltapilot_testkit::events::{ep, ep_del};
 
 use deltapilot_log::EventLog;
 use deltapilot_log::file::{FileLog, FileLogOptions, FsyncPolicy};

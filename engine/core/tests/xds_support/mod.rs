@@ -15,7 +15,7 @@ use deltapilot_xds::{ResourceMap, ResourceSet};
 use prost::Message;
 
 #[allow(unused_imports)] // each test binary uses its own subset
-pub use crate::support_events::{ep_del, event, resync};
+pub use deltapilot_testkit::events::{ep_del, event, resync};
 pub use pb::{Health, Protocol, Resolution};
 
 /// A port `(name, number, protocol)`.
