@@ -50,9 +50,13 @@ fn byte_of(i: u64) -> u64 {
 }
 
 /// A log holding records 0..n in one segment, closed again; returns its segment.
+/// Writes records `0..n` into one segment, each as its own batch, so that a
+/// damaged record is the only one recovery must cut (a batch is cut whole).
 async fn write_and_close(dir: &Path, n: u64) -> PathBuf {
     let log = open(dir);
-    log.append(&suite::batch(0, n)).await.expect("append");
+    for i in 0..n {
+        log.append(&suite::batch(i, 1)).await.expect("append");
+    }
     drop(log);
     let segs = segment_files(dir);
     assert_eq!(segs.len(), 1);
@@ -293,12 +297,22 @@ async fn segments_roll_and_reads_cross_them() {
         for b in 0..n / 10 {
             log.append(&suite::batch(b * 10, 10)).await.expect("append");
         }
-        // One batch larger than a segment is split across segments.
+        // One batch larger than a segment is never split: it rolls first and
+        // goes whole into a segment of its own.
         let pos = log.append(&suite::batch(n, 50)).await.expect("append");
         assert_eq!(pos.last().map(|p| p.offset), Some(n + 49));
     }
+    let big = n;
     let n = n + 50;
-    let segs = segment_files(dir.path());
+    let mut segs = segment_files(dir.path());
+    let whole = segs.pop().expect("the big batch's segment");
+    let name = whole.file_stem().and_then(|x| x.to_str()).expect("name");
+    assert_eq!(
+        name.parse::<u64>().expect("digits"),
+        big,
+        "rolled before it"
+    );
+    assert!(std::fs::metadata(&whole).expect("stat").len() > 4096);
     assert!(
         segs.len() >= 10,
         "expected several segments, got {}",
@@ -318,6 +332,7 @@ async fn segments_roll_and_reads_cross_them() {
     }
     assert_eq!(bases[0], 0);
     assert!(bases.windows(2).all(|w| w[0] < w[1]), "{bases:?}");
+    assert!(bases.last().is_some_and(|b| *b < big), "{bases:?}");
 
     let log = open(dir.path());
     assert_eq!(log.head().await.expect("head"), Position::single(n));
@@ -538,4 +553,167 @@ async fn reader_follows_a_writer_in_another_process() {
         log.head().await.expect("head"),
         Position::single(total as u64)
     );
+}
+
+/// Records `first..first + n` appended as one batch, then the log closed.
+async fn append_batch(dir: &Path, first: u64, n: u64) {
+    let log = open(dir);
+    log.append(&suite::batch(first, n)).await.expect("append");
+}
+
+#[tokio::test]
+async fn a_batch_whose_last_record_is_torn_is_cut_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    append_batch(dir.path(), 0, 5).await;
+    append_batch(dir.path(), 5, 5).await;
+    let seg = segment_files(dir.path()).pop().expect("segment");
+    flip_byte(&seg, byte_of(9) + framed(9) - 3);
+
+    let log = open(dir.path());
+    let rec = log.recovery().expect("a recovery report");
+    assert_eq!((rec.offset, rec.byte_offset), (5, byte_of(5)), "{rec:?}");
+    assert!(
+        rec.reason.contains("CRC") && rec.reason.contains("records 5..9"),
+        "{}",
+        rec.reason
+    );
+    assert_eq!(log.head().await.expect("head"), Position::single(5));
+    assert_eq!(std::fs::metadata(&seg).expect("stat").len(), byte_of(5));
+}
+
+#[tokio::test]
+async fn a_batch_cut_at_a_record_boundary_is_cut_whole_for_writer_and_reader() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    append_batch(dir.path(), 0, 4).await;
+    append_batch(dir.path(), 4, 6).await;
+    let seg = segment_files(dir.path()).pop().expect("segment");
+    // Records 4..8 of the second batch are whole on disk; its last two are not.
+    OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .expect("open segment")
+        .set_len(byte_of(8))
+        .expect("cut");
+
+    let reader = FileLog::open_read_only(dir.path()).expect("open read-only");
+    assert_eq!(reader.head().await.expect("head"), Position::single(4));
+    assert_eq!(suite::read_to_end(&reader, &reader.start()).await.len(), 4);
+    drop(reader);
+
+    let log = open(dir.path());
+    let rec = log.recovery().expect("a recovery report");
+    assert_eq!((rec.offset, rec.byte_offset), (4, byte_of(4)), "{rec:?}");
+    assert!(rec.reason.contains("incomplete batch"), "{}", rec.reason);
+    assert_eq!(log.head().await.expect("head"), Position::single(4));
+    let pos = log.append(&suite::batch(4, 3)).await.expect("append");
+    assert_eq!(pos.first().map(|p| p.offset), Some(4));
+}
+
+#[tokio::test]
+async fn a_segment_of_the_earlier_format_is_read_and_appends_move_to_a_new_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seg = write_and_close(dir.path(), 6).await;
+    // Every record of a v01 segment ends its batch, as these do: only the header
+    // tells the formats apart.
+    let mut bytes = std::fs::read(&seg).expect("read");
+    bytes[..8].copy_from_slice(b"DPLOGv01");
+    std::fs::write(&seg, &bytes).expect("write");
+
+    let log = open(dir.path());
+    assert!(log.recovery().is_none());
+    assert_eq!(log.head().await.expect("head"), Position::single(6));
+    log.append(&suite::batch(6, 4)).await.expect("append");
+    drop(log);
+    let segs = segment_files(dir.path());
+    assert_eq!(segs.len(), 2, "the batch went into a new segment: {segs:?}");
+    assert_eq!(&std::fs::read(&segs[0]).expect("read")[..8], b"DPLOGv01");
+    assert_eq!(&std::fs::read(&segs[1]).expect("read")[..8], b"DPLOGv02");
+    let log = open(dir.path());
+    let recs = suite::read_to_end(&log, &log.start()).await;
+    assert_eq!(recs.len(), 10);
+    for (i, r) in recs.iter().enumerate() {
+        assert_eq!(r.decode().expect("decode"), suite::event(i as u64, 200));
+    }
+}
+
+/// Set in a child copy of this test binary to make it a writer that is killed.
+const KILLED_DIR_ENV: &str = "DELTAPILOT_FILE_LOG_TEST_KILLED_DIR";
+/// Records per batch of the killed writer: prime, so a half batch never looks
+/// whole by accident of segment arithmetic.
+const KILLED_BATCH: u64 = 37;
+/// Kills per test run.
+const KILLS: usize = 6;
+
+/// The writer `kill_9_during_appends_never_leaves_half_a_batch` kills: appends
+/// batches with small segments and fsync on every append, until killed (bounded
+/// in count and time in case nobody does).
+async fn killed_writer(dir: &Path) {
+    let log = FileLog::open(dir, opts(FsyncPolicy::Always, 4096)).expect("child: open");
+    let mut next = log.head().await.expect("child: head").offset(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    for _ in 0..5_000 {
+        if std::time::Instant::now() > deadline {
+            break;
+        }
+        log.append(&suite::batch(next, KILLED_BATCH))
+            .await
+            .expect("child: append");
+        next += KILLED_BATCH;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_appends_never_leaves_half_a_batch() {
+    if let Some(dir) = std::env::var_os(KILLED_DIR_ENV) {
+        killed_writer(Path::new(&dir)).await;
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("log");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let mut head = 0;
+    let mut rolled_through = 0;
+    for round in 0..KILLS {
+        let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args(["kill_9_during_appends_never_leaves_half_a_batch", "--exact"])
+            .env(KILLED_DIR_ENV, &dir)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn the writer process");
+        // Let it write past where the last round stopped, then kill it mid-stream
+        // at a moment that varies per round.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let now = match FileLog::open_read_only(&dir) {
+                Ok(l) => l.head().await.map_or(0, |p| p.offset(0)),
+                Err(_) => 0,
+            };
+            if now > head + KILLED_BATCH * 3 || std::time::Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(3 + 7 * round as u64)).await;
+        child.kill().expect("kill -9 the writer");
+        child.wait().expect("reap the writer");
+
+        let log = open(&dir);
+        let now = log.head().await.expect("head").offset(0);
+        assert_eq!(
+            now % KILLED_BATCH,
+            0,
+            "round {round}: head {now} is not a whole number of {KILLED_BATCH}-record batches \
+             (recovery: {:?})",
+            log.recovery()
+        );
+        assert!(now > head, "round {round}: the writer made progress");
+        let recs = suite::read_to_end(&log, &log.start()).await;
+        assert_eq!(recs.len() as u64, now);
+        for (i, r) in recs.iter().enumerate() {
+            assert_eq!(r.decode().expect("decode"), suite::event(i as u64, 200));
+        }
+        head = now;
+        rolled_through = segment_files(&dir).len();
+    }
+    assert!(rolled_through > KILLS, "segments rolled during the kills");
 }

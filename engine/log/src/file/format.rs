@@ -3,10 +3,12 @@
 //! ```text
 //! segment file  = segment header, then records back to back
 //! segment header (16 bytes)
-//!   0  magic   8 bytes  b"DPLOGv01"  (format version lives in the last two bytes)
+//!   0  magic   8 bytes  b"DPLOGv02"  (format version lives in the last two bytes;
+//!                       this build reads v01 and v02 and writes v02)
 //!   8  base    u64 LE   offset of the segment's first record (also in the file name)
 //! record (20-byte header + payload)
-//!   0  magic   4 bytes  b"dpR1"
+//!   0  magic   4 bytes  b"dpR1": the last record of its append batch;
+//!                       b"dpRm": more records of its batch follow (v02 only)
 //!   4  crc     u32 LE   CRC-32 (IEEE, crc32fast) of bytes 8.. of the record,
 //!                       i.e. of (len, offset, payload)
 //!   8  len     u32 LE   payload length, at most MAX_RECORD_BYTES
@@ -19,6 +21,13 @@
 //! caught by the magic check. The magic also lets recovery look for the next record
 //! after a bad one (see `recovery.rs`).
 //!
+//! A batch is all-or-nothing: recovery keeps a record only once the record that
+//! ends its batch (`dpR1`) is on disk too, so a crash in the middle of an append
+//! never leaves part of a batch. In a v01 segment every record is `dpR1` (each
+//! counts as its own batch). `dpRm` is written only into v02 segments, so a build
+//! that reads only v01 refuses the segment by its header instead of taking the
+//! unknown magic for a torn tail.
+//!
 //! What it does NOT do: any I/O, or decide what a bad record means (torn tail or
 //! corruption): that is recovery's job.
 
@@ -26,13 +35,23 @@ use std::fmt;
 
 /// Length of the segment header.
 pub(crate) const SEGMENT_HEADER_LEN: u64 = 16;
-/// First bytes of every segment file. The trailing `01` is the format version.
-const SEGMENT_MAGIC: [u8; 8] = *b"DPLOGv01";
+/// First bytes of every segment file this build writes. The trailing `02` is the
+/// format version.
+const SEGMENT_MAGIC: [u8; 8] = *b"DPLOGv02";
+/// The header of segments written before records carried their batch's end.
+const SEGMENT_MAGIC_V1: [u8; 8] = *b"DPLOGv01";
 
 /// Length of a record header.
 pub(crate) const RECORD_HEADER_LEN: usize = 20;
-/// First bytes of every record.
+/// First bytes of a record that ends its append batch.
 pub(crate) const RECORD_MAGIC: [u8; 4] = *b"dpR1";
+/// First bytes of a record of a batch whose later records follow it.
+pub(crate) const RECORD_MAGIC_MORE: [u8; 4] = *b"dpRm";
+
+/// Whether `m` is a record magic (either kind).
+pub(crate) fn is_record_magic(m: &[u8]) -> bool {
+    m == RECORD_MAGIC || m == RECORD_MAGIC_MORE
+}
 /// Largest payload a record may carry. Far above any sane event (a service with
 /// thousands of ports is still kilobytes) and low enough that a corrupt length is
 /// recognised as impossible instead of making a reader allocate gigabytes.
@@ -46,22 +65,27 @@ pub(crate) fn segment_header(base: u64) -> [u8; SEGMENT_HEADER_LEN as usize] {
     h
 }
 
-/// Checks a segment header read from a file whose name says it starts at `base`.
-pub(crate) fn check_segment_header(bytes: &[u8], base: u64) -> Result<(), String> {
+/// Checks a segment header read from a file whose name says it starts at `base`;
+/// returns the segment's format version (1 or 2).
+pub(crate) fn check_segment_header(bytes: &[u8], base: u64) -> Result<u8, String> {
     if bytes.len() < SEGMENT_HEADER_LEN as usize {
         return Err(format!(
             "segment header is {} bytes, expected 16",
             bytes.len()
         ));
     }
-    if bytes[..8] != SEGMENT_MAGIC {
+    let version = if bytes[..8] == SEGMENT_MAGIC {
+        2
+    } else if bytes[..8] == SEGMENT_MAGIC_V1 {
+        1
+    } else {
         return Err(format!(
             "not a deltapilot log segment, or a format version this build cannot read \
              (magic {:02x?}, expected {:02x?})",
             &bytes[..8],
             SEGMENT_MAGIC
         ));
-    }
+    };
     let mut b = [0u8; 8];
     b.copy_from_slice(&bytes[8..16]);
     let found = u64::from_le_bytes(b);
@@ -70,13 +94,18 @@ pub(crate) fn check_segment_header(bytes: &[u8], base: u64) -> Result<(), String
             "segment header says base offset {found} but the file name says {base}"
         ));
     }
-    Ok(())
+    Ok(version)
 }
 
-/// Appends one framed record to `buf`.
-pub(crate) fn frame_record(buf: &mut Vec<u8>, offset: u64, payload: &[u8]) {
+/// Appends one framed record to `buf`; `more` when later records of its batch
+/// follow it.
+pub(crate) fn frame_record(buf: &mut Vec<u8>, offset: u64, payload: &[u8], more: bool) {
     let start = buf.len();
-    buf.extend_from_slice(&RECORD_MAGIC);
+    buf.extend_from_slice(if more {
+        &RECORD_MAGIC_MORE
+    } else {
+        &RECORD_MAGIC
+    });
     buf.extend_from_slice(&[0; 4]);
     // Callers refuse payloads above MAX_RECORD_BYTES, which fits in u32.
     buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
@@ -98,6 +127,8 @@ pub(crate) struct Frame {
     pub(crate) offset: u64,
     /// Payload length.
     pub(crate) len: usize,
+    /// Later records of its batch follow (`dpRm`).
+    pub(crate) more: bool,
 }
 
 impl Frame {
@@ -173,7 +204,7 @@ pub(crate) fn parse_record(buf: &[u8]) -> Result<Frame, Flaw> {
     }
     let mut magic = [0u8; 4];
     magic.copy_from_slice(&buf[..4]);
-    if magic != RECORD_MAGIC {
+    if !is_record_magic(&magic) {
         return Err(Flaw::Bad(BadRecord::Magic(magic)));
     }
     let len = u32_at(buf, 8) as usize;
@@ -192,6 +223,7 @@ pub(crate) fn parse_record(buf: &[u8]) -> Result<Frame, Flaw> {
     Ok(Frame {
         offset: u64_at(buf, 12),
         len,
+        more: magic == RECORD_MAGIC_MORE,
     })
 }
 
@@ -199,7 +231,7 @@ pub(crate) fn parse_record(buf: &[u8]) -> Result<Frame, Flaw> {
 /// with the right magic and a plausible length. Used to size a read before the
 /// whole record is available.
 pub(crate) fn announced_len(buf: &[u8]) -> Option<usize> {
-    if buf.len() < RECORD_HEADER_LEN || buf[..4] != RECORD_MAGIC {
+    if buf.len() < RECORD_HEADER_LEN || !is_record_magic(&buf[..4]) {
         return None;
     }
     let len = u32_at(buf, 8) as usize;
@@ -212,7 +244,7 @@ mod tests {
 
     fn one(offset: u64, payload: &[u8]) -> Vec<u8> {
         let mut b = Vec::new();
-        frame_record(&mut b, offset, payload);
+        frame_record(&mut b, offset, payload, false);
         b
     }
 
@@ -221,7 +253,20 @@ mod tests {
         let b = one(42, b"hello");
         assert_eq!(b.len(), framed_len(5));
         let f = parse_record(&b).expect("valid");
-        assert_eq!(f, Frame { offset: 42, len: 5 });
+        assert_eq!(
+            f,
+            Frame {
+                offset: 42,
+                len: 5,
+                more: false
+            }
+        );
+        let mut m = Vec::new();
+        frame_record(&mut m, 42, b"hello", true);
+        assert!(
+            parse_record(&m).expect("valid").more,
+            "dpRm means more follow"
+        );
         assert_eq!(&b[RECORD_HEADER_LEN..f.total()], b"hello");
     }
 

@@ -14,7 +14,7 @@ use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::format::{self, Flaw, RECORD_HEADER_LEN, RECORD_MAGIC, SEGMENT_HEADER_LEN};
+use super::format::{self, Flaw, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 use super::sealed::open_sealed;
 use super::segment::{
     Segment, Segments, SparseIndex, list_segments, read_exact_at, segment_file_name,
@@ -51,6 +51,9 @@ pub(crate) struct ScanFlaw {
     pub(crate) reason: String,
     /// A valid record found after the bad one in the same file: (byte, offset).
     pub(crate) next_valid: Option<(u64, u64)>,
+    /// Where the scan stopped: (byte, offset) of the bad or missing record. A
+    /// batch cut with it starts earlier, at the scan's end.
+    pub(crate) at: (u64, u64),
 }
 
 /// How far a scan verified a segment.
@@ -89,6 +92,7 @@ pub(crate) fn scan(
                 flaw: Some(ScanFlaw {
                     reason: format!("segment header incomplete ({file_len} of 16 bytes)"),
                     next_valid: None,
+                    at: (0, off),
                 }),
             });
         }
@@ -100,6 +104,11 @@ pub(crate) fn scan(
         })?;
         pos = SEGMENT_HEADER_LEN;
     }
+    // A record counts only once the record that ends its batch is verified too:
+    // until then its index note waits here, and the scan's end stays at the last
+    // batch end (a crash mid-append never leaves part of a batch; see `format`).
+    let mut batch_end = (pos, off);
+    let mut pending: Vec<(u64, u64)> = Vec::new();
     let mut buf = Vec::new();
     let mut need = 0usize;
     while pos < file_len {
@@ -114,9 +123,15 @@ pub(crate) fn scan(
             }
             match format::parse_record(&buf[at..]) {
                 Ok(f) if f.offset == off => {
-                    index.note(off, pos + at as u64);
+                    pending.push((off, pos + at as u64));
                     at += f.total();
                     off += 1;
+                    if !f.more {
+                        for (o, b) in pending.drain(..) {
+                            index.note(o, b);
+                        }
+                        batch_end = (pos + at as u64, off);
+                    }
                 }
                 Ok(f) => {
                     break Some(format!(
@@ -142,17 +157,38 @@ pub(crate) fn scan(
         pos += at as u64;
         if let Some(reason) = bad {
             let next_valid = find_valid_after(file, path, pos + 1, file_len, off)?;
+            let reason = if batch_end.1 < off {
+                format!(
+                    "{reason} (records {}..{off} of its batch go with it)",
+                    batch_end.1
+                )
+            } else {
+                reason
+            };
             return Ok(Scan {
-                end_byte: pos,
-                end_offset: off,
-                flaw: Some(ScanFlaw { reason, next_valid }),
+                end_byte: batch_end.0,
+                end_offset: batch_end.1,
+                flaw: Some(ScanFlaw {
+                    reason,
+                    next_valid,
+                    at: (pos, off),
+                }),
             });
         }
     }
+    let flaw = (batch_end.1 < off).then(|| ScanFlaw {
+        reason: format!(
+            "incomplete batch: records {}..{off} are on disk but the record that ends their \
+             batch is not",
+            batch_end.1
+        ),
+        next_valid: None,
+        at: (pos, off),
+    });
     Ok(Scan {
-        end_byte: pos,
-        end_offset: off,
-        flaw: None,
+        end_byte: batch_end.0,
+        end_offset: batch_end.1,
+        flaw,
     })
 }
 
@@ -175,7 +211,7 @@ fn find_valid_after(
         chunk.resize(len, 0);
         read_exact_at(file, &mut chunk, pos).map_err(io_err("read segment", path))?;
         let mut i = 0;
-        while let Some(k) = chunk[i..].windows(4).position(|w| w == RECORD_MAGIC) {
+        while let Some(k) = chunk[i..].windows(4).position(format::is_record_magic) {
             let at = pos + (i + k) as u64;
             let mut header = [0u8; RECORD_HEADER_LEN];
             if at + RECORD_HEADER_LEN as u64 <= end {
@@ -213,8 +249,8 @@ fn corruption(path: &Path, scan: &Scan, flaw: &ScanFlaw, last: bool) -> Error {
     };
     Error::Corrupt {
         segment: path.to_owned(),
-        byte_offset: scan.end_byte,
-        offset: scan.end_offset,
+        byte_offset: flaw.at.0,
+        offset: flaw.at.1,
         reason: format!("{}; not a torn tail because {why}", flaw.reason),
     }
 }
@@ -478,7 +514,7 @@ mod tests {
 
     fn framed(offset: u64, payload: &[u8]) -> Vec<u8> {
         let mut b = Vec::new();
-        format::frame_record(&mut b, offset, payload);
+        format::frame_record(&mut b, offset, payload, false);
         b
     }
 
@@ -486,7 +522,7 @@ mod tests {
     /// (the magic) but is not one.
     fn damaged_with_fake_magic(offset: u64) -> Vec<u8> {
         let mut payload = b"xx".to_vec();
-        payload.extend_from_slice(&RECORD_MAGIC);
+        payload.extend_from_slice(&format::RECORD_MAGIC);
         payload.extend_from_slice(&[0xff; 40]);
         let mut r = framed(offset, &payload);
         let last = r.len() - 1;

@@ -99,7 +99,7 @@ mod tests {
 
     fn framed(offset: u64, payload: &[u8]) -> Vec<u8> {
         let mut b = Vec::new();
-        format::frame_record(&mut b, offset, payload);
+        format::frame_record(&mut b, offset, payload, false);
         b
     }
 

@@ -2,11 +2,13 @@
 //! fsync policy.
 //!
 //! An append frames the whole batch into one reusable buffer and writes it with one
-//! `write` call, unless the batch does not fit in the active segment: then it writes
-//! what fits, rolls, and goes on in the new segment, so a segment exceeds
-//! `segment_bytes` only when a single record does. Rolling fsyncs the old segment
-//! and the directory first (except with `FsyncPolicy::Never`), so a crash can only
-//! ever tear the last segment.
+//! `write` call into one segment. A batch that does not fit in the rest of the
+//! active segment rolls first, so a batch never spans two segments and a segment
+//! exceeds `segment_bytes` only when a single batch does. Every record but the
+//! batch's last is framed as "more follow" (see `format`), so recovery keeps a
+//! batch whole or not at all: a crash mid-append never leaves half a batch.
+//! Rolling fsyncs the old segment and the directory first (except with
+//! `FsyncPolicy::Never`), so a crash can only ever tear the last segment.
 //!
 //! Fsync policies:
 //! - `Always`: `fdatasync` before the append returns; readers see the records only
@@ -34,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use super::FsyncPolicy;
 use super::format::{self, SEGMENT_HEADER_LEN};
-use super::segment::{Segment, segment_file_name};
+use super::segment::{Segment, read_exact_at, segment_file_name};
 use super::shared::Shared;
 use crate::RecordPos;
 use crate::{Error, Result};
@@ -95,6 +97,9 @@ pub(crate) struct Writer {
     active_path: Arc<Path>,
     /// Bytes in the active segment, header included.
     active_len: u64,
+    /// The active segment has a v01 header (written by an earlier build), which
+    /// must not hold "more follow" records: the first append moves to v02.
+    active_v1: bool,
     next_offset: u64,
     buf: Vec<u8>,
     /// Why the writer gave up, if it did.
@@ -113,7 +118,7 @@ impl Writer {
         segment_bytes: u64,
         lock: File,
     ) -> Result<Self> {
-        let (active, active_path, active_len, next_offset) = {
+        let (active, active_path, active_len, next_offset, active_base) = {
             let segs = shared.segments();
             let last = segs.list.last().ok_or_else(|| Error::InvalidLogDir {
                 path: shared.dir().to_owned(),
@@ -124,8 +129,21 @@ impl Writer {
                 last.path.clone(),
                 last.end_byte,
                 last.end_offset,
+                last.base,
             )
         };
+        let mut header = [0u8; SEGMENT_HEADER_LEN as usize];
+        read_exact_at(&active, &mut header, 0).map_err(|source| Error::Io {
+            op: "read segment header",
+            path: active_path.to_path_buf(),
+            source,
+        })?;
+        let active_v1 = format::check_segment_header(&header, active_base).map_err(|reason| {
+            Error::InvalidLogDir {
+                path: active_path.to_path_buf(),
+                reason,
+            }
+        })? == 1;
         let flusher = match fsync {
             FsyncPolicy::Interval(d) => Some(Flusher::start(d, shared.dir())?),
             FsyncPolicy::Always | FsyncPolicy::Never => None,
@@ -137,6 +155,7 @@ impl Writer {
             active,
             active_path,
             active_len,
+            active_v1,
             next_offset,
             buf: Vec::new(),
             failed: None,
@@ -179,23 +198,22 @@ impl Writer {
     }
 
     fn append_inner(&mut self, payloads: &[Vec<u8>]) -> Result<()> {
-        let mut i = 0;
-        while i < payloads.len() {
-            let from = i;
-            self.buf.clear();
-            while let Some(p) = payloads.get(i) {
-                let framed = format::framed_len(p.len()) as u64;
-                let fits = self.active_len + self.buf.len() as u64 + framed <= self.segment_bytes;
-                let segment_empty = self.active_len == SEGMENT_HEADER_LEN && self.buf.is_empty();
-                if !fits && !segment_empty {
-                    break;
-                }
-                format::frame_record(&mut self.buf, self.next_offset + (i - from) as u64, p);
-                i += 1;
+        if !payloads.is_empty() {
+            if self.active_v1 {
+                self.leave_v1()?;
             }
-            if i == from {
+            let total: u64 = payloads
+                .iter()
+                .map(|p| format::framed_len(p.len()) as u64)
+                .sum();
+            if self.active_len > SEGMENT_HEADER_LEN && self.active_len + total > self.segment_bytes
+            {
                 self.roll()?;
-                continue;
+            }
+            self.buf.clear();
+            let last = payloads.len() - 1;
+            for (i, p) in payloads.iter().enumerate() {
+                format::frame_record(&mut self.buf, self.next_offset + i as u64, p, i < last);
             }
             (&*self.active)
                 .write_all(&self.buf)
@@ -205,7 +223,7 @@ impl Writer {
             {
                 let mut segs = self.shared.segments_mut();
                 let seg = segs.list.last_mut().ok_or(Error::Closed)?;
-                for p in &payloads[from..i] {
+                for p in payloads {
                     seg.index.note(offset, byte);
                     byte += format::framed_len(p.len()) as u64;
                     offset += 1;
@@ -229,6 +247,20 @@ impl Writer {
             FsyncPolicy::Never => {}
         }
         self.shared.publish(self.next_offset);
+        Ok(())
+    }
+
+    /// Moves appends off a v01 active segment: an empty one gets a v02 header in
+    /// place, one holding records is closed by a roll.
+    fn leave_v1(&mut self) -> Result<()> {
+        if self.active_len > SEGMENT_HEADER_LEN {
+            self.roll()?;
+        } else {
+            let header = format::segment_header(self.next_offset);
+            std::os::unix::fs::FileExt::write_all_at(&*self.active, &header, 0)
+                .map_err(self.io_err("rewrite segment header"))?;
+        }
+        self.active_v1 = false;
         Ok(())
     }
 
