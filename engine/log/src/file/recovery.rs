@@ -239,7 +239,7 @@ fn find_valid_after(
 }
 
 /// The error for a bad record that is not a torn tail.
-fn corruption(path: &Path, scan: &Scan, flaw: &ScanFlaw, last: bool) -> Error {
+fn corruption(path: &Path, flaw: &ScanFlaw, last: bool) -> Error {
     let why = match flaw.next_valid {
         Some((byte, offset)) => {
             format!("a valid record (offset {offset}) follows at byte {byte}")
@@ -311,7 +311,7 @@ pub(crate) fn open_for_write(dir: &Path, durable: bool) -> Result<(Segments, Opt
         let scan = scan(&seg.file, &seg.path, base, (0, base), len, &mut seg.index)?;
         if let Some(flaw) = &scan.flaw {
             if !last || flaw.next_valid.is_some() {
-                return Err(corruption(&seg.path, &scan, flaw, last));
+                return Err(corruption(&seg.path, flaw, last));
             }
             recovery = Some(cut_tail(&seg, &scan, flaw, len)?);
         }
@@ -420,7 +420,7 @@ pub(crate) fn refresh(shared: &Shared) -> Result<()> {
             if let Some(flaw) = &s.flaw
                 && (!newer.is_empty() || flaw.next_valid.is_some())
             {
-                return Err(corruption(&t.path, &s, flaw, newer.is_empty()));
+                return Err(corruption(&t.path, flaw, newer.is_empty()));
             }
             end = (s.end_byte, s.end_offset);
             updated_tail = Some((end, t.index));
@@ -468,7 +468,7 @@ pub(crate) fn refresh(shared: &Shared) -> Result<()> {
         if let Some(flaw) = &s.flaw
             && (!last || flaw.next_valid.is_some())
         {
-            return Err(corruption(&seg.path, &s, flaw, last));
+            return Err(corruption(&seg.path, flaw, last));
         }
         seg.end_byte = s.end_byte;
         seg.end_offset = s.end_offset;
