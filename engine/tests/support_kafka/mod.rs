@@ -81,7 +81,11 @@ impl PrivateKafka {
     /// proxy's port), or at its own port. Blocks until it answers Metadata (the
     /// script's own bound is 90 s).
     pub fn start(advertised: Option<u16>) -> Self {
-        let port = free_port();
+        Self::start_on(free_port(), advertised)
+    }
+
+    /// As [`PrivateKafka::start`], listening on `port`.
+    pub fn start_on(port: u16, advertised: Option<u16>) -> Self {
         let adv = advertised.unwrap_or(port);
         let run_dir = std::env::temp_dir().join(format!(
             "deltapilot-private-kafka-{}-{}",
