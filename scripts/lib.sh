@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Shared helpers for scripts/install-test-deps.sh and scripts/tansu.sh.
+# Shared helpers for scripts/install-test-deps.sh, scripts/tansu.sh and
+# scripts/kafka.sh.
 # Source it; it is not meant to be run. It only defines functions and a few
 # variables, so sourcing it has no side effects.
 
@@ -7,7 +8,8 @@
 # binaries (Tansu ~40 MB, Envoy ~100 MB) and are per-machine, not per-checkout.
 DELTAPILOT_TOOLS="${DELTAPILOT_TOOLS:-$HOME/.cache/deltapilot-tools}"
 
-# Directory for pidfiles of the background peers started by tansu.sh.
+# Directory for pidfiles of the background peers started by tansu.sh and
+# kafka.sh (and kafka.sh's broker store).
 # Outside the repo so a fresh clone (CI) never sees a stale pidfile.
 DELTAPILOT_RUN_DIR="${DELTAPILOT_RUN_DIR:-${TMPDIR:-/tmp}/deltapilot-run}"
 
@@ -83,11 +85,12 @@ load_tools_env() {
     local f="$DELTAPILOT_TOOLS/env.sh"
     [ -r "$f" ] || return 0
     local saved_tansu="${DELTAPILOT_TANSU:-}" saved_envoy="${DELTAPILOT_ENVOY:-}" \
-        saved_grpc="${DELTAPILOT_GRPC_PYTHON:-}"
+        saved_grpc="${DELTAPILOT_GRPC_PYTHON:-}" saved_kafka="${DELTAPILOT_KAFKA_HOME:-}"
     # shellcheck disable=SC1090
     . "$f"
     [ -n "$saved_tansu" ] && DELTAPILOT_TANSU="$saved_tansu"
     [ -n "$saved_envoy" ] && DELTAPILOT_ENVOY="$saved_envoy"
     [ -n "$saved_grpc" ] && DELTAPILOT_GRPC_PYTHON="$saved_grpc"
+    [ -n "$saved_kafka" ] && DELTAPILOT_KAFKA_HOME="$saved_kafka"
     return 0
 }

@@ -2,13 +2,17 @@
 # The test command (README "Test"): everything CI runs, from a fresh Debian machine
 # that has the Rust toolchain, python3 and pip.
 #
-#   1. installs the real peers (apt build deps, Tansu, Envoy, grpcio) outside the repo;
-#   2. starts a Tansu broker on a free 127.0.0.1 port for the Kafka-backed tests;
+#   1. installs the real peers (apt build deps, Apache Kafka, Tansu, Envoy, grpcio)
+#      outside the repo;
+#   2. starts an Apache Kafka broker on a free 127.0.0.1 port for the Kafka-backed
+#      tests (DELTAPILOT_KAFKA_BROKERS), and a Tansu broker on another for the one
+#      Tansu smoke test (DELTAPILOT_TANSU_BROKERS);
 #   3. checks formatting and lints (clippy -D warnings);
 #   4. runs the whole test suite.
 #
-# Tests that need a peer read DELTAPILOT_KAFKA_BROKERS, DELTAPILOT_ENVOY and
-# DELTAPILOT_GRPC_PYTHON, and FAIL (never skip) when one is missing.
+# Tests that need a peer read DELTAPILOT_KAFKA_BROKERS, DELTAPILOT_TANSU_BROKERS,
+# DELTAPILOT_ENVOY and DELTAPILOT_GRPC_PYTHON, and FAIL (never skip) when one is
+# missing.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -18,15 +22,21 @@ eval "$(bash scripts/install-test-deps.sh)"
 # A private run dir so this run's broker never collides with another's.
 DELTAPILOT_RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/deltapilot-test.XXXXXX")"
 export DELTAPILOT_RUN_DIR
-port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 cleanup() {
+    bash scripts/kafka.sh stop || true
     bash scripts/tansu.sh stop || true
     rm -rf "$DELTAPILOT_RUN_DIR"
 }
 trap cleanup EXIT
-echo "== starting Tansu on 127.0.0.1:$port" >&2
-bash scripts/tansu.sh start "$port"
-export DELTAPILOT_KAFKA_BROKERS="127.0.0.1:$port"
+kafka_port="$(free_port)"
+echo "== starting Apache Kafka on 127.0.0.1:$kafka_port" >&2
+bash scripts/kafka.sh start "$kafka_port"
+export DELTAPILOT_KAFKA_BROKERS="127.0.0.1:$kafka_port"
+tansu_port="$(free_port)"
+echo "== starting Tansu on 127.0.0.1:$tansu_port (for the Tansu smoke test only)" >&2
+bash scripts/tansu.sh start "$tansu_port"
+export DELTAPILOT_TANSU_BROKERS="127.0.0.1:$tansu_port"
 
 echo "== cargo fmt --check" >&2
 cargo fmt --all --check

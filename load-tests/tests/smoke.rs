@@ -109,7 +109,7 @@ async fn sotw_fleet_converges_too() {
     assert!(r.baseline.is_none());
 }
 
-/// A spawned server following a 3-partition Kafka topic (real Tansu) that the
+/// A spawned server following a 3-partition Kafka topic (real Apache Kafka) that the
 /// load generator appends the mesh and churn to: services and their endpoints
 /// land on different partitions and may be read in either order, and every proxy
 /// must still converge on every change. Fails (never skips) without the broker.
@@ -118,7 +118,7 @@ async fn a_spawned_server_on_a_kafka_topic_converges_too() {
     let brokers = match std::env::var("DELTAPILOT_KAFKA_BROKERS") {
         Ok(b) if !b.trim().is_empty() => b,
         _ => panic!(
-            "DELTAPILOT_KAFKA_BROKERS is not set: start a broker (scripts/tansu.sh start 19192) \
+            "DELTAPILOT_KAFKA_BROKERS is not set: start a broker (scripts/kafka.sh start 19192) \
              and export DELTAPILOT_KAFKA_BROKERS=127.0.0.1:19192; this test never skips"
         ),
     };

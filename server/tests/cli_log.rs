@@ -1,10 +1,10 @@
 //! `deltapilot log …` end to end: the real binary on real temp directories (embedded
-//! log) and on a real Kafka-protocol broker (Tansu).
+//! log) and on a real Apache Kafka broker.
 //!
 //! Every child process is bounded in time and killed if a test fails early.
 //!
 //! The Kafka test needs `DELTAPILOT_KAFKA_BROKERS` (e.g. `127.0.0.1:19192` after
-//! `scripts/tansu.sh start 19192`); without it the test fails, never skips.
+//! `scripts/kafka.sh start 19192`); without it the test fails, never skips.
 
 mod support;
 

@@ -1,5 +1,5 @@
 //! `deltapilot run --log URI`: two replicas serve one registry from a real
-//! Kafka-protocol broker (Tansu). One replica runs the file adapter and appends to
+//! Apache Kafka broker. One replica runs the file adapter and appends to
 //! the topic; the other runs no adapter at all and serves what it reads. Both
 //! must hold the same services, and a change written through the first reaches
 //! the second. The broker is required: without `DELTAPILOT_KAFKA_BROKERS` the

@@ -1,11 +1,10 @@
-//! A resync on a multi-partition Kafka topic, against a real Kafka-protocol broker
-//! (Tansu in CI): the `COMPLETED` marker lands once on every partition after the
+//! A resync on a multi-partition Kafka topic, against a real Apache Kafka broker: the `COMPLETED` marker lands once on every partition after the
 //! relist's entity events, and folding the relist in the worst order a reader may
 //! see (partition by partition, the marker's own partition first) never removes an
 //! entity the registry still has, and finally removes exactly the one it dropped.
 //!
 //! Needs `DELTAPILOT_KAFKA_BROKERS=HOST:PORT` (fails, never skips, without it):
-//! `scripts/install-test-deps.sh`, `scripts/tansu.sh start 19092`, then
+//! `scripts/install-test-deps.sh`, `scripts/kafka.sh start 19092`, then
 //! `DELTAPILOT_KAFKA_BROKERS=127.0.0.1:19092 cargo test -p deltapilot-engine --test
 //! kafka_resync_partitions` (`scripts/test.sh` does all of this). Every test uses its
 //! own topic.

@@ -1,22 +1,19 @@
-//! The Kafka log against a real Kafka-protocol broker (Tansu in CI): the shared
-//! behavioural suite on one- and multi-partition topics, plus what only a keyed,
-//! partitioned, networked log has: key placement, reads from saved per-partition
-//! offsets, topic creation, heads found without watermarks, and bounded failure
-//! when the broker is unreachable or dies.
+//! The Kafka log against a real Apache Kafka broker: the shared behavioural suite
+//! on one- and multi-partition topics, plus what only a keyed, partitioned,
+//! networked log has: key placement, reads from saved per-partition offsets, topic
+//! creation (compacted), heads from the high watermarks, tailing from the head,
+//! and bounded failure when the broker is unreachable or dies.
 //!
 //! Needs `DELTAPILOT_KAFKA_BROKERS=HOST:PORT` (fails, never skips, without it). The
-//! broker-death test also starts a private Tansu of its own (binary from
-//! `DELTAPILOT_TANSU`, `$DELTAPILOT_TOOLS/bin/tansu`,
-//! `~/.cache/deltapilot-tools/bin/tansu` or `PATH`). Every test uses its own topic.
+//! broker-death test also starts a private Apache Kafka of its own with
+//! `scripts/kafka.sh` (jars from `DELTAPILOT_KAFKA_HOME` or
+//! `$DELTAPILOT_TOOLS/kafka-*`). Every test uses its own topic.
 
 mod suite;
 use deltapilot_testkit::kafka as support_kafka;
 
-use support_kafka::unique_topic;
+use support_kafka::{PrivateKafka, free_port, unique_topic};
 
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use deltapilot_log::Error;
@@ -32,7 +29,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 /// Bound on any single wait in these tests that is not itself under test.
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Cases of the property test; each gets a fresh topic (about 1 s each on Tansu).
+/// Cases of the property test; each gets a fresh topic.
 const PROPTEST_CASES: u32 = 10;
 
 fn brokers() -> String {
@@ -368,12 +365,55 @@ async fn topic_is_created_on_first_use_and_existing_count_wins() {
     assert_eq!(again.start(), Position::start(3));
 }
 
-// ---- Head without watermarks -----------------------------------------------------
-
-/// `head` must equal where appends landed even where the broker's ListOffsets
-/// (`fetch_watermarks`) says otherwise; prints both for the record.
+/// A topic the log creates is compacted (`cleanup.policy=compact`), as the
+/// broker's own DescribeConfigs reports it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn head_is_exact_from_a_fresh_handle_and_ignores_list_offsets() {
+async fn created_topic_is_compacted() {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+    let log = open("compact", 2).await;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .create()
+        .expect("admin client");
+    let described = bounded(
+        "describe configs",
+        admin.describe_configs(
+            [&ResourceSpecifier::Topic(log.topic())],
+            &AdminOptions::new().request_timeout(Some(Duration::from_secs(10))),
+        ),
+    )
+    .await
+    .expect("DescribeConfigs");
+    let resource = described
+        .into_iter()
+        .next()
+        .expect("one resource")
+        .expect("topic config");
+    let policy = resource.get("cleanup.policy").and_then(|e| e.value.clone());
+    assert_eq!(policy.as_deref(), Some("compact"), "{:?}", resource.entries);
+}
+
+// ---- Head from the high watermarks, and tailing from it ------------------------
+
+fn raw_watermarks(topic: &str, partitions: i32) -> Vec<(i64, i64)> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .create()
+        .expect("client");
+    (0..partitions)
+        .map(|p| {
+            c.fetch_watermarks(topic, p, Duration::from_secs(10))
+                .expect("fetch_watermarks")
+        })
+        .collect()
+}
+
+/// `head` is where appends landed, from a fresh handle that knows nothing, and it
+/// is exactly the broker's high watermarks (ListOffsets), including after a
+/// multi-record last batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_is_the_high_watermark_from_a_fresh_handle() {
     let log = open("hwm", 2).await;
     // Single-event batches, then one big batch last: a broker that answers
     // ListOffsets with "last batch's base offset + 1" (Tansu 0.6) is off here.
@@ -394,32 +434,119 @@ async fn head_is_exact_from_a_fresh_handle_and_ignores_list_offsets() {
     for p in &landed {
         expected.advance(*p);
     }
-    // A fresh handle knows nothing and must find the head by reading.
     let fresh = bounded(
         "connect",
         KafkaLog::connect(&brokers(), log.topic(), opts(2)),
     )
     .await
     .expect("connect");
+    let t0 = Instant::now();
     let head = bounded("head", fresh.head()).await.expect("head");
+    let took = t0.elapsed();
     assert_eq!(head, expected, "head from a fresh handle");
     assert_eq!(bounded("head", log.head()).await.expect("head"), expected);
 
     let topic = log.topic().to_owned();
-    let watermarks = tokio::task::spawn_blocking(move || {
-        let c: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", brokers())
-            .create()
-            .expect("client");
-        (0..2)
-            .map(|p| c.fetch_watermarks(&topic, p, Duration::from_secs(10)))
-            .collect::<Vec<_>>()
+    let watermarks = tokio::task::spawn_blocking(move || raw_watermarks(&topic, 2))
+        .await
+        .expect("watermark task");
+    let high: Vec<u64> = watermarks.iter().map(|&(_, h)| h as u64).collect();
+    assert_eq!(head.offsets(), high.as_slice(), "head = high watermarks");
+    assert!(
+        watermarks.iter().all(|&(low, _)| low == 0),
+        "{watermarks:?}"
+    );
+    // One ListOffsets round trip, not a scan: a fetch wait alone is 20 ms per
+    // partition end, a scan of 44 records more; this is far below either bound.
+    assert!(took < Duration::from_secs(2), "head took {took:?}");
+    eprintln!("head {head} in {took:?}; ListOffsets (low, high) = {watermarks:?}");
+
+    // A read from the head returns nothing at once (no fetch needed).
+    let t0 = Instant::now();
+    let none = bounded("read", fresh.read(&head, 100)).await.expect("read");
+    assert!(none.is_empty());
+    eprintln!("read at the head: {:?}", t0.elapsed());
+}
+
+/// Tailing from the head: a raw consumer assigned at `Offset::End` and the log's
+/// own follower started at `head()` see exactly the records appended afterwards,
+/// the first of them at the head; the follower is caught up at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_from_the_head_sees_only_new_records() {
+    let log = open("end", 1).await;
+    bounded("append", log.append(&suite::batch(0, 10)))
+        .await
+        .expect("append");
+    let head = bounded("head", log.head()).await.expect("head");
+    assert_eq!(head, Position::from_offsets(vec![10]));
+
+    let topic = log.topic().to_owned();
+    let raw: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", unique_topic("end-reader"))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()
+        .expect("raw consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(&topic, 0, rdkafka::Offset::End)
+        .expect("tpl");
+    raw.assign(&tpl).expect("assign at Offset::End");
+    // librdkafka resolves Offset::End with ListOffsets, then fetches from there;
+    // the partition-EOF event says it has (so the appends below come after it).
+    let raw = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "no EOF after assigning at Offset::End"
+            );
+            match raw.poll(Duration::from_millis(100)) {
+                Some(Err(rdkafka::error::KafkaError::PartitionEOF(0))) => return raw,
+                Some(Ok(m)) => panic!("a record at {} before any append", m.offset()),
+                _ => {}
+            }
+        }
     })
     .await
-    .expect("watermark task");
-    eprintln!(
-        "head (EOF scan) = {head}; broker ListOffsets (low, high) per partition = {watermarks:?}"
+    .expect("resolve task");
+
+    let mut follower = log.follow(head.clone());
+    match next_item(&mut follower).await {
+        FollowItem::CaughtUp(p) => assert_eq!(p, head, "caught up at the head at once"),
+        other => panic!("expected CaughtUp from the head, got {other:?}"),
+    }
+
+    let landed = bounded("append", log.append(&suite::batch(10, 5)))
+        .await
+        .expect("append");
+    assert_eq!(landed.first().map(|p| p.offset), Some(10));
+
+    let got = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + WAIT;
+        let mut offsets = Vec::new();
+        while offsets.len() < 5 {
+            assert!(Instant::now() < deadline, "raw tail got {offsets:?}");
+            match raw.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => offsets.push(m.offset()),
+                Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) | None => {}
+                Some(Err(e)) => panic!("raw tail: {e}"),
+            }
+        }
+        offsets
+    })
+    .await
+    .expect("raw tail");
+    assert_eq!(
+        got,
+        vec![10, 11, 12, 13, 14],
+        "Offset::End tails from the head"
     );
+
+    let (records, at) = bounded("follow from head", suite::collect_following(follower, 5)).await;
+    let seen: Vec<u64> = records.iter().map(|r| r.pos.offset).collect();
+    assert_eq!(seen, vec![10, 11, 12, 13, 14]);
+    assert_eq!(at, Position::from_offsets(vec![15]));
 }
 
 /// Other Kafka tools see a well-formed message: key = entity key, value = the
@@ -547,17 +674,9 @@ async fn event_without_key_is_refused_and_nothing_is_appended() {
 
 // ---- Unreachable and dying brokers -----------------------------------------------
 
-/// A loopback port nothing listens on.
-fn closed_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = l.local_addr().expect("addr").port();
-    drop(l);
-    port
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_to_a_closed_port_fails_fast_and_says_where() {
-    let brokers = format!("127.0.0.1:{}", closed_port());
+    let brokers = format!("127.0.0.1:{}", free_port());
     let o = KafkaOptions {
         request_timeout: Duration::from_secs(2),
         ..opts(1)
@@ -577,94 +696,13 @@ async fn connect_to_a_closed_port_fails_fast_and_says_where() {
     eprintln!("connect to a closed port failed after {took:?}: {text}");
 }
 
-/// A Tansu only this test uses, so it can be killed. Killed on drop.
-struct PrivateBroker {
-    child: Child,
-    addr: String,
-}
-
-impl PrivateBroker {
-    fn start() -> Self {
-        let bin = tansu_binary();
-        let port = closed_port();
-        let url = format!("tcp://127.0.0.1:{port}");
-        let child = Command::new(&bin)
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-            ])
-            .args(["--storage-engine", "memory://tansu/"])
-            .env_remove("CLUSTER_ID")
-            .env_remove("LISTENER_URL")
-            .env_remove("ADVERTISED_LISTENER_URL")
-            .env_remove("STORAGE_ENGINE")
-            .env_remove("SCHEMA_REGISTRY")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .env("RUST_LOG", "error")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-        let broker = Self {
-            child,
-            addr: format!("127.0.0.1:{port}"),
-        };
-        let deadline = Instant::now() + WAIT;
-        while TcpStream::connect(&broker.addr).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "private tansu never listened on {}",
-                broker.addr
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        broker
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for PrivateBroker {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn tansu_binary() -> PathBuf {
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(t) = std::env::var_os("DELTAPILOT_TANSU") {
-        candidates.push(t.into());
-    }
-    if let Some(d) = std::env::var_os("DELTAPILOT_TOOLS") {
-        candidates.push(PathBuf::from(d).join("bin/tansu"));
-    }
-    if let Some(h) = std::env::var_os("HOME") {
-        candidates.push(PathBuf::from(h).join(".cache/deltapilot-tools/bin/tansu"));
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        candidates.extend(std::env::split_paths(&path).map(|d| d.join("tansu")));
-    }
-    candidates.into_iter().find(|p| p.is_file()).unwrap_or_else(|| {
-        panic!(
-            "the broker-death test starts its own Tansu and found no binary \
-             (DELTAPILOT_TANSU, $DELTAPILOT_TOOLS/bin/tansu, ~/.cache/deltapilot-tools/bin/tansu, PATH); \
-             run scripts/install-test-deps.sh"
-        )
-    })
-}
-
 /// The broker dies after the log connected: append fails within its bounded
 /// timeout with a clear error, and reads, heads and followers fail within theirs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_death_fails_appends_and_reads_within_their_bounds() {
-    let mut broker = PrivateBroker::start();
+    let mut broker = tokio::task::spawn_blocking(|| PrivateKafka::start(None))
+        .await
+        .expect("private kafka");
     let o = KafkaOptions {
         partitions: 2,
         append_timeout: Duration::from_secs(2),

@@ -30,7 +30,7 @@ pub fn kafka_brokers() -> String {
     match std::env::var("DELTAPILOT_KAFKA_BROKERS") {
         Ok(b) if !b.trim().is_empty() => b,
         _ => panic!(
-            "DELTAPILOT_KAFKA_BROKERS is not set: start a broker (scripts/tansu.sh start 19192) \
+            "DELTAPILOT_KAFKA_BROKERS is not set: start a broker (scripts/kafka.sh start 19192) \
              and export DELTAPILOT_KAFKA_BROKERS=127.0.0.1:19192; this test never skips"
         ),
     }

@@ -25,8 +25,8 @@ pub struct KafkaOptions {
     pub request_timeout: Duration,
     /// Bound on one [`read`](crate::EventLog::read) or
     /// [`head`](crate::EventLog::head) call as a whole. Larger than
-    /// `request_timeout` because the first `head` of a process scans the whole topic
-    /// (see the module docs of [`crate::kafka`]).
+    /// `request_timeout` because a `read` may fetch up to its limit of records from
+    /// every partition (see the module docs of [`crate::kafka`]).
     pub read_timeout: Duration,
 }
 
@@ -97,7 +97,7 @@ const PRODUCER_LINGER_MS: &str = "5";
 /// What a consumer is for; decides its fetch wait.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum ConsumerRole {
-    /// A bounded read or head scan: finish fast at the end of the log.
+    /// A bounded read: finish fast at the end of the log.
     Scan,
     /// A follower: wait for new records cheaply.
     Follow,
@@ -163,7 +163,8 @@ pub(super) fn consumer(brokers: &str, role: ConsumerRole) -> ClientConfig {
     c.set("group.id", throwaway_group_id())
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
-        // The end of the log is detected with these events, never with watermarks.
+        // A partition also ends at these events (raised at the fetch response's high
+        // watermark), so offsets at its end that hold no record never stall a read.
         .set("enable.partition.eof", "true")
         // A saved offset the broker no longer has (or never had) is an error, not a
         // silent jump to the start or end of the partition.

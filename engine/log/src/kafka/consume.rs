@@ -1,21 +1,25 @@
 //! Reading by assignment: the assigned consumer shared by `read`, `head` and
-//! `follow`, and the two bounded scans, `read` and `head`.
+//! `follow`; the high watermarks (ListOffsets) that say where each partition ends;
+//! and the two bounded operations, `read` and `head`.
 //!
-//! Both scans assign every partition at once and stop on partition-EOF events
-//! (`enable.partition.eof`), which librdkafka raises when a fetch response shows the
-//! consumer at the partition's high watermark. Unlike ListOffsets-based watermark
-//! queries this is right on Tansu as well as on Apache Kafka (see the module docs
-//! of [`crate::kafka`] for what was measured).
+//! `head` is the high watermark of every partition: one ListOffsets round trip
+//! (per partition, in parallel), never a scan. `read` measures the high watermarks
+//! first and reads each partition up to the one it measured, so its answer depends
+//! only on what the log held at that moment; a partition also counts as finished at
+//! a partition-EOF event (`enable.partition.eof`), which librdkafka raises when a
+//! fetch response shows the consumer at the high watermark, so trailing offsets that
+//! hold no record cannot make it wait.
 //!
 //! What it does NOT do: join a consumer group, commit offsets, or decode events.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::producer::Producer;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::time::Instant;
 
@@ -164,6 +168,62 @@ pub(super) fn start_offsets(shared: &Shared, from: &Position) -> Result<Vec<u64>
     Ok((0..n as u32).map(|p| from.offset(p)).collect())
 }
 
+/// Most ListOffsets requests [`high_watermarks`] has in flight at once. Each one
+/// blocks a thread of the blocking pool until the broker answers.
+const WATERMARK_CONCURRENCY: usize = 16;
+
+/// Slack on top of the watermark queries' own timeouts before the outer guard fires.
+const WATERMARK_GUARD_SLACK: Duration = Duration::from_secs(1);
+
+/// The high watermark (one past the last stored offset) of every partition, from
+/// ListOffsets (`fetch_watermarks`) on the log's producer connection. Partitions are
+/// asked in parallel, so this costs one round trip for up to
+/// [`WATERMARK_CONCURRENCY`] partitions. Bounded: each query by `request_timeout`,
+/// all of them by `read_timeout`.
+pub(super) async fn high_watermarks(shared: &Shared, op: &'static str) -> Result<Vec<u64>> {
+    let n = shared.partitions;
+    let each = shared.opts.request_timeout;
+    let queries = (0..n).map(|p| {
+        let producer = shared.producer.clone();
+        let topic = shared.target.topic.clone();
+        async move {
+            let partition = i32::try_from(p).unwrap_or(i32::MAX);
+            let answer = tokio::task::spawn_blocking(move || {
+                producer.client().fetch_watermarks(&topic, partition, each)
+            })
+            .await;
+            (p, answer)
+        }
+    });
+    let all = async {
+        let mut high = vec![0u64; n];
+        let mut answers = futures::stream::iter(queries).buffer_unordered(WATERMARK_CONCURRENCY);
+        while let Some((p, answer)) = answers.next().await {
+            let (_low, hw) = answer
+                .map_err(|e| shared.target.err(op, format!("watermark query task: {e}")))?
+                .map_err(|e| {
+                    shared.target.err(
+                        op,
+                        format!("ListOffsets (high watermark) of partition {p}: {e}"),
+                    )
+                })?;
+            high[p] = u64::try_from(hw).map_err(|_| {
+                shared
+                    .target
+                    .err(op, format!("partition {p} reported high watermark {hw}"))
+            })?;
+        }
+        Ok(high)
+    };
+    let bound = shared.opts.read_timeout.max(each) + WATERMARK_GUARD_SLACK;
+    tokio::time::timeout(bound, all)
+        .await
+        .map_err(|_| Error::Timeout {
+            op: "kafka high watermarks (ListOffsets)",
+            after: bound,
+        })?
+}
+
 /// Explains which partitions have not finished, for stall and timeout errors.
 fn unfinished(start: &[u64], next: &[u64], done: &[bool]) -> String {
     let list: Vec<String> = (0..start.len())
@@ -250,7 +310,8 @@ impl Bounds {
 }
 
 /// `read`: up to `limit` records at or after `from`, partition by partition
-/// (all of partition 0's, then partition 1's, ...), each in offset order.
+/// (all of partition 0's, then partition 1's, ...), each in offset order, up to
+/// the high watermarks measured when it starts.
 ///
 /// All partitions are fetched at once, so while an earlier partition is still
 /// being read, later ones are buffered: at most `limit` records each.
@@ -260,14 +321,20 @@ pub(super) async fn read(shared: &Shared, from: &Position, limit: usize) -> Resu
         return Ok(Vec::new());
     }
     let n = start.len();
+    // Where each partition ends for this read. Records appended after this are
+    // left for the next read, so the answer depends only on what the log held.
+    let end = high_watermarks(shared, "read").await?;
+    // A partition read from exactly its end is done without a fetch. One read from
+    // beyond its end is not: the fetch gets OFFSET_OUT_OF_RANGE, reported as such.
+    let mut done: Vec<bool> = start.iter().zip(&end).map(|(s, e)| s == e).collect();
+    if done.iter().all(|&d| d) {
+        return Ok(Vec::new());
+    }
     let consumer = Assigned::new(&shared.target, ConsumerRole::Scan, &start)?;
     let mut bounds = Bounds::new(shared);
     // Records per partition, a contiguous run from `start`; a partition is done at
-    // its EOF or once it alone holds `limit` records. Records that arrive after a
-    // partition's EOF are left for the next read, so the answer depends only on
-    // what the log held when each partition reported its end.
+    // its measured end, at its EOF, or once it alone holds `limit` records.
     let mut bufs: Vec<Vec<Record>> = vec![Vec::new(); n];
-    let mut done = vec![false; n];
     while !decided(&bufs, &done, limit) {
         let next: Vec<u64> = bufs
             .iter()
@@ -280,8 +347,13 @@ pub(super) async fn read(shared: &Shared, from: &Position, limit: usize) -> Resu
             Polled::Record(r) => {
                 let p = r.pos.partition as usize;
                 if p < n && !done[p] {
+                    if r.pos.offset >= end[p] {
+                        done[p] = true;
+                        continue;
+                    }
+                    let last = r.pos.offset + 1 >= end[p];
                     bufs[p].push(r);
-                    done[p] = bufs[p].len() >= limit;
+                    done[p] = last || bufs[p].len() >= limit;
                 }
             }
             Polled::Eof(p) => {
@@ -313,32 +385,17 @@ fn decided(bufs: &[Vec<Record>], done: &[bool], limit: usize) -> bool {
     true
 }
 
-/// `head`: reads every partition from the last known head to its EOF and returns one
-/// past the last record seen (or the starting offset where there was none).
+/// `head`: the high watermark of every partition (one ListOffsets round trip), and
+/// never below what this handle has already seen (its own acknowledged appends,
+/// earlier heads).
 pub(super) async fn head(shared: &Shared) -> Result<Position> {
-    let start = start_offsets(shared, &shared.known_head())?;
-    let consumer = Assigned::new(&shared.target, ConsumerRole::Scan, &start)?;
-    let mut bounds = Bounds::new(shared);
-    let mut next = start.clone();
-    let mut done = vec![false; start.len()];
-    while done.iter().any(|d| !d) {
-        match bounds
-            .next("head", &consumer, || unfinished(&start, &next, &done))
-            .await?
-        {
-            Polled::Record(r) => {
-                if let Some(o) = next.get_mut(r.pos.partition as usize) {
-                    *o = (*o).max(r.pos.offset + 1);
-                }
-            }
-            Polled::Eof(p) => {
-                if let Some(d) = done.get_mut(p as usize) {
-                    *d = true;
-                }
-            }
-            Polled::Transient(_) => {}
-        }
-    }
+    let high = high_watermarks(shared, "head").await?;
+    let known = shared.known_head();
+    let next: Vec<u64> = high
+        .iter()
+        .enumerate()
+        .map(|(p, &h)| h.max(known.offset(p as u32)))
+        .collect();
     let head = Position::from_offsets(next);
     shared.observe_head(&head);
     Ok(head)

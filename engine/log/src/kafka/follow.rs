@@ -6,8 +6,14 @@
 //! batch is whatever is already buffered locally, up to
 //! [`FOLLOW_BATCH_MAX`], and never empty.
 //!
-//! [`FollowItem::CaughtUp`] is emitted once every partition has reported
-//! end-of-partition since it last delivered records (and once at the start). That is
+//! The first [`FollowItem::CaughtUp`] (readiness) comes once the follower has read
+//! up to the high watermarks it measured with ListOffsets when it started (one
+//! round trip), or once every partition has reported end-of-partition, whichever
+//! is first; a follower started at the head is caught up without a fetch. After
+//! that, `CaughtUp` is emitted once every partition has reported end-of-partition
+//! since it last delivered records: librdkafka raises that event when a fetch
+//! response's high watermark shows the consumer at the end, so it is the same
+//! measure without another round trip. That is
 //! "each partition was at its end at some moment since the last batch", not a
 //! consistent cut across partitions: a record appended to partition 1 just before
 //! partition 0's last record was read may not have been seen yet. Readiness can
@@ -33,7 +39,7 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::config::ConsumerRole;
-use super::consume::{Assigned, Polled, start_offsets};
+use super::consume::{Assigned, Polled, high_watermarks, start_offsets};
 use crate::{Error, Result};
 use crate::{FOLLOW_BATCH_MAX, FollowItem, Position, Record};
 
@@ -55,6 +61,10 @@ struct Follower {
     pos: Position,
     /// Per partition: reported EOF since it last delivered a record.
     at_eof: Vec<bool>,
+    /// The high watermarks measured at the start, until the first `CaughtUp`: the
+    /// follower is caught up once its position covers them. `None` after that, or
+    /// when they could not be measured (then only end-of-partition events count).
+    target: Option<Vec<u64>>,
     /// Records have been delivered (or nothing was reported yet) since the last
     /// `CaughtUp`, so one is due once every partition is at EOF.
     owe_caught_up: bool,
@@ -73,7 +83,7 @@ pub(super) fn follow(
     futures::stream::unfold(State::Start(shared, from), |state| async move {
         let mut f = match state {
             State::Done => return None,
-            State::Start(shared, from) => match Follower::start(shared, &from) {
+            State::Start(shared, from) => match Follower::start(shared, &from).await {
                 Ok(f) => Box::new(f),
                 Err(e) => return Some((Err(e), State::Done)),
             },
@@ -98,19 +108,36 @@ enum Stop {
 }
 
 impl Follower {
-    fn start(shared: Arc<Shared>, from: &Position) -> Result<Self> {
+    async fn start(shared: Arc<Shared>, from: &Position) -> Result<Self> {
         let start = start_offsets(&shared, from)?;
         let consumer = Assigned::new(&shared.target, ConsumerRole::Follow, &start)?;
         let n = start.len();
+        // Not fatal: a broker that is down now may be back soon, and the consumer
+        // retries by itself; end-of-partition events then say when it caught up.
+        let mut last_client_error = None;
+        let target = match high_watermarks(&shared, "follow").await {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::warn!(
+                    topic = %shared.target.topic,
+                    brokers = %shared.target.brokers,
+                    error = %e,
+                    "kafka follower: could not measure the high watermarks; caught up at end-of-partition instead"
+                );
+                last_client_error = Some(e.to_string());
+                None
+            }
+        };
         Ok(Self {
             shared,
             consumer,
             pos: Position::from_offsets(start),
             at_eof: vec![false; n],
+            target,
             owe_caught_up: true,
             pending: Vec::new(),
             last_progress: Instant::now(),
-            last_client_error: None,
+            last_client_error,
         })
     }
 
@@ -131,8 +158,9 @@ impl Follower {
                 }
                 continue;
             }
-            if self.owe_caught_up && self.at_eof.iter().all(|&e| e) {
+            if self.owe_caught_up && (self.at_eof.iter().all(|&e| e) || self.reached_target()) {
                 self.owe_caught_up = false;
+                self.target = None;
                 self.last_client_error = None;
                 return Ok(FollowItem::CaughtUp(self.pos.clone()));
             }
@@ -154,6 +182,15 @@ impl Follower {
                 self.apply(p);
             }
         }
+    }
+
+    /// Whether the position covers the high watermarks measured at the start.
+    fn reached_target(&self) -> bool {
+        self.target.as_ref().is_some_and(|t| {
+            t.iter()
+                .enumerate()
+                .all(|(p, &high)| self.pos.offset(p as u32) >= high)
+        })
     }
 
     fn apply(&mut self, polled: Polled) {

@@ -26,35 +26,28 @@
 //!   the next offset per partition, index = partition; offset 0 reads from the
 //!   earliest record the broker still has.
 //! - **The topic is created on first use** by [`KafkaLog::connect`] with
-//!   `partitions` partitions (replication: the cluster default). If it exists, its
+//!   `partitions` partitions, `cleanup.policy=compact` (the latest event per key is
+//!   all a fold from the start needs) and the cluster's default replication. If it exists, its
 //!   real partition count (from metadata) is used, with a warning when it differs from
 //!   the option. See `topic`.
 //!
-//! # The end of the log: EOF events, not watermarks
+//! # The end of the log: high watermarks
 //!
-//! `read`, `head` and `follow` find the end of each partition with librdkafka's
-//! partition-EOF events (`enable.partition.eof=true`), raised when a fetch response
-//! shows the consumer at the partition's high watermark. That is Apache Kafka's
-//! semantics and also correct on Tansu.
+//! `head` is the high watermark of every partition, from ListOffsets
+//! (`fetch_watermarks`): one round trip, whatever the topic's size. `read` measures
+//! them first and reads each partition up to them, and a follower's first
+//! [`FollowItem::CaughtUp`] (readiness) comes once it has read up to the watermarks
+//! it measured when it started. Partition-EOF events (`enable.partition.eof`,
+//! raised when a fetch response shows the consumer at the high watermark) also end
+//! a partition, so offsets at a partition's end that hold no record (transaction
+//! markers other writers left) never make a reader wait; later `CaughtUp`s of a
+//! follower come from them. This is Apache Kafka's contract, and the product relies
+//! on nothing else.
 //!
-//! The obvious `head` (ListOffsets, i.e. `fetch_watermarks`) is not used. Measured on
-//! Tansu 0.6.0: after one batch of 6 records to a partition it reported high
-//! watermark 1, and after 3 more single-record batches, 9. In the test
-//! `head_is_exact_from_a_fresh_handle_and_ignores_list_offsets` (31 and 13 records,
-//! last batch multi-record) it reports 3 and 3. It returns the base offset of the
-//! last stored batch plus one, which is too low whenever that batch held more than
-//! one record. The high watermark in fetch responses is right (EOF events fire at
-//! the true end).
-//!
-//! So `head` reads every partition to EOF, starting from the last head this handle
-//! knows (from earlier `head` calls and its own appends), and returns one past the
-//! last record seen. It is correct on both brokers. The trade-off: the first `head`
-//! of a handle reads the whole topic (bounded by `read_timeout`; Tansu reads ~800k
-//! small messages/s here), later ones read only what others appended since. On
-//! Apache Kafka, ListOffsets would cost one round trip. Note that a head found by
-//! reading is exactly the position a follower reaches after reading everything,
-//! even where trailing offsets hold no record (transaction markers, compacted
-//! tails), which a raw high watermark is not.
+//! Tansu 0.6 (the broker these tests used before Apache Kafka) answers ListOffsets
+//! wrongly: with the base offset of the last stored batch plus one, too low
+//! whenever that batch held more than one record. On Tansu, `head` and `read` are
+//! therefore short; only the Tansu smoke test still runs there.
 //!
 //! A fetch past the end of a partition is answered with `OFFSET_OUT_OF_RANGE` by
 //! Kafka (reported as an error, since `auto.offset.reset=error`), but Tansu never
@@ -100,8 +93,8 @@
 //! # What it does NOT do
 //!
 //! Transactions (a failed batch may be partly stored, which the trait allows);
-//! topic configuration beyond creation (retention, compaction and
-//! `min.insync.replicas` are the operator's); noticing partitions added after
+//! topic configuration beyond creating a compacted topic (retention, compaction
+//! tuning, `min.insync.replicas` and an existing topic's policy are the operator's); noticing partitions added after
 //! `connect` (adding partitions moves keys and breaks per-key order, so don't);
 //! committing offsets (the engine keeps its own [`Position`]); TLS/SASL (not yet).
 
@@ -155,7 +148,7 @@ struct Shared {
     /// One producer per handle: librdkafka batches concurrent appends together.
     producer: FutureProducer,
     /// The furthest head this handle has observed (its own appends, earlier `head`
-    /// calls); `head` reads forward from here.
+    /// calls); `head` never reports less.
     known_head: Mutex<Position>,
 }
 

@@ -1,5 +1,8 @@
 //! Topic creation on first use, and discovery of the topic's real partition count.
 //!
+//! A topic created here is compacted (`cleanup.policy=compact`); its other settings
+//! are the cluster's defaults.
+//!
 //! What it does NOT do: change an existing topic. A topic that already exists keeps
 //! its partition count and configuration; growing it would move keys to other
 //! partitions and break per-key order, so that is left to an operator (with a
@@ -15,6 +18,9 @@ use tokio::time::Instant;
 
 use super::{KafkaOptions, Target, config};
 use crate::Result;
+
+/// `cleanup.policy` of a topic this backend creates.
+pub(super) const TOPIC_CLEANUP_POLICY: &str = "compact";
 
 /// Pause between metadata polls while a just-created topic propagates to the brokers.
 const METADATA_RETRY: Duration = Duration::from_millis(50);
@@ -71,7 +77,12 @@ async fn create(target: &Target, opts: &KafkaOptions) -> Result<bool> {
     // Replication -1: the cluster's `default.replication.factor` (KIP-464). The
     // durability of an acknowledged append comes from acks=all plus the cluster's
     // `min.insync.replicas`, which are the operator's to set per cluster.
-    let new = NewTopic::new(&target.topic, opts.partitions, TopicReplication::Fixed(-1));
+    // Compacted: the log keeps the latest event per key (entity key, or
+    // `resync/<source>` for markers), which is all a fold from the start needs (see
+    // the module docs of [`crate::kafka`]), instead of deleting old events by
+    // age (the broker's default `delete` policy would lose live entities).
+    let new = NewTopic::new(&target.topic, opts.partitions, TopicReplication::Fixed(-1))
+        .set("cleanup.policy", TOPIC_CLEANUP_POLICY);
     let results = tokio::time::timeout(
         opts.request_timeout + GUARD_SLACK,
         admin.create_topics([&new], &admin_opts),
