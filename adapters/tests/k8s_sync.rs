@@ -571,6 +571,10 @@ impl deltapilot_log::EventLog for FlakyLog {
     fn start(&self) -> deltapilot_log::Position {
         self.inner.start()
     }
+
+    fn max_event_bytes(&self) -> usize {
+        self.inner.max_event_bytes()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -374,6 +374,45 @@ fn a_malformed_line_is_named_and_nothing_is_appended() {
     }
 }
 
+/// An event above the log's size limit is found by the check of every line,
+/// before anything is written: with one event per batch, the good batches before
+/// it are not appended either.
+#[test]
+fn an_oversized_event_is_named_and_nothing_is_appended() {
+    let (_dir, log, _) = example_log();
+    let before = head(&log);
+    let huge = format!(
+        r#"{{"source":"t","configUpsert":{{"config":{{"kind":"VIRTUAL_SERVICE","namespace":"ns","name":"big","specJson":"{{\"hosts\":[\"{}\"]}}"}}}}}}"#,
+        "a".repeat(17 * 1024 * 1024)
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("big.jsonl");
+    std::fs::write(&path, format!("{GOOD}\n{GOOD}\n{huge}\n{GOOD}\n")).expect("write");
+    let out = run(
+        &[
+            "log",
+            "append",
+            "--log",
+            &log,
+            "--batch-size",
+            "1",
+            "--file",
+            path.to_str().expect("utf8"),
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        out.stderr.contains("big.jsonl:3: the event encodes to")
+            && out.stderr.contains("limit of 16777216 bytes")
+            && out.stderr.contains("nothing was appended"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("may or may not"), "{}", out.stderr);
+    assert_eq!(head(&log), before, "something was appended");
+}
+
 #[test]
 fn defaults_fill_schema_version_and_observed_at_and_position_is_ignored() {
     let dir = tempfile::tempdir().expect("tempdir");

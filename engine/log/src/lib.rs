@@ -84,6 +84,11 @@ pub trait EventLog: Send + Sync {
 
     /// The position a reader starts from to read the whole log.
     fn start(&self) -> Position;
+
+    /// The largest encoded event this log accepts. `append` refuses a batch holding
+    /// a larger one before writing any of it; callers that must not fail halfway
+    /// (an adapter, `log append`) check each event against it first.
+    fn max_event_bytes(&self) -> usize;
 }
 
 /// A log backend chosen at run time.
@@ -147,6 +152,13 @@ impl EventLog for Log {
         match self {
             Log::File(l) => l.start(),
             Log::Kafka(l) => l.start(),
+        }
+    }
+
+    fn max_event_bytes(&self) -> usize {
+        match self {
+            Log::File(l) => l.max_event_bytes(),
+            Log::Kafka(l) => l.max_event_bytes(),
         }
     }
 }

@@ -363,7 +363,7 @@ impl EventLog for FileLog {
             if bytes.len() > MAX_RECORD_BYTES {
                 return Err(Error::InvalidEvent(format!(
                     "event {i} of the batch encodes to {} bytes, above the embedded log's \
-                     limit of {MAX_RECORD_BYTES}",
+                     limit of {MAX_RECORD_BYTES}; nothing was appended",
                     bytes.len()
                 )));
             }
@@ -404,5 +404,9 @@ impl EventLog for FileLog {
 
     fn start(&self) -> Position {
         Position::single(0)
+    }
+
+    fn max_event_bytes(&self) -> usize {
+        MAX_RECORD_BYTES
     }
 }

@@ -255,4 +255,8 @@ impl EventLog for KafkaLog {
     fn start(&self) -> Position {
         Position::start(self.shared.partitions)
     }
+
+    fn max_event_bytes(&self) -> usize {
+        produce::MAX_EVENT_BYTES
+    }
 }

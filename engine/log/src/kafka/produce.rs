@@ -140,8 +140,15 @@ pub(super) async fn append(shared: &Shared, events: &[Event]) -> Result<Vec<Reco
         .collect()
 }
 
-/// Validates keys and encodes, so a bad event fails the batch before anything is
-/// sent. On a topic of more than one partition, a `COMPLETED` marker is encoded
+/// The largest encoded event a Kafka log accepts: librdkafka's and the broker's
+/// default message size (`message.max.bytes`, `max.message.bytes`: 1,000,000
+/// bytes) less room for the record's key, headers and framing. An event above it
+/// is refused before anything of its batch is sent, instead of failing at the
+/// broker after earlier events went out.
+pub(crate) const MAX_EVENT_BYTES: usize = 900_000;
+
+/// Validates keys and sizes and encodes, so a bad event fails the batch before
+/// anything is sent. On a topic of more than one partition, a `COMPLETED` marker is encoded
 /// with `copies` set to the partition count.
 fn prepare(events: &[Event], partitions: usize) -> Result<Vec<Prepared>> {
     let copies = u32::try_from(partitions).unwrap_or(u32::MAX);
@@ -167,6 +174,14 @@ fn prepare(events: &[Event], partitions: usize) -> Result<Vec<Prepared>> {
             } else {
                 encode_event(e)
             };
+            if bytes.len() > MAX_EVENT_BYTES {
+                return Err(Error::InvalidEvent(format!(
+                    "event {i} of the batch ({}, key {key:?}) encodes to {} bytes, above the \
+                     Kafka log's limit of {MAX_EVENT_BYTES}; nothing was appended",
+                    e.kind_name(),
+                    bytes.len()
+                )));
+            }
             Ok(Prepared {
                 key,
                 bytes,

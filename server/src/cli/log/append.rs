@@ -19,6 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::Context as _;
 use deltapilot_log::{EventLog, RecordPos};
 use deltapilot_proto::Event;
+use prost::Message as _;
 
 use super::copies;
 use super::jsonl::{self, LineError};
@@ -82,6 +83,25 @@ pub(super) async fn run(target: &LogTarget, args: AppendArgs) -> anyhow::Result<
     let (lines, events): (Vec<usize>, Vec<Event>) = merged.events.into_iter().unzip();
 
     let log = open_log(target, Access::Write).await?;
+    // Every line is checked before anything is written, the backend's size limit
+    // included: an oversized event would otherwise fail a later batch after the
+    // earlier ones were appended.
+    let limit = log.max_event_bytes();
+    let oversized: Vec<String> = lines
+        .iter()
+        .zip(&events)
+        .filter_map(|(line, e)| {
+            let n = e.encoded_len();
+            (n > limit).then(|| format!("{name}:{line}: the event encodes to {n} bytes, above {}'s limit of {limit} bytes", target.text))
+        })
+        .collect();
+    if !oversized.is_empty() {
+        anyhow::bail!(
+            "{} event(s) too large; nothing was appended:\n{}",
+            oversized.len(),
+            oversized.join("\n")
+        );
+    }
     let batch = args.batch_size as usize;
     let batches = events.len().div_ceil(batch);
     let mut first: Option<RecordPos> = None;
@@ -90,19 +110,26 @@ pub(super) async fn run(target: &LogTarget, args: AppendArgs) -> anyhow::Result<
     for (i, chunk) in events.chunks(batch).enumerate() {
         let from_line = lines[appended];
         let to_line = lines[appended + chunk.len() - 1];
-        let positions = log.append(chunk).await.with_context(|| {
+        let positions = log.append(chunk).await.map_err(|e| {
+            // A refused batch (a bad event) was checked before anything of it was
+            // written; any other failure may have written part or all of it.
+            let this = if matches!(e, deltapilot_log::Error::InvalidEvent(_)) {
+                "this batch was not written"
+            } else {
+                "this batch may or may not have been written"
+            };
             let done = match last {
                 Some(at) => format!(
                     "the {appended} events of the earlier batches were appended (last at {at}); "
                 ),
                 None => String::new(),
             };
-            format!(
+            anyhow::Error::new(e).context(format!(
                 "appending batch {} of {batches} ({name} lines {from_line}-{to_line}) to {} \
-                 failed; {done}this batch may or may not have been written",
+                 failed; {done}{this}",
                 i + 1,
                 target.text
-            )
+            ))
         })?;
         anyhow::ensure!(
             positions.len() == chunk.len(),
