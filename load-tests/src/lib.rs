@@ -16,7 +16,9 @@
 //! - [`baseline`]: the replay server for the raw fan-out time;
 //! - [`harness`]: the phases of a run; [`server`], [`probe`], [`procstat`],
 //!   [`metrics`], [`fdlimit`]: the server under test and the machine;
-//! - [`report`], [`plot`], [`progress`], [`stats`]: output.
+//! - [`report`], [`plot`], [`progress`], [`stats`]: output;
+//! - [`peer`]: `--peer`, the same scenario against a peer control plane
+//!   (go-control-plane), side by side.
 //!
 //! What it does NOT do: run inside the server, assert anything (tests and people
 //! judge the report), or use any server code: it speaks only the wire protocols.
@@ -28,6 +30,7 @@ pub mod harness;
 pub mod logwatch;
 pub mod mesh;
 pub mod metrics;
+pub mod peer;
 pub mod plot;
 pub mod probe;
 pub mod procstat;
@@ -119,6 +122,21 @@ pub struct LoadgenArgs {
     /// No progress line (it is drawn only on a terminal anyway).
     #[arg(long, env = "DELTAPILOT_LOADGEN_QUIET")]
     pub quiet: bool,
+    /// Run the scenario against deltapilot (--spawn) and then against this peer,
+    /// one after the other, and print both side by side.
+    #[arg(long, value_enum, env = "DELTAPILOT_LOADGEN_PEER", requires = "spawn")]
+    pub peer: Option<peer::Peer>,
+    /// The peer's binary (built by load-tests/peers/build.sh).
+    #[arg(long, value_name = "PATH", env = "DELTAPILOT_GCP_PEER")]
+    pub peer_bin: Option<PathBuf>,
+    /// The go-control-plane cache the peer serves from.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "linear",
+        env = "DELTAPILOT_GCP_PEER_CACHE"
+    )]
+    pub peer_cache: peer::PeerCache,
     /// Internal: run as the baseline replay server over the captured responses in
     /// DIR (started by the load generator itself).
     #[arg(long, value_name = "DIR", hide = true)]
@@ -194,6 +212,28 @@ impl LoadgenArgs {
             baseline_exe: baseline::child::own_binary(),
         })
     }
+
+    /// The plan for the `--peer` run: the same scenario against the peer.
+    pub fn peer_plan(&self, deltapilot: &Plan) -> anyhow::Result<Option<Plan>> {
+        let Some(p) = self.peer else {
+            return Ok(None);
+        };
+        if self.log.is_some() {
+            bail!(
+                "--peer: the peer reads ServiceEntry files, so the deltapilot run must too; \
+                 leave --log out"
+            );
+        }
+        Ok(Some(Plan {
+            target: Target::Peer {
+                peer: p,
+                bin: peer::find_binary(p, self.peer_bin.as_deref())?,
+                cache: self.peer_cache,
+                keep: self.keep_data,
+            },
+            ..deltapilot.clone()
+        }))
+    }
 }
 
 /// Runs the load generator: the plan, then the table on stdout and the report
@@ -203,6 +243,9 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
         return baseline::child::serve(dir).await;
     }
     let plan = args.plan()?;
+    if let Some(peer_plan) = args.peer_plan(&plan)? {
+        return side_by_side(&args, plan, peer_plan).await;
+    }
     let report = harness::execute(plan).await?;
     print!("{}", report.table());
     if let Some(p) = &args.report {
@@ -211,6 +254,55 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
     if let Some(p) = &args.plot {
         std::fs::write(p, plot::svg(&report))
             .with_context(|| format!("writing --plot {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// Appends `-<suffix>` to a file's stem (`r.svg` → `r-go-control-plane.svg`).
+fn suffixed(p: &std::path::Path, suffix: &str) -> PathBuf {
+    let stem = p
+        .file_stem()
+        .map(|s| s.to_string_lossy())
+        .unwrap_or_default();
+    let name = match p.extension() {
+        Some(e) => format!("{stem}-{suffix}.{}", e.to_string_lossy()),
+        None => format!("{stem}-{suffix}"),
+    };
+    p.with_file_name(name)
+}
+
+/// `--peer`: deltapilot, then the peer, then the comparison. With `--report`
+/// the JSON holds both reports and the comparison; with `--plot`, deltapilot's
+/// plot goes to the path and the peer's next to it.
+async fn side_by_side(args: &LoadgenArgs, plan: Plan, peer_plan: Plan) -> anyhow::Result<()> {
+    let Target::Peer { peer, cache, .. } = &peer_plan.target else {
+        bail!("internal: the peer plan has no peer target");
+    };
+    let (peer, cache) = (*peer, *cache);
+    eprintln!("== run 1 of 2: deltapilot");
+    let ours = harness::execute(plan).await.context("the deltapilot run")?;
+    print!("== deltapilot\n{}", ours.table());
+    eprintln!("== run 2 of 2: {}", peer.as_str());
+    let theirs = harness::execute(peer_plan)
+        .await
+        .with_context(|| format!("the {} run", peer.as_str()))?;
+    print!(
+        "== {} ({} cache)\n{}",
+        peer.as_str(),
+        cache.as_str(),
+        theirs.table()
+    );
+    if let Some(p) = &args.plot {
+        std::fs::write(p, plot::svg(&ours))
+            .with_context(|| format!("writing --plot {}", p.display()))?;
+        let q = suffixed(p, peer.as_str());
+        std::fs::write(&q, plot::svg(&theirs))
+            .with_context(|| format!("writing {}", q.display()))?;
+    }
+    let both = peer::SideBySide::new(peer, cache, ours, theirs);
+    print!("== side by side\n{}", both.table());
+    if let Some(p) = &args.report {
+        both.write_json(p)?;
     }
     Ok(())
 }

@@ -159,6 +159,9 @@ pub struct Report {
     pub convergence_normal_ms: Option<Percentiles>,
     /// From the load generator's write (file or append) to the last ACK.
     pub write_to_ack_ms: Option<Percentiles>,
+    /// The same for endpoint changes only: what `--peer` compares, since it
+    /// starts at the same moment for every server.
+    pub write_to_ack_endpoint_ms: Option<Percentiles>,
     /// The server's own view (`deltapilot_xds_convergence_seconds`, mean over the
     /// pushes ACKed during churn): from when it saw a snapshot to each ACK of a
     /// push built from it. Convergence minus this is roughly append → publish.

@@ -9,6 +9,12 @@
 //! killed if it does not drain in time) and killed on drop, so a failed run never
 //! leaves it behind.
 //!
+//! A peer (`--peer go-control-plane`) is spawned the same way on its own
+//! temporary directory: it watches the ServiceEntry directory and listens on a
+//! free loopback port; it has no admin port, so it is ready once its xDS port
+//! accepts connections (it scans the directory before listening), and its CPU
+//! and RSS come from /proc.
+//!
 //! What it does NOT do: write the mesh (see `sink`) or measure (see `procstat`,
 //! `metrics`).
 
@@ -105,8 +111,10 @@ pub struct Spawned {
     child: Child,
     /// Its xDS address.
     pub xds: SocketAddr,
-    /// Its admin address.
-    pub admin: SocketAddr,
+    /// Its admin address (`None` for a peer, which has none).
+    pub admin: Option<SocketAddr>,
+    /// What it is, for messages: `deltapilot` or the peer's name.
+    pub what: &'static str,
     /// Its output.
     pub log_file: PathBuf,
 }
@@ -149,7 +157,43 @@ impl Spawned {
         let mut s = Spawned {
             child,
             xds,
-            admin,
+            admin: Some(admin),
+            what: "deltapilot",
+            log_file,
+        };
+        s.wait_ready(within).await?;
+        Ok(s)
+    }
+
+    /// Starts the go-control-plane peer (`load-tests/peers/go-control-plane`)
+    /// on `dirs.watch` with `cache` (`linear` or `snapshot`), and waits (up to
+    /// `within`) until its xDS port accepts connections.
+    pub async fn start_gcp_peer(
+        bin: &Path,
+        dirs: &ServerDirs,
+        cache: &str,
+        within: Duration,
+    ) -> anyhow::Result<Self> {
+        let xds = free_port()?;
+        let log_file = dirs.root.path().join("peer.log");
+        let out = std::fs::File::create(&log_file)?;
+        let child = Command::new(bin)
+            .arg("--addr")
+            .arg(xds.to_string())
+            .arg("--watch")
+            .arg(&dirs.watch)
+            .arg("--cache")
+            .arg(cache)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting the go-control-plane peer {}", bin.display()))?;
+        let mut s = Spawned {
+            child,
+            xds,
+            admin: None,
+            what: "go-control-plane peer",
             log_file,
         };
         s.wait_ready(within).await?;
@@ -172,7 +216,8 @@ impl Spawned {
     pub fn check_alive(&mut self) -> anyhow::Result<()> {
         if let Some(status) = self.child.try_wait()? {
             bail!(
-                "the spawned deltapilot exited ({status}); its output:\n{}",
+                "the spawned {} exited ({status}); its output:\n{}",
+                self.what,
                 self.output_tail()
             );
         }
@@ -183,13 +228,20 @@ impl Spawned {
         let deadline = Instant::now() + within;
         loop {
             self.check_alive()?;
-            if let Ok((200, _)) = metrics::get(self.admin, "/readyz", Duration::from_secs(2)).await
-            {
+            let ready = match self.admin {
+                Some(admin) => matches!(
+                    metrics::get(admin, "/readyz", Duration::from_secs(2)).await,
+                    Ok((200, _))
+                ),
+                None => tokio::net::TcpStream::connect(self.xds).await.is_ok(),
+            };
+            if ready {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 bail!(
-                    "the spawned deltapilot was not ready within {within:?}; its output:\n{}",
+                    "the spawned {} was not ready within {within:?}; its output:\n{}",
+                    self.what,
                     self.output_tail()
                 );
             }

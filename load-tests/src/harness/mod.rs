@@ -61,6 +61,18 @@ pub enum Target {
         /// embedded log, fed through the file adapter.
         log: Option<String>,
     },
+    /// Start a peer control plane (`--peer`) on a temporary directory; churn
+    /// reaches it as ServiceEntry files, as it reaches a spawned deltapilot.
+    Peer {
+        /// Which peer.
+        peer: crate::peer::Peer,
+        /// Its binary.
+        bin: PathBuf,
+        /// The go-control-plane cache it uses (`linear` or `snapshot`).
+        cache: crate::peer::PeerCache,
+        /// Keep the temporary directory (the peer's output) after the run.
+        keep: bool,
+    },
     /// A server already running.
     Remote {
         /// Its xDS address.
@@ -188,11 +200,32 @@ async fn prepare(plan: &Plan, mesh: &Mesh) -> anyhow::Result<Server> {
                 xds: spawned.xds,
                 stats: ServerStats {
                     pid: Some(spawned.pid()),
-                    admin: Some(spawned.admin),
+                    admin: spawned.admin,
                 },
                 // Churn through a log is timed from the load generator's own
                 // append; only the file adapter's appends need reading back.
                 observe_log: log.is_none().then(|| dirs.log_dir()),
+                sink,
+                spawned: Some(spawned),
+                dirs: Some(dirs),
+            })
+        }
+        Target::Peer { bin, cache, .. } => {
+            let dirs = ServerDirs::create()?;
+            let sink = Sink::Files {
+                dir: dirs.watch.clone(),
+            };
+            sink.write_initial(mesh).await?;
+            let within = Duration::from_secs(sc.timeouts.server_secs);
+            let spawned = Spawned::start_gcp_peer(bin, &dirs, cache.as_str(), within).await?;
+            Ok(Server {
+                xds: spawned.xds,
+                stats: ServerStats {
+                    pid: Some(spawned.pid()),
+                    admin: None,
+                },
+                // No log: convergence runs from the file's write.
+                observe_log: None,
                 sink,
                 spawned: Some(spawned),
                 dirs: Some(dirs),
@@ -271,16 +304,17 @@ pub async fn execute(plan: Plan) -> anyhow::Result<Report> {
         ..Default::default()
     };
     let mut server = prepare(&plan, &mesh).await?;
-    report.server = if server.spawned.is_some() {
-        "spawn"
-    } else {
-        "target"
-    }
-    .into();
-    report.churn_path = if server.sink.stamps_itself() {
-        "file-adapter"
-    } else {
-        "log"
+    report.server = match &plan.target {
+        Target::Peer { peer, cache, .. } => {
+            format!("peer {} ({} cache)", peer.as_str(), cache.as_str())
+        }
+        Target::Spawn { .. } => "spawn".into(),
+        Target::Remote { .. } => "target".into(),
+    };
+    report.churn_path = match (&plan.target, server.sink.stamps_itself()) {
+        (Target::Peer { .. }, _) => "files (peer's own watcher)",
+        (_, true) => "file-adapter",
+        (_, false) => "log",
     }
     .into();
     report.server_stats_source = server.stats.source();
@@ -312,7 +346,11 @@ pub async fn execute(plan: Plan) -> anyhow::Result<Report> {
         }
         spawned.stop(Duration::from_secs(15)).await;
     }
-    if let (Some(dirs), Target::Spawn { keep: true, .. }) = (server.dirs.take(), &plan.target) {
+    let keep = matches!(
+        &plan.target,
+        Target::Spawn { keep: true, .. } | Target::Peer { keep: true, .. }
+    );
+    if let (Some(dirs), true) = (server.dirs.take(), keep) {
         let kept = dirs.root.keep();
         report
             .notes

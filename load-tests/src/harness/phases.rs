@@ -157,6 +157,9 @@ pub(super) struct ChurnOutcome {
     cpu: Option<f64>,
     /// The server's own publish-to-ACK histogram over the phase: (sum s, count).
     publish_to_ack: Option<(f64, f64)>,
+    /// Whether changes could get append times (from the server's log, or our
+    /// own appends); a peer has no log, so its convergence runs from the write.
+    append_times: bool,
 }
 
 fn convergence_hist(s: &crate::metrics::Scrape) -> (f64, f64) {
@@ -178,6 +181,7 @@ pub(super) async fn churn(
     fleet: &Fleet,
 ) -> anyhow::Result<ChurnOutcome> {
     let (stop_tx, stop_rx) = watch::channel(false);
+    let append_times = !server.sink.stamps_itself() || server.observe_log.is_some();
     let watcher = match &server.observe_log {
         Some(dir) if server.sink.stamps_itself() => {
             let (log, head) = logwatch::open(dir).await?;
@@ -262,6 +266,7 @@ pub(super) async fn churn(
             _ => None,
         },
         publish_to_ack: hist0.zip(hist1).map(|(a, b)| (b.0 - a.0, b.1 - a.1)),
+        append_times,
     })
 }
 
@@ -290,15 +295,18 @@ pub(super) fn churn_figures(
         .and_then(|cpu| (pushes > 0.0).then(|| cpu / pushes * 1e6));
     r.events_without_append_time = results.iter().filter(|e| e.appended.is_none()).count();
     let since = |a: SystemTime, b: SystemTime| a.duration_since(b).map(ms).unwrap_or(0.0);
-    let (mut all, mut endpoint, mut normal, mut from_write) = (vec![], vec![], vec![], vec![]);
+    let (mut all, mut endpoint, mut normal) = (vec![], vec![], vec![]);
+    let (mut from_write, mut endpoint_from_write) = (vec![], vec![]);
     for e in &results {
         if let Some(done) = e.converged {
             let v = since(done, e.start());
             all.push(v);
+            let w = since(done, e.written);
             if e.kind.is_endpoint() {
                 endpoint.push(v);
+                endpoint_from_write.push(w);
             }
-            from_write.push(since(done, e.written));
+            from_write.push(w);
             r.samples.push(Sample {
                 t_s: since(e.start(), out.started) / 1000.0,
                 ms: v,
@@ -314,6 +322,7 @@ pub(super) fn churn_figures(
     r.convergence_endpoint_ms = percentiles(&endpoint);
     r.convergence_normal_ms = percentiles(&normal);
     r.write_to_ack_ms = percentiles(&from_write);
+    r.write_to_ack_endpoint_ms = percentiles(&endpoint_from_write);
     let c = &fleet.shared.counters;
     let push_bytes = c.push_bytes.load(Ordering::Relaxed) as f64;
     let changed = c.push_changed_bytes.load(Ordering::Relaxed) as f64;
@@ -337,7 +346,13 @@ pub(super) fn churn_figures(
             sc.timeouts.drain_secs
         ));
     }
-    if r.events_without_append_time > 0 {
+    if !out.append_times {
+        r.notes.push(
+            "the server has no log to read append times from: convergence runs from each \
+             file's write, as `from write` does"
+                .into(),
+        );
+    } else if r.events_without_append_time > 0 {
         r.notes.push(format!(
             "{} changes had no append time from the log; their write time was used",
             r.events_without_append_time

@@ -3,9 +3,11 @@
 //! Same subscription order as delta (CDS wildcard, EDS for received clusters, LDS
 //! wildcard after the first CDS ACK, RDS for referenced routes), but every request
 //! carries the full list of names for its type, ACKs echo `version_info` and the
-//! nonce, and a NACK repeats the last accepted version with `error_detail`. Each
-//! response holds the whole state of its type, so what changed is found by
-//! comparing content hashes with the previous response.
+//! nonce, and a NACK repeats the last accepted version with `error_detail`. A CDS
+//! or LDS response holds the whole state of its type, so what changed (and what
+//! went) is found by comparing content hashes with the previous response; an
+//! EDS or RDS response may hold only some subscribed names (the xDS spec allows
+//! it for these types), and what it leaves out is kept, as Envoy keeps it.
 //!
 //! What it does NOT do: talk gRPC or track convergence.
 
@@ -42,6 +44,12 @@ pub struct SotwClient {
 
 fn url(i: usize) -> String {
     ResourceType::ALL[i].type_url().to_owned()
+}
+
+/// Whether every response of type `t` holds the whole state (CDS and LDS);
+/// EDS and RDS responses may hold only some of the subscribed names.
+fn full_state(t: usize) -> bool {
+    t == CDS || t == LDS
 }
 
 fn hash(b: &[u8]) -> u64 {
@@ -179,19 +187,26 @@ impl SotwClient {
             }
             now.insert(name, hv);
         }
-        for n in self.held[t].keys() {
-            if !now.contains_key(n) {
-                h.changed_bytes += n.len();
-                match t {
-                    CDS => h.gone.push(n.clone()),
-                    LDS => {
-                        self.routes_of.remove(n);
+        if full_state(t) {
+            for n in self.held[t].keys() {
+                if !now.contains_key(n) {
+                    h.changed_bytes += n.len();
+                    match t {
+                        CDS => h.gone.push(n.clone()),
+                        LDS => {
+                            self.routes_of.remove(n);
+                        }
+                        _ => {}
                     }
-                    _ => {}
                 }
             }
+            self.held[t] = now;
+        } else {
+            // EDS and RDS responses may carry only what changed (xDS allows
+            // it, go-control-plane's LinearCache does it): what is absent is
+            // kept; it goes when CDS or LDS stops naming it.
+            self.held[t].extend(now);
         }
-        self.held[t] = now;
         self.version[t] = resp.version_info.clone();
         let mut out = vec![self.req(t)];
         match t {
@@ -284,5 +299,42 @@ mod tests {
             ("v2", "n3")
         );
         assert!(r.error_detail.is_some());
+    }
+
+    fn eds(nonce: &str, version: &str, names: &[&str]) -> Bytes {
+        use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+        DiscoveryResponse {
+            type_url: url(EDS),
+            version_info: version.into(),
+            nonce: nonce.into(),
+            resources: names
+                .iter()
+                .map(|n| Any {
+                    type_url: url(EDS),
+                    value: ClusterLoadAssignment {
+                        cluster_name: (*n).into(),
+                        ..Default::default()
+                    }
+                    .encode_to_vec(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+        .encode_to_vec()
+        .into()
+    }
+
+    #[test]
+    fn partial_eds_responses_keep_what_they_leave_out() {
+        let mut c = SotwClient::new(Node::default());
+        c.on_response(&cds("n1", "v1", &["a", "b"]), false)
+            .expect("cds");
+        c.on_response(&eds("n2", "v1", &["a", "b"]), false)
+            .expect("eds");
+        let h = c.on_response(&eds("n3", "v2", &["a"]), false).expect("eds");
+        assert_eq!(h.changed_bytes, 0, "a is unchanged and b is not gone");
+        assert!(c.held[EDS].contains_key("b"));
+        c.on_response(&cds("n4", "v2", &["a"]), false).expect("cds");
+        assert!(!c.held[EDS].contains_key("b"), "b goes with its cluster");
     }
 }
