@@ -91,7 +91,7 @@ impl PrivateKafka {
             unique_topic("k")
         ));
         std::fs::create_dir_all(&run_dir).expect("private run dir");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka.sh");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/kafka.sh");
         let out = Command::new("bash")
             .arg(&script)
             .args(["start", &port.to_string()])

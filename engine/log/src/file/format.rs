@@ -65,6 +65,26 @@ pub(crate) fn segment_header(base: u64) -> [u8; SEGMENT_HEADER_LEN as usize] {
     h
 }
 
+/// `bytes`, a segment's header and whole records, with its last record marked as
+/// ending its batch: the records before a damage, made a log of their own (the
+/// magic is outside the CRC, so the record still checks out).
+pub fn end_last_batch(bytes: &mut [u8]) {
+    let mut at = SEGMENT_HEADER_LEN as usize;
+    let mut last = None;
+    while at < bytes.len() {
+        match parse_record(&bytes[at..]) {
+            Ok(f) => {
+                last = Some(at);
+                at += f.total();
+            }
+            Err(_) => break,
+        }
+    }
+    if let Some(at) = last {
+        bytes[at..at + 4].copy_from_slice(&RECORD_MAGIC);
+    }
+}
+
 /// Checks a segment header read from a file whose name says it starts at `base`;
 /// returns the segment's format version (1 or 2).
 pub(crate) fn check_segment_header(bytes: &[u8], base: u64) -> Result<u8, String> {

@@ -130,6 +130,7 @@ mod segment;
 mod shared;
 mod writer;
 
+pub use format::end_last_batch;
 pub use segment::read_exact_at;
 
 use std::fs::{File, OpenOptions};

@@ -15,7 +15,8 @@
 //! original log is never written.
 //!
 //! What it does NOT do: repair anything, or look inside segment files (the cut is
-//! at the byte offset the log's own error names).
+//! at the byte offset the log's own error names, and the log crate marks the
+//! copy's last record as ending its batch).
 
 use std::path::{Path, PathBuf};
 
@@ -158,7 +159,11 @@ fn prefix_dir(dir: &Path, bad: &Path, cut: u64) -> anyhow::Result<TempDir> {
             let bytes =
                 std::fs::read(&seg).with_context(|| format!("reading {}", seg.display()))?;
             let end = usize::try_from(cut).unwrap_or(usize::MAX).min(bytes.len());
-            std::fs::write(&target, &bytes[..end])
+            // The damaged record may sit inside a batch: the records before it
+            // are shown, so the copy's last record is made the end of its batch.
+            let mut prefix = bytes[..end].to_vec();
+            deltapilot_log::file::end_last_batch(&mut prefix);
+            std::fs::write(&target, &prefix)
                 .with_context(|| format!("writing {}", target.display()))?;
             break;
         }
