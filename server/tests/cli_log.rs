@@ -413,6 +413,51 @@ fn an_oversized_event_is_named_and_nothing_is_appended() {
     assert_eq!(head(&log), before, "something was appended");
 }
 
+/// Damage inside an older segment: `log read` and `replay` print every record
+/// before it, then the error naming the segment and offset, and `replay` says
+/// how far it got.
+#[test]
+fn damage_in_an_older_segment_is_reported_after_the_records_before_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let logdir = dir.path().join("log");
+    std::fs::create_dir(&logdir).expect("mkdir");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let segs = rt.block_on(deltapilot_testkit::segments::write_log(&logdir, 200));
+    let (seg, bad, _, _) = deltapilot_testkit::segments::damage_third_segment(&segs, 3);
+    let log = format!("file://{}", logdir.display());
+
+    let out = run(&["log", "read", "--log", &log], None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let printed: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    let records = printed.iter().filter(|v| v.get("error").is_none()).count();
+    assert_eq!(records as u64, bad, "every record before the damage");
+    assert_eq!(
+        printed.last().and_then(|v| v["position"].as_str()),
+        Some(format!("0:{}", bad - 1).as_str()),
+        "the last record printed is the one before the damage"
+    );
+    let seg_name = seg.file_name().and_then(|n| n.to_str()).expect("name");
+    assert!(
+        out.stderr.contains(seg_name) && out.stderr.contains(&format!("log offset {bad}")),
+        "{}",
+        out.stderr
+    );
+
+    let out = run(&["replay", "--log", &log, "--output", "json"], None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        out.stderr.contains(&format!(
+            "everything before it (up to position {bad}) was replayed"
+        )),
+        "{}",
+        out.stderr
+    );
+}
+
 #[test]
 fn defaults_fill_schema_version_and_observed_at_and_position_is_ignored() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -231,8 +231,15 @@ async fn damage_after_open_fails_reads() {
     let seg = write_and_close(dir.path(), 10).await;
     let log = open(dir.path());
     flip_byte(&seg, byte_of(6) + RECORD_HEADER + 1);
+    // A read across the damage returns the records before it...
+    let before = log.read(&Position::single(0), 100).await.expect("before");
+    assert_eq!(
+        before.iter().map(|r| r.pos.offset).collect::<Vec<_>>(),
+        (0..6).collect::<Vec<_>>()
+    );
+    // ...and the read that starts at it is the error.
     let err = log
-        .read(&Position::single(0), 100)
+        .read(&Position::single(6), 100)
         .await
         .expect_err("corrupt");
     assert!(

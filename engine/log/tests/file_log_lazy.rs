@@ -51,8 +51,14 @@ async fn damage_inside_a_sealed_segment_is_reported_by_the_read_that_reaches_it(
         other => panic!("{what}: expected Error::Corrupt, got {other:?}"),
     };
 
-    // Reading from the start reaches the damage.
-    expect_corrupt(log.read(&log.start(), 10_000).await, "read from 0");
+    // Reading from the start stops at the damage with the records before it; the
+    // read that starts at the damage reports it.
+    let upto = log.read(&log.start(), 10_000).await.expect("read from 0");
+    assert_eq!(offsets(&upto), (0..bad).collect::<Vec<_>>());
+    expect_corrupt(
+        log.read(&Position::single(bad), 10_000).await,
+        "read from the damage",
+    );
     // Everything before it reads back, including the damaged segment's first records.
     let before = log.read(&log.start(), bad as usize).await.expect("before");
     assert_eq!(offsets(&before), (0..bad).collect::<Vec<_>>());

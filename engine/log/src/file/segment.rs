@@ -278,7 +278,8 @@ fn corrupt(path: &Path, byte: u64, offset: u64, reason: impl Into<String>) -> Er
 
 /// Reads up to `limit` records from `from` (below `segs.head` or returns none),
 /// stopping early once the payloads read reach `max_bytes` (at least one record
-/// is always returned when any is available).
+/// is always returned when any is available). A damaged record ends the read
+/// after the records before it; a read that starts at it is the error.
 pub(crate) fn read(
     segs: &std::sync::RwLock<Segments>,
     from: u64,
@@ -350,7 +351,14 @@ pub(crate) fn read(
         if let Some(p) = progress {
             keep_progress(segs, plan.base, p);
         }
-        next = res?;
+        next = match res {
+            Ok(next) => next,
+            // The records before a damage are returned; the read that starts at
+            // the damage reports it (so a reader shows everything before it, then
+            // the error naming segment and offset).
+            Err(_) if !out.is_empty() => return Ok(out),
+            Err(e) => return Err(e),
+        };
         if out.len() == before {
             break;
         }
