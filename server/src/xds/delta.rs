@@ -26,6 +26,7 @@ use super::encode::DeltaOut;
 use super::order::{TypeWork, pick, removal_bound};
 use super::registry::TypeStatus;
 use super::request::{DeltaRequest, text};
+use super::status::{AckStatus, NoVersion, SentResponse, Subscription};
 use super::{Acked, Limits, NonceGen, RequestOutcome, type_of};
 use crate::Error;
 
@@ -84,14 +85,9 @@ struct TypeState {
     /// when all of it has been sent: removals of the types this one can
     /// reference wait only for work this old (see `order`).
     pending_since: Option<u64>,
-    last_nonce: Option<String>,
     in_flight: Option<InFlight>,
-    last_nack: Option<String>,
-    nacks: u64,
-    /// Snapshot seq of the last response sent (debug views).
-    sent_seq: Option<u64>,
-    /// Nonce and snapshot seq of the last ACKed response (debug views).
-    acked: Option<(String, u64)>,
+    /// The last response sent and ACKed, and the NACKs.
+    acks: AckStatus<NoVersion>,
 }
 
 impl TypeState {
@@ -282,12 +278,12 @@ impl DeltaStream {
 
     /// The last NACK's error message for a type, if its latest answer was a NACK.
     pub fn last_nack(&self, t: ResourceType) -> Option<&str> {
-        self.types[t.index()].last_nack.as_deref()
+        self.types[t.index()].acks.last_nack()
     }
 
     /// How many NACKs this stream has received for a type.
     pub fn nacks(&self, t: ResourceType) -> u64 {
-        self.types[t.index()].nacks
+        self.types[t.index()].acks.nacks()
     }
 
     /// How many responses are waiting for an ACK or NACK.
@@ -306,23 +302,18 @@ impl DeltaStream {
             .iter()
             .map(|t| {
                 let s = &self.types[t.index()];
-                TypeStatus {
-                    resource_type: *t,
+                let subscription = Subscription {
                     requested: s.started,
                     wildcard: s.wildcard,
-                    names: s.names.iter().cloned().collect(),
-                    held: s.known.len(),
-                    sent_nonce: s.last_nonce.clone(),
-                    sent_seq: s.sent_seq,
-                    sent_version: None,
-                    acked_nonce: s.acked.as_ref().map(|a| a.0.clone()),
-                    acked_seq: s.acked.as_ref().map(|a| a.1),
-                    acked_version: None,
-                    in_flight: s.in_flight.as_ref().map(|f| f.nonce.clone()),
-                    pending: s.has_pending(),
-                    nacks: s.nacks,
-                    last_nack: s.last_nack.clone(),
-                }
+                    names: &s.names,
+                };
+                s.acks.type_status(
+                    *t,
+                    subscription,
+                    s.known.len(),
+                    s.in_flight.as_ref().map(|f| f.nonce.as_str()),
+                    s.has_pending(),
+                )
             })
             .collect()
     }
@@ -367,20 +358,22 @@ impl DeltaStream {
             if let Some(f) = s.in_flight.take_if(|f| f.nonce.as_bytes() == nonce) {
                 match &req.error_detail {
                     Some(status) => {
-                        s.nacks += 1;
-                        s.last_nack = Some(status.message.clone());
+                        s.acks.nacked(&status.message);
                         outcome.nack = Some(status.message.clone());
                     }
                     None => {
-                        s.last_nack = None;
                         outcome.ack = Some(Acked {
                             seq: f.seq,
                             push: f.push,
                         });
-                        s.acked = Some((f.nonce, f.seq));
+                        s.acks.acked(SentResponse {
+                            nonce: f.nonce,
+                            seq: f.seq,
+                            version: NoVersion,
+                        });
                     }
                 }
-            } else if s.last_nonce.as_deref().map(str::as_bytes) != Some(nonce) {
+            } else if s.acks.last_nonce().map(str::as_bytes) != Some(nonce) {
                 outcome.stale_nonce = true;
             }
         }
@@ -565,8 +558,11 @@ impl DeltaStream {
             s.pending_since = None;
         }
         s.reshare(resources_for(&snap.resources, pt, p.t));
-        s.last_nonce = Some(out.nonce.clone());
-        s.sent_seq = Some(self.seq);
+        s.acks.sent(SentResponse {
+            nonce: out.nonce.clone(),
+            seq: self.seq,
+            version: NoVersion,
+        });
         s.in_flight = Some(InFlight {
             nonce: out.nonce.clone(),
             seq: self.seq,
