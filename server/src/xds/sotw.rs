@@ -46,7 +46,7 @@ struct TypeState {
     sent: HashMap<Arc<str>, Arc<str>>,
     must_respond: bool,
     dirty: bool,
-    work: Option<Vec<Arc<Resource>>>,
+    next_state: Option<Vec<Arc<Resource>>>,
     in_flight: Option<InFlight>,
     /// The last response sent and ACKed (with their `version_info`), and the NACKs.
     acks: AckStatus<String>,
@@ -65,7 +65,7 @@ impl TypeState {
     }
 
     fn work_flags(&mut self, view: &ResourceMap) -> TypeWork {
-        if self.started && (self.dirty || self.must_respond) && self.work.is_none() {
+        if self.started && (self.dirty || self.must_respond) && self.next_state.is_none() {
             let state = self.state(view);
             let changed = state.len() != self.sent.len()
                 || state
@@ -73,10 +73,10 @@ impl TypeState {
                     .any(|r| self.sent.get(&r.name) != Some(&r.version));
             self.dirty = false;
             if changed || self.must_respond {
-                self.work = Some(state);
+                self.next_state = Some(state);
             }
         }
-        let (upserts, removals) = match &self.work {
+        let (upserts, removals) = match &self.next_state {
             None => (false, false),
             Some(w) => {
                 let names: BTreeSet<&str> = w.iter().map(|r| &*r.name).collect();
@@ -184,7 +184,7 @@ impl SotwStream {
                     subscription,
                     s.sent.len(),
                     s.in_flight.as_ref().map(|f| f.nonce.as_str()),
-                    s.dirty || s.must_respond || s.work.is_some(),
+                    s.dirty || s.must_respond || s.next_state.is_some(),
                 )
             })
             .collect()
@@ -261,7 +261,7 @@ impl SotwStream {
         s.wildcard = wildcard;
         s.names = names;
         if s.must_respond {
-            s.work = None;
+            s.next_state = None;
         }
         Ok(outcome)
     }
@@ -277,7 +277,7 @@ impl SotwStream {
             let s = &mut self.types[t.index()];
             if s.started && changes.as_ref().is_none_or(|cs| !cs.of(t).is_empty()) {
                 s.dirty = true;
-                s.work = None;
+                s.next_state = None;
             }
         }
     }
@@ -301,7 +301,7 @@ impl SotwStream {
         // full state goes as soon as its upserts may.
         let p = pick(&work)?;
         let s = &mut self.types[p.t.index()];
-        let resources = s.work.take()?;
+        let resources = s.next_state.take()?;
         s.sent = resources
             .iter()
             .map(|r| (r.name.clone(), r.version.clone()))
@@ -329,7 +329,7 @@ impl SotwStream {
             let eds = &mut self.types[ResourceType::Endpoint.index()];
             if eds.started {
                 eds.must_respond = true;
-                eds.work = None;
+                eds.next_state = None;
             }
         }
         Some(SotwPush { out, t: p.t })
