@@ -24,8 +24,8 @@
 //! scattered addresses; for `plain`, a memcpy.
 //!
 //! Run: `cargo bench -p deltapilot-benches --bench record_layout -- --warm-up-time 1 --measurement-time 3`.
-//! The machine's phases move every figure (see BENCHMARKS.md); compare the
-//! layouts within one run, and over several runs.
+//! The machine's phases move every figure; compare the layouts within one run,
+//! and over several runs.
 
 use std::hint::black_box;
 use std::sync::Arc;

@@ -7,9 +7,9 @@ use clap::{Parser, Subcommand};
 
 mod cli;
 
-/// mimalloc instead of glibc malloc: the fold and the per-stream push path allocate
-/// many small, short-lived values, and glibc's free-list upkeep was a quarter of
-/// the fold's profile (see BENCHMARKS.md).
+/// mimalloc instead of glibc malloc: the fold and the per-stream push path
+/// allocate many small, short-lived values, and glibc's free-list upkeep was a
+/// large part of the fold's time.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

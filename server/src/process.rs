@@ -8,11 +8,10 @@
 /// Why: on a kernel whose THP mode is `madvise` or `always`, mimalloc asks for
 /// huge pages on its arenas, and a huge page is resident in full as soon as one
 /// byte of it is touched. A server holding thousands of connections touches a
-/// few KiB per connection at scattered places, so its RSS grew in 2 MiB steps:
-/// 44–46 KiB per connected proxy at 1,000 proxies with huge pages, 36 KiB
-/// without, and less CPU spent zeroing pages (BENCHMARKS.md, load generator).
-/// The fold benchmarks call it too, so that they measure the engine with the
-/// pages `deltapilot run` gives it (BENCHMARKS.md, fold).
+/// few KiB per connection at scattered places, so its RSS grew in 2 MiB steps,
+/// well above what it touches, and CPU went to zeroing those pages. The fold
+/// benchmarks call it too, so that they measure the engine with the pages
+/// `deltapilot run` gives it.
 ///
 /// # Errors
 /// When the kernel refuses the call (a kernel without it, a seccomp filter).

@@ -1,12 +1,10 @@
 //! Dropping large superseded values on a thread of their own.
 //!
 //! Why: a state the fold has moved past is freed node by node, and at 100k
-//! endpoints that costs about as much per event as folding it did (the fold
-//! bench's on-CPU probe: 0.38–0.53 µs per event for a 4,096-event batch,
-//! "releasing the superseded state"). On the folding thread that is time the
-//! next batch waits; on a second core it overlaps the next fold. The replay
-//! frees its decoded batches this way, and the live engine the snapshots it
-//! replaces.
+//! endpoints that costs about as much per event as folding it did. On the
+//! folding thread that is time the next batch waits; on a second core it
+//! overlaps the next fold. The replay frees its decoded batches this way, and
+//! the live engine the snapshots it replaces.
 //!
 //! Bounded: at most [`QUEUE`] values wait while one is being dropped; when the
 //! queue is full (or the thread could not be started), the value is dropped in

@@ -94,9 +94,9 @@ fn threads_for(len: usize, max_threads: usize) -> usize {
 
 /// The cores this process may use, asked once. Why: `available_parallelism`
 /// reads the cgroup's CPU quota from `/sys` on every call (files opened and
-/// read), and a 100-endpoint batch at 100k endpoints asked it several times:
-/// 5 % of the push path's time in a profile. A quota changed while the process
-/// runs is not seen; restart to use it.
+/// read), and a 100-endpoint batch at 100k endpoints asked it several times,
+/// all on the push path. A quota changed while the process runs is not seen;
+/// restart to use it.
 fn cores() -> usize {
     static CORES: OnceLock<usize> = OnceLock::new();
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))

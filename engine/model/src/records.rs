@@ -3,35 +3,33 @@
 //! [`EndpointStore`](super::endpoints::EndpointStore) (values `Hot`), and
 //! each type's xDS resources (see `xds::resource_map`, values one pointer).
 //!
-//! Why not `imbl::OrdMap`: a fold writes a batch of up to 4,096 rewrites into
-//! a state that shares its map with the last published snapshot, and the keys
-//! are uniform hashes, so the batch lands all over the map. In a B+tree of
-//! 16-entry nodes that copied about a third of the ~9,000 leaves (each built
-//! on the stack and then moved to the heap: two copies of a 1.5 KiB node, for
-//! ~11 records) and every branch above them, with a binary search over
-//! 16-byte keys at each of four levels on the way down. Path copies were half
-//! of the fold at 100k endpoints.
+//! Why not `imbl::OrdMap`: a fold writes a batch of up to 4,096 rewrites into a
+//! state that shares its map with the last published snapshot, and the keys are
+//! uniform hashes, so the batch lands all over the map. In a B+tree of 16-entry
+//! nodes that copied about a third of the ~9,000 leaves (each built on the
+//! stack and then moved to the heap: two copies of a 1.5 KiB node, for ~11
+//! records) and every branch above them, with a binary search over 16-byte keys
+//! at each of four levels on the way down. Path copies were the bulk of the
+//! fold at 100k endpoints.
 //!
 //! Here the keys' top bits pick a bucket directly: each bucket a sorted slice
 //! of about [`MEAN`] records in one allocation of exactly their size, under a
 //! node of [`1 << MID_BITS`](MID_BITS) buckets, under a node of
 //! [`1 << TOP_BITS`](TOP_BITS) of those, under one root array. A write copies
 //! the root array and the two nodes above its bucket once per batch and the
-//! bucket with one `memcpy`; a lookup is three indexes and a binary search in
-//! a few records.
-//! Walking the buckets in order walks the keys in order, as the tree did. The
-//! bucket count doubles or halves with the map, so a bucket stays between
-//! [`MIN_MEAN`] and [`MAX_MEAN`] records on average; the keys being hashes,
-//! none strays far from the mean. A resize moves the records a few buckets at
-//! a time ([`MOVE_PER_WRITE`] per insert or remove), not all at once: a map
-//! rebuilt whole in one write shared nothing with the map it came from, and
-//! at 65k records that one write took 2.5–6 ms (a published snapshot's map
-//! copied whole, in the batch that crossed the size). While it moves, the map
-//! before the resize answers for the buckets not yet moved ([`Moving`]);
-//! bucket `i` of a map of `bits` covers the keys of buckets `2i` and `2i + 1`
-//! of one of `bits + 1`, so moving in bucket order keeps every moved key
-//! below every unmoved one, and a walk of the moved buckets then the unmoved
-//! ones is still in key order.
+//! bucket with one `memcpy`; a lookup is three indexes and a binary search in a
+//! few records. Walking the buckets in order walks the keys in order, as the tree
+//! did. The bucket count doubles or halves with the map, so a bucket stays
+//! between [`MIN_MEAN`] and [`MAX_MEAN`] records on average; the keys being
+//! hashes, none strays far from the mean. A resize moves the records a few
+//! buckets at a time ([`MOVE_PER_WRITE`] per insert or remove), not all at
+//! once: a map rebuilt whole in one write shared nothing with the map it came
+//! from, and that one write copied a published snapshot's map whole, in the
+//! batch that crossed the size. While it moves, the map before the resize
+//! answers for the buckets not yet moved ([`Moving`]); bucket `i` of a map of
+//! `bits` covers the keys of buckets `2i` and `2i + 1` of one of `bits + 1`, so
+//! moving in bucket order keeps every moved key below every unmoved one, and a
+//! walk of the moved buckets then the unmoved ones is still in key order.
 //!
 //! Keys chosen to share their top bits (an endpoint key is whatever a
 //! registry calls it, and xxh3 is not keyed) would pile into one bucket, so a
@@ -39,18 +37,18 @@
 //! and inserting into it stays logarithmic.
 //!
 //! Why buckets this small: a batch of 4,096 into 100k records writes most
-//! buckets of any size, so the bytes it copies fall with the bucket size
-//! (mean 32: 0.78–0.86 M events/s side by side with mean 16 at 0.89–0.96;
-//! mean 8 over 16, +13–28 %; mean 4 over 8, +11–23 %; BENCHMARKS.md). Why
-//! the middle level: with one flat array of 16k buckets a batch of 100
-//! copied it whole, a reference taken on every bucket: the 100-endpoint fold
-//! went from 0.10 to 0.25 ms. Nodes of 16 buckets bring it to 0.08 ms, for
-//! 4–18 % of the large batch's throughput (nodes of 64: 0.12 ms). Why the
-//! upper level: a map that shares everything with another and then takes
-//! one write (a delta stream's record of what its proxy holds, shared with
-//! the snapshot's resources until the next push) copied a root array of one
-//! reference per 16 buckets, over a thousand at 100k entries; under nodes of
-//! 16 of those it is one per 256 buckets, fewer than a tree's path copy.
+//! buckets of any size, so the bytes it copies fall with the bucket size, and
+//! each halving of the mean down to this one raised the fold's throughput. Why
+//! the middle level: with one flat array of 16k buckets a batch of 100 copied
+//! it whole, a reference taken on every bucket, which made the 100-endpoint
+//! fold much slower. Nodes of 16 buckets make it faster than it was before the
+//! flat array, at a small cost to the large batch's throughput (nodes of 64
+//! help it less). Why the upper level: a map that shares everything with
+//! another and then takes one write (a delta stream's record of what its proxy
+//! holds, shared with the snapshot's resources until the next push) copied a
+//! root array of one reference per 16 buckets, over a thousand at 100k entries;
+//! under nodes of 16 of those it is one per 256 buckets, fewer than a tree's
+//! path copy.
 //!
 //! What it does NOT do: know what a value means. A value is cloned whenever
 //! its bucket is copied, so it should be plain data or one pointer.

@@ -2,19 +2,18 @@
 //! persistent map that snapshots, views and every delta stream's record of
 //! what its proxy holds share.
 //!
-//! Why not `imbl::OrdMap<Arc<str>, Arc<Resource>>`, as before: a batch
-//! rewrites resources scattered over the map, and in a B-tree each write
-//! copied a leaf and the branches above it, taking a reference on every key
-//! and value a copied node holds (32 per leaf, each a cache miss at a
-//! scattered address) after a descent of string compares, each following a
-//! key to its text. At 20k resources that was a fifth of the 100-endpoint
-//! batch (BENCHMARKS.md). Here a name's 128-bit hash picks its bucket
-//! directly (see `state::records`): a write copies the two nodes above its
-//! bucket (16 pointers each), the bucket (a few entries) and, in a map shared
-//! whole, the root array (one pointer per 256 buckets); an entry is one
-//! pointer, since the resource holds its name. The last point matters to
-//! every delta stream: its map of what its proxy holds shares the snapshot's
-//! until the next push, and each push writes into it.
+//! Why not `imbl::OrdMap<Arc<str>, Arc<Resource>>`, as before: a batch rewrites
+//! resources scattered over the map, and in a B-tree each write copied a leaf
+//! and the branches above it, taking a reference on every key and value a
+//! copied node holds (32 per leaf, each a cache miss at a scattered address)
+//! after a descent of string compares, each following a key to its text. At 20k
+//! resources that was a large part of the 100-endpoint batch. Here a name's
+//! 128-bit hash picks its bucket directly (see `state::records`): a write
+//! copies the two nodes above its bucket (16 pointers each), the bucket (a few
+//! entries) and, in a map shared whole, the root array (one pointer per 256
+//! buckets); an entry is one pointer, since the resource holds its name. The
+//! last point matters to every delta stream: its map of what its proxy holds
+//! shares the snapshot's until the next push, and each push writes into it.
 //!
 //! **Order:** iteration is in the order of the names' hashes, which is
 //! deterministic (the same names always iterate in the same order) but not

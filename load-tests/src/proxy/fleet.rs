@@ -336,12 +336,13 @@ pub struct OpenError {
 }
 
 /// The address proxy `i` connects from when the server is on IPv4 loopback: its
-/// own `127.x.y.z`, as distinct hosts would each have their own. From one shared
-/// address, every connect must find a free ephemeral port towards the same
-/// destination, and during a reconnect storm (10,000 connects at once, with the
-/// previous 10,000 connections in TIME_WAIT) that search (`__inet_hash_connect`)
-/// was about a sixth of the load generator's CPU on the shared cores: a cost of
-/// the simulation, not of any proxy. Elsewhere the OS picks, as before.
+/// own `127.x.y.z`, as distinct hosts would each have their own. From one
+/// shared address, every connect must find a free ephemeral port towards the
+/// same destination, and during a reconnect storm (10,000 connects at once,
+/// with the previous 10,000 connections in TIME_WAIT) that search
+/// (`__inet_hash_connect`) took a large share of the load generator's CPU on
+/// the shared cores: a cost of the simulation, not of any proxy. Elsewhere the
+/// OS picks, as before.
 pub fn source_address(target: SocketAddr, i: usize) -> Option<std::net::IpAddr> {
     match target.ip() {
         std::net::IpAddr::V4(v4) if v4.is_loopback() => {

@@ -23,10 +23,10 @@ pub(crate) fn init_tracing() {
 /// [`deltapilot_server::process::disable_transparent_huge_pages`] for why),
 /// before the runtime allocates its heap. For `run` and `loadgen`: the load
 /// generator's 10,000 simulated proxies touch memory the way a server's
-/// connections do, and it shares the cores with the server it measures (its
-/// CPU for reconnect-storm.yaml went from 12.0 to 7.5 s; the baseline server it
-/// starts is this binary again, and inherits the setting). Failing only costs
-/// that memory, so it is logged and the process starts anyway.
+/// connections do, and it shares the cores with the server it measures (with
+/// huge pages it spends far more CPU in a reconnect storm; the baseline server
+/// it starts is this binary again, and inherits the setting). Failing only
+/// costs that memory, so it is logged and the process starts anyway.
 pub(crate) fn disable_transparent_huge_pages() {
     if let Err(e) = deltapilot_server::process::disable_transparent_huge_pages() {
         tracing::warn!(

@@ -28,7 +28,6 @@
 
 mod bisect;
 mod diff;
-pub(crate) mod live;
 mod open;
 mod print;
 mod progress;

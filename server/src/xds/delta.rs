@@ -2,7 +2,7 @@
 //! with no I/O: feed it requests and snapshots, ask it for the next response.
 //!
 //! Per type it keeps the subscription (legacy wildcard, `*`, explicit names), what
-//! the client holds (`known`: name → version, seeded from
+//! the client holds (`held`: name → version, seeded from
 //! `initial_resource_versions` on reconnect), names that must be answered even if
 //! unchanged (`forced`), names a snapshot touched (`dirty`, or "everything" when the
 //! stream is too far behind for `Snapshot::changes_since`), the resolved work
@@ -26,6 +26,7 @@ use super::encode::DeltaOut;
 use super::order::{TypeWork, pick, removal_bound};
 use super::registry::TypeStatus;
 use super::request::{DeltaRequest, text};
+use super::status::{AckStatus, NoVersion, SentResponse, Subscription};
 use super::{Acked, Limits, NonceGen, RequestOutcome, type_of};
 use crate::Error;
 
@@ -48,7 +49,7 @@ struct InFlight {
     seq: u64,
     push: bool,
     /// It carries assignments of clusters just (re)sent (EDS only).
-    fresh: bool,
+    carries_owed_assignments: bool,
     /// The oldest snapshot seq its content may come from (see `order`).
     since: u64,
     /// It carries removals only.
@@ -63,35 +64,31 @@ struct TypeState {
     names: BTreeSet<Arc<str>>,
     /// What the client holds. Usually the very map of the snapshot's view (see
     /// [`TypeState::reshare`]), so a synced stream keeps no per-name copy.
-    known: ResourceMap,
+    held: ResourceMap,
     /// What the client reported in `initial_resource_versions` and has not been
     /// sent since (name → its resource, or a bodiless stand-in with the
-    /// reported version). Built as `known` is, so a reconnect holding exactly
+    /// reported version). Built as `held` is, so a reconnect holding exactly
     /// the current view shares the snapshot's map here too: no per-name table
     /// (a hash insert and two reference counts per name, on names every
     /// reconnecting stream shares, were most of a reconnect storm's own work).
-    initial: ResourceMap,
+    reported_on_reconnect: ResourceMap,
     forced: BTreeSet<Arc<str>>,
     /// EDS only: assignments owed to clusters just (re)sent, which listeners and
     /// routes must not overtake (see `order`).
-    fresh: BTreeSet<Arc<str>>,
+    owed_to_sent_clusters: BTreeSet<Arc<str>>,
     dirty: Dirty,
-    up: BTreeMap<Arc<str>, Arc<Resource>>,
+    /// Resolved upserts waiting to be sent: name → the resource to send.
+    pending_upserts: BTreeMap<Arc<str>, Arc<Resource>>,
     /// Pending removals, with the stream seq at which each was decided.
-    rm: BTreeMap<Arc<str>, u64>,
-    /// The oldest snapshot seq that pending work (dirty, forced, `up`, `rm`)
-    /// may come from; `None` when there is none. Set when work arrives, cleared
-    /// when all of it has been sent: removals of the types this one can
-    /// reference wait only for work this old (see `order`).
+    pending_removals: BTreeMap<Arc<str>, u64>,
+    /// The oldest snapshot seq that pending work (dirty, forced, pending upserts
+    /// and removals) may come from; `None` when there is none. Set when work
+    /// arrives, cleared when all of it has been sent: removals of the types this
+    /// one can reference wait only for work this old (see `order`).
     pending_since: Option<u64>,
-    last_nonce: Option<String>,
     in_flight: Option<InFlight>,
-    last_nack: Option<String>,
-    nacks: u64,
-    /// Snapshot seq of the last response sent (debug views).
-    sent_seq: Option<u64>,
-    /// Nonce and snapshot seq of the last ACKed response (debug views).
-    acked: Option<(String, u64)>,
+    /// The last response sent and ACKed, and the NACKs.
+    acks: AckStatus<NoVersion>,
 }
 
 impl TypeState {
@@ -111,8 +108,8 @@ impl TypeState {
     }
 
     fn has_pending(&self) -> bool {
-        !self.up.is_empty()
-            || !self.rm.is_empty()
+        !self.pending_upserts.is_empty()
+            || !self.pending_removals.is_empty()
             || !self.forced.is_empty()
             || !matches!(&self.dirty, Dirty::Names(n) if n.is_empty())
     }
@@ -124,15 +121,15 @@ impl TypeState {
             // Holding exactly the view leaves nothing to compare: every name in it
             // is held at its version, and nothing outside it is held. Only forced
             // names (below) can need an answer.
-            Dirty::All if self.known.ptr_eq(view) => {
-                self.up.clear();
-                self.rm.clear();
+            Dirty::All if self.held.ptr_eq(view) => {
+                self.pending_upserts.clear();
+                self.pending_removals.clear();
                 BTreeSet::new()
             }
             Dirty::All => {
-                self.up.clear();
-                self.rm.clear();
-                let mut c: BTreeSet<Arc<str>> = self.known.keys().cloned().collect();
+                self.pending_upserts.clear();
+                self.pending_removals.clear();
+                let mut c: BTreeSet<Arc<str>> = self.held.keys().cloned().collect();
                 c.extend(self.names.iter().filter(|n| view.contains_key(n)).cloned());
                 if self.wildcard {
                     c.extend(view.keys().cloned());
@@ -143,44 +140,45 @@ impl TypeState {
         };
         let forced = mem::take(&mut self.forced);
         for name in candidates.iter().chain(forced.iter()) {
-            self.up.remove(name);
-            self.rm.remove(name);
+            self.pending_upserts.remove(name);
+            self.pending_removals.remove(name);
             if !self.wants(name) {
                 // Reported on reconnect but not subscribed: nothing to track.
-                self.known.remove(name);
+                self.held.remove(name);
                 continue;
             }
             // A forced name is answered whatever the client holds; any other
-            // is judged by the engine's one comparison of view and known.
+            // is judged by the engine's one comparison of view and held.
             let verdict = match (forced.contains(name), view.get(name)) {
                 (true, Some(r)) => Verdict::Upsert(r),
                 (true, None) => Verdict::Remove,
-                (false, _) => judge(view, &self.known, name),
+                (false, _) => judge(view, &self.held, name),
             };
             match verdict {
                 Verdict::Upsert(r) => {
-                    self.up.insert(name.clone(), r.clone());
+                    self.pending_upserts.insert(name.clone(), r.clone());
                 }
                 Verdict::Remove => {
-                    self.rm.insert(name.clone(), seq);
+                    self.pending_removals.insert(name.clone(), seq);
                 }
                 Verdict::Nothing => {}
             }
         }
-        // `initial` only tells whether a resend repeats what the client reported on
+        // `reported_on_reconnect` only tells whether a resend repeats what the client reported on
         // reconnect; names no longer pending can never be such a resend, so let
         // them (and, once empty, the table) go.
-        if !self.initial.is_empty() {
-            let initial = &self.initial;
-            self.initial = self
-                .up
+        if !self.reported_on_reconnect.is_empty() {
+            let reported = &self.reported_on_reconnect;
+            self.reported_on_reconnect = self
+                .pending_upserts
                 .keys()
-                .filter_map(|n| initial.get(n).cloned())
+                .filter_map(|n| reported.get(n).cloned())
                 .collect();
         }
-        if !self.fresh.is_empty() {
-            let up = &self.up;
-            self.fresh.retain(|n| up.contains_key(n));
+        if !self.owed_to_sent_clusters.is_empty() {
+            let upserts = &self.pending_upserts;
+            self.owed_to_sent_clusters
+                .retain(|n| upserts.contains_key(n));
         }
         if !self.has_pending() {
             self.pending_since = None;
@@ -188,43 +186,52 @@ impl TypeState {
         self.reshare(view);
     }
 
-    /// Shares the snapshot's map as `known` once the client holds exactly it.
+    /// Shares the snapshot's map as `held` once the client holds exactly it.
     ///
-    /// Every name whose view entry differs from `known` (and that the stream
-    /// wants) sits in `dirty`, `forced`, `up` or `rm` until it is sent, and `known`
-    /// only holds wanted names. So with all four empty, `known` is the view
-    /// restricted to the wanted names, and equal sizes mean it is the whole view:
-    /// the private copy (built while sending, or from `initial_resource_versions`)
-    /// can give way to a clone of the snapshot's persistent map, which costs
-    /// nothing per name. The next change copies a path (the root array, two
-    /// nodes, one bucket; see `ResourceMap`), and the send
-    /// after it shares again.
+    /// Every name whose view entry differs from `held` (and that the stream
+    /// wants) sits in `dirty`, `forced`, `pending_upserts` or `pending_removals`
+    /// until it is sent, and `held` only holds wanted names. So with all four
+    /// empty, `held` is the view restricted to the wanted names, and equal sizes
+    /// mean it is the whole view: the private copy (built while sending, or from
+    /// `initial_resource_versions`) can give way to a clone of the snapshot's
+    /// persistent map, which costs nothing per name. The next change copies a
+    /// path (the root array, two nodes, one bucket; see `ResourceMap`), and the
+    /// send after it shares again.
     fn reshare(&mut self, view: &ResourceMap) {
-        if !self.has_pending() && self.known.len() == view.len() && !self.known.ptr_eq(view) {
-            self.known = view.clone();
+        if !self.has_pending() && self.held.len() == view.len() && !self.held.ptr_eq(view) {
+            self.held = view.clone();
         }
     }
 
     fn work(&self, t: ResourceType) -> TypeWork {
         let in_flight_since = self.in_flight.as_ref().map(|f| f.since);
         TypeWork {
-            upserts: !self.up.is_empty(),
-            removals: !self.rm.is_empty(),
+            upserts: !self.pending_upserts.is_empty(),
+            removals: !self.pending_removals.is_empty(),
             in_flight: self.in_flight.is_some(),
             unfinished_since: match (self.pending_since, in_flight_since) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             },
-            oldest_removal: self.rm.values().copied().min().unwrap_or(u64::MAX),
+            oldest_removal: self
+                .pending_removals
+                .values()
+                .copied()
+                .min()
+                .unwrap_or(u64::MAX),
             // Endpoint churn of clusters the proxy already holds cannot make a
             // listener or route point at something missing. Nor can removals
             // (a later type's upserts come from snapshots without the removed
             // names): a removal in flight to a slow proxy must not hold back
             // every later type's changes for its round trip.
             ungated: (t == ResourceType::Endpoint
-                && self.fresh.is_empty()
-                && !self.in_flight.as_ref().is_some_and(|f| f.fresh))
-                || (self.up.is_empty() && self.in_flight.as_ref().is_none_or(|f| f.removals_only)),
+                && self.owed_to_sent_clusters.is_empty()
+                && !self
+                    .in_flight
+                    .as_ref()
+                    .is_some_and(|f| f.carries_owed_assignments))
+                || (self.pending_upserts.is_empty()
+                    && self.in_flight.as_ref().is_none_or(|f| f.removals_only)),
         }
     }
 }
@@ -282,12 +289,12 @@ impl DeltaStream {
 
     /// The last NACK's error message for a type, if its latest answer was a NACK.
     pub fn last_nack(&self, t: ResourceType) -> Option<&str> {
-        self.types[t.index()].last_nack.as_deref()
+        self.types[t.index()].acks.last_nack()
     }
 
     /// How many NACKs this stream has received for a type.
     pub fn nacks(&self, t: ResourceType) -> u64 {
-        self.types[t.index()].nacks
+        self.types[t.index()].acks.nacks()
     }
 
     /// How many responses are waiting for an ACK or NACK.
@@ -306,23 +313,18 @@ impl DeltaStream {
             .iter()
             .map(|t| {
                 let s = &self.types[t.index()];
-                TypeStatus {
-                    resource_type: *t,
+                let subscription = Subscription {
                     requested: s.started,
                     wildcard: s.wildcard,
-                    names: s.names.iter().cloned().collect(),
-                    held: s.known.len(),
-                    sent_nonce: s.last_nonce.clone(),
-                    sent_seq: s.sent_seq,
-                    sent_version: None,
-                    acked_nonce: s.acked.as_ref().map(|a| a.0.clone()),
-                    acked_seq: s.acked.as_ref().map(|a| a.1),
-                    acked_version: None,
-                    in_flight: s.in_flight.as_ref().map(|f| f.nonce.clone()),
-                    pending: s.has_pending(),
-                    nacks: s.nacks,
-                    last_nack: s.last_nack.clone(),
-                }
+                    names: &s.names,
+                };
+                s.acks.type_status(
+                    *t,
+                    subscription,
+                    s.held.len(),
+                    s.in_flight.as_ref().map(|f| f.nonce.as_str()),
+                    s.has_pending(),
+                )
             })
             .collect()
     }
@@ -367,20 +369,22 @@ impl DeltaStream {
             if let Some(f) = s.in_flight.take_if(|f| f.nonce.as_bytes() == nonce) {
                 match &req.error_detail {
                     Some(status) => {
-                        s.nacks += 1;
-                        s.last_nack = Some(status.message.clone());
+                        s.acks.nacked(&status.message);
                         outcome.nack = Some(status.message.clone());
                     }
                     None => {
-                        s.last_nack = None;
                         outcome.ack = Some(Acked {
                             seq: f.seq,
                             push: f.push,
                         });
-                        s.acked = Some((f.nonce, f.seq));
+                        s.acks.acked(SentResponse {
+                            nonce: f.nonce,
+                            seq: f.seq,
+                            version: NoVersion,
+                        });
                     }
                 }
-            } else if s.last_nonce.as_deref().map(str::as_bytes) != Some(nonce) {
+            } else if s.acks.last_nonce().map(str::as_bytes) != Some(nonce) {
                 outcome.stale_nonce = true;
             }
         }
@@ -395,7 +399,7 @@ impl DeltaStream {
                 // A reconnect holding exactly the current view (the common case:
                 // nothing changed while it was away): share the snapshot's map
                 // rather than build a copy name by name.
-                s.known = view.clone();
+                s.held = view.clone();
             } else {
                 // What the client holds: the snapshot's own resource when the
                 // versions match (nothing allocated), else a bodiless stand-in
@@ -409,11 +413,11 @@ impl DeltaStream {
                             Arc::from(v),
                         )),
                     };
-                    s.known.insert(r);
+                    s.held.insert(r);
                 }
             }
             // Until something is sent, what the client reported is what it holds.
-            s.initial = s.known.clone();
+            s.reported_on_reconnect = s.held.clone();
             outcome.initial_versions = req.initial_resource_versions.len();
             if subscribe.is_empty() && unsubscribe.is_empty() {
                 s.wildcard = true;
@@ -437,7 +441,7 @@ impl DeltaStream {
             }
             // Every newly subscribed name is answered, unless the client told us on
             // reconnect that it already holds it (then only a version change is sent).
-            if !(first && s.initial.contains_key(&name)) {
+            if !(first && s.reported_on_reconnect.contains_key(&name)) {
                 s.forced.insert(name);
                 s.pending_from(seq);
             }
@@ -447,25 +451,25 @@ impl DeltaStream {
                 s.wildcard = false;
                 let names = &s.names;
                 let gone: Vec<Arc<str>> = s
-                    .known
+                    .held
                     .keys()
                     .filter(|k| !names.contains(*k))
                     .cloned()
                     .collect();
                 for k in gone {
-                    s.known.remove(&k);
+                    s.held.remove(&k);
                 }
-                s.up.retain(|k, _| names.contains(k));
-                s.rm.retain(|k, _| names.contains(k));
+                s.pending_upserts.retain(|k, _| names.contains(k));
+                s.pending_removals.retain(|k, _| names.contains(k));
                 continue;
             }
             if s.names.remove(n) {
                 self.total_names -= 1;
             }
             if !s.wildcard {
-                s.known.remove(n);
-                s.up.remove(n);
-                s.rm.remove(n);
+                s.held.remove(n);
+                s.pending_upserts.remove(n);
+                s.pending_removals.remove(n);
                 s.forced.remove(n);
             }
         }
@@ -529,34 +533,35 @@ impl DeltaStream {
             removed: Vec::new(),
         };
         let mut resent_known = 0;
-        let mut carries_fresh = false;
+        let mut carries_owed = false;
         if p.upserts {
             while out.resources.len() < max {
-                let Some((name, r)) = s.up.pop_first() else {
+                let Some((name, r)) = s.pending_upserts.pop_first() else {
                     break;
                 };
-                if s.initial
+                if s.reported_on_reconnect
                     .remove(&name)
                     .is_some_and(|v| v.version == r.version)
                 {
                     resent_known += 1;
                 }
-                carries_fresh |= s.fresh.remove(&name);
-                s.known.insert(r.clone());
+                carries_owed |= s.owed_to_sent_clusters.remove(&name);
+                s.held.insert(r.clone());
                 out.resources.push(r);
             }
         }
         if p.removals {
             // Only the removals every referencing type has caught up with.
-            let ready: Vec<Arc<str>> =
-                s.rm.iter()
-                    .filter(|(_, decided)| **decided < bound)
-                    .map(|(name, _)| name.clone())
-                    .collect();
+            let ready: Vec<Arc<str>> = s
+                .pending_removals
+                .iter()
+                .filter(|(_, decided)| **decided < bound)
+                .map(|(name, _)| name.clone())
+                .collect();
             for name in ready {
-                s.rm.remove(&name);
-                s.known.remove(&name);
-                s.initial.remove(&name);
+                s.pending_removals.remove(&name);
+                s.held.remove(&name);
+                s.reported_on_reconnect.remove(&name);
                 out.removed.push(name);
             }
         }
@@ -565,13 +570,16 @@ impl DeltaStream {
             s.pending_since = None;
         }
         s.reshare(resources_for(&snap.resources, pt, p.t));
-        s.last_nonce = Some(out.nonce.clone());
-        s.sent_seq = Some(self.seq);
+        s.acks.sent(SentResponse {
+            nonce: out.nonce.clone(),
+            seq: self.seq,
+            version: NoVersion,
+        });
         s.in_flight = Some(InFlight {
             nonce: out.nonce.clone(),
             seq: self.seq,
             push: self.seq > s.started_seq,
-            fresh: carries_fresh,
+            carries_owed_assignments: carries_owed,
             since,
             removals_only: out.resources.is_empty(),
         });
@@ -582,7 +590,7 @@ impl DeltaStream {
             for r in &out.resources {
                 if eds.wants(&r.name) {
                     eds.forced.insert(r.name.clone());
-                    eds.fresh.insert(r.name.clone());
+                    eds.owed_to_sent_clusters.insert(r.name.clone());
                     eds.pending_from(self.seq);
                 }
             }

@@ -446,12 +446,12 @@ fn subscribed_and_reconnect_names_share_the_snapshot_strings() {
     on(&mut st, &s, &r).expect("eds");
     let snap_c1 = s.resources.endpoints.get("c1").expect("c1");
     let eds = &st.types[Endpoint.index()];
-    let held = eds.known.get("c1").expect("known");
+    let held = eds.held.get("c1").expect("known");
     assert!(Arc::ptr_eq(held, snap_c1), "the snapshot's own resource");
     let sub = eds.names.get("c1").expect("subscribed");
     assert!(Arc::ptr_eq(sub, &snap_c1.name));
     assert_eq!(
-        &*eds.known.get("c2").expect("c2").version,
+        &*eds.held.get("c2").expect("c2").version,
         "old",
         "a differing version is kept as reported"
     );
@@ -466,11 +466,11 @@ fn subscribed_and_reconnect_names_share_the_snapshot_strings() {
     );
     let eds = &st.types[Endpoint.index()];
     assert!(
-        eds.initial.is_empty(),
+        eds.reported_on_reconnect.is_empty(),
         "reconnect versions are dropped once answered"
     );
     assert!(
-        eds.known.get("c2").is_none(),
+        eds.held.get("c2").is_none(),
         "an unsubscribed name reported on reconnect is not tracked"
     );
 }
@@ -486,11 +486,9 @@ fn a_synced_stream_shares_the_snapshot_maps() {
         ack(&mut st, &p);
     }
     let shared = |st: &DeltaStream, s: &Snapshot| {
-        st.types[Cluster.index()]
-            .known
-            .ptr_eq(&s.resources.clusters)
+        st.types[Cluster.index()].held.ptr_eq(&s.resources.clusters)
             && st.types[Endpoint.index()]
-                .known
+                .held
                 .ptr_eq(&s.resources.endpoints)
     };
     assert!(shared(&st, &s), "synced: no private copy");
@@ -507,7 +505,7 @@ fn a_synced_stream_shares_the_snapshot_maps() {
     assert_eq!(names(&p), ["c1"]);
     assert!(
         !part.types[Endpoint.index()]
-            .known
+            .held
             .ptr_eq(&s2.resources.endpoints)
     );
     ack(&mut part, &p);
@@ -525,11 +523,7 @@ fn reconnect_holding_the_whole_view_shares_it_and_gets_nothing() {
         ("c2".to_string(), version(&s, Cluster, "c2")),
     ]);
     assert_eq!(on(&mut st, &s, &r).expect("cds").initial_versions, 2);
-    assert!(
-        st.types[Cluster.index()]
-            .known
-            .ptr_eq(&s.resources.clusters)
-    );
+    assert!(st.types[Cluster.index()].held.ptr_eq(&s.resources.clusters));
     assert!(
         st.next_response(&s).is_none(),
         "nothing changed: nothing sent"
@@ -558,11 +552,7 @@ fn repeated_reconnect_entries_do_not_pass_for_the_whole_view() {
         "as many entries as the view has resources"
     );
     st.on_request(&lean, &s).expect("cds");
-    assert!(
-        !st.types[Cluster.index()]
-            .known
-            .ptr_eq(&s.resources.clusters)
-    );
+    assert!(!st.types[Cluster.index()].held.ptr_eq(&s.resources.clusters));
     let p = st.next_response(&s).expect("c2 is owed");
     assert_eq!((names(&p), p.resent_known), (vec!["c2".to_string()], 0));
 }

@@ -20,6 +20,7 @@ pub mod registry;
 pub mod request;
 pub mod service;
 pub mod sotw;
+mod status;
 #[cfg(test)]
 mod testutil;
 

@@ -73,7 +73,7 @@ fn references(j: usize, i: usize) -> bool {
 /// referencing type has any work (bound 0). Envoy drops a removed cluster's
 /// assignment itself, so they need not be prompt, and each one sent alone would
 /// hold EDS's one in-flight slot for a round trip ahead of the next endpoint
-/// change (measured with slow proxies: endpoint p90 2.6-3.0 s -> 4.2-4.6 s).
+/// change, which with slow proxies delays endpoint pushes by a round trip each.
 pub(crate) fn removal_bound(w: &[TypeWork; 4], i: usize) -> u64 {
     let oldest = w
         .iter()

@@ -4,8 +4,8 @@
 //! Each stream registers a handle to its protocol state when it opens and is
 //! removed when its task ends. Nothing is copied on the hot path: a status is
 //! computed only when a debug view asks, by briefly locking that stream's state
-//! (the stream loop holds the same lock only for the few microseconds a request,
-//! snapshot or response takes, never across an await).
+//! (the stream loop holds the same lock only while it handles one request,
+//! snapshot or response, never across an await).
 //!
 //! What it does NOT do: judge whether a proxy is in sync (the admin views compare
 //! a status with the current snapshot) or keep anything about closed streams.

@@ -252,6 +252,21 @@ impl Drop for StreamGuard {
     }
 }
 
+/// A response a stream's protocol state has ready, with what the metrics count.
+struct NextResponse<O> {
+    /// The encoded response.
+    out: O,
+    /// Its type.
+    resource_type: ResourceType,
+    /// Resources it carries.
+    resources: usize,
+    /// Names it removes (delta only).
+    removed: usize,
+    /// Resources sent at exactly the version the client reported on reconnect
+    /// (delta only; a correct server keeps this at 0).
+    resent_known: usize,
+}
+
 /// The protocol flavour a stream loop drives.
 trait Protocol: Send + 'static {
     type Req: Send + 'static;
@@ -260,11 +275,11 @@ trait Protocol: Send + 'static {
     fn decode(msg: Bytes) -> Result<Self::Req, Error>;
     fn on_request(&mut self, req: &Self::Req, snap: &Snapshot) -> Result<RequestOutcome, Error>;
     fn on_snapshot(&mut self, snap: &deltapilot_xds::snapshot::Snapshot);
-    /// The next response plus `(type, resources, removals, resent_known)`.
+    /// The next response to send, with what the metrics count about it.
     fn next(
         &mut self,
         snap: &deltapilot_xds::snapshot::Snapshot,
-    ) -> Option<(Self::Out, ResourceType, usize, usize, usize)>;
+    ) -> Option<NextResponse<Self::Out>>;
     fn proxy(&self) -> Option<&Proxy>;
     fn in_flight(&self) -> usize;
     fn seq(&self) -> u64;
@@ -301,10 +316,15 @@ impl Protocol for DeltaStream {
     fn next(
         &mut self,
         snap: &deltapilot_xds::snapshot::Snapshot,
-    ) -> Option<(DeltaOut, ResourceType, usize, usize, usize)> {
+    ) -> Option<NextResponse<DeltaOut>> {
         let p = self.next_response(snap)?;
-        let (n, r) = (p.out.resources.len(), p.out.removed.len());
-        Some((p.out, p.t, n, r, p.resent_known))
+        Some(NextResponse {
+            resource_type: p.t,
+            resources: p.out.resources.len(),
+            removed: p.out.removed.len(),
+            resent_known: p.resent_known,
+            out: p.out,
+        })
     }
     fn proxy(&self) -> Option<&Proxy> {
         DeltaStream::proxy(self)
@@ -334,13 +354,15 @@ impl Protocol for SotwStream {
     fn on_snapshot(&mut self, snap: &deltapilot_xds::snapshot::Snapshot) {
         SotwStream::on_snapshot(self, snap)
     }
-    fn next(
-        &mut self,
-        snap: &deltapilot_xds::snapshot::Snapshot,
-    ) -> Option<(SotwOut, ResourceType, usize, usize, usize)> {
+    fn next(&mut self, snap: &deltapilot_xds::snapshot::Snapshot) -> Option<NextResponse<SotwOut>> {
         let p = self.next_response(snap)?;
-        let n = p.out.resources.len();
-        Some((p.out, p.t, n, 0, 0))
+        Some(NextResponse {
+            resource_type: p.t,
+            resources: p.out.resources.len(),
+            removed: 0,
+            resent_known: 0,
+            out: p.out,
+        })
     }
     fn proxy(&self) -> Option<&Proxy> {
         SotwStream::proxy(self)
@@ -409,18 +431,18 @@ fn run_stream<P: Protocol>(
         let stall = shared.limits.stall_timeout;
         let end: Option<Status> = loop {
             loop {
-                let Some((out, t, n, removed, resent)) = lock(&state).next(&snap) else {
+                let Some(next) = lock(&state).next(&snap) else {
                     break;
                 };
-                shared.sent(P::API, t, n, removed);
-                if resent > 0 {
+                shared.sent(P::API, next.resource_type, next.resources, next.removed);
+                if next.resent_known > 0 {
                     shared
                         .metrics
                         .reconnect_resent
-                        .get_or_create(&[("type", t.short_name())])
-                        .inc_by(resent as u64);
+                        .get_or_create(&[("type", next.resource_type.short_name())])
+                        .inc_by(next.resent_known as u64);
                 }
-                yield Ok(out);
+                yield Ok(next.out);
             }
             let waiting = lock(&state).in_flight() > 0;
             let deadline = tokio::time::Instant::from_std(last_heard + stall);

@@ -24,6 +24,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use super::encode::SotwOut;
 use super::order::{TypeWork, pick};
 use super::registry::TypeStatus;
+use super::status::{AckStatus, SentResponse, Subscription};
 use super::{Acked, Limits, NonceGen, RequestOutcome, type_of};
 use crate::Error;
 
@@ -45,15 +46,10 @@ struct TypeState {
     sent: HashMap<Arc<str>, Arc<str>>,
     must_respond: bool,
     dirty: bool,
-    work: Option<Vec<Arc<Resource>>>,
-    last_nonce: Option<String>,
+    next_state: Option<Vec<Arc<Resource>>>,
     in_flight: Option<InFlight>,
-    last_nack: Option<String>,
-    nacks: u64,
-    /// Snapshot seq and `version_info` of the last response sent (debug views).
-    last_sent: Option<(u64, String)>,
-    /// Nonce, snapshot seq and `version_info` of the last ACKed response.
-    acked: Option<(String, u64, String)>,
+    /// The last response sent and ACKed (with their `version_info`), and the NACKs.
+    acks: AckStatus<String>,
 }
 
 impl TypeState {
@@ -69,7 +65,7 @@ impl TypeState {
     }
 
     fn work_flags(&mut self, view: &ResourceMap) -> TypeWork {
-        if self.started && (self.dirty || self.must_respond) && self.work.is_none() {
+        if self.started && (self.dirty || self.must_respond) && self.next_state.is_none() {
             let state = self.state(view);
             let changed = state.len() != self.sent.len()
                 || state
@@ -77,10 +73,10 @@ impl TypeState {
                     .any(|r| self.sent.get(&r.name) != Some(&r.version));
             self.dirty = false;
             if changed || self.must_respond {
-                self.work = Some(state);
+                self.next_state = Some(state);
             }
         }
-        let (upserts, removals) = match &self.work {
+        let (upserts, removals) = match &self.next_state {
             None => (false, false),
             Some(w) => {
                 let names: BTreeSet<&str> = w.iter().map(|r| &*r.name).collect();
@@ -154,12 +150,12 @@ impl SotwStream {
 
     /// The last NACK's message for a type, if its latest answer was a NACK.
     pub fn last_nack(&self, t: ResourceType) -> Option<&str> {
-        self.types[t.index()].last_nack.as_deref()
+        self.types[t.index()].acks.last_nack()
     }
 
     /// How many NACKs this stream has received for a type.
     pub fn nacks(&self, t: ResourceType) -> u64 {
-        self.types[t.index()].nacks
+        self.types[t.index()].acks.nacks()
     }
 
     /// How many responses are waiting for an ACK or NACK.
@@ -178,23 +174,18 @@ impl SotwStream {
             .iter()
             .map(|t| {
                 let s = &self.types[t.index()];
-                TypeStatus {
-                    resource_type: *t,
+                let subscription = Subscription {
                     requested: s.started,
                     wildcard: s.wildcard,
-                    names: s.names.iter().cloned().collect(),
-                    held: s.sent.len(),
-                    sent_nonce: s.last_nonce.clone(),
-                    sent_seq: s.last_sent.as_ref().map(|x| x.0),
-                    sent_version: s.last_sent.as_ref().map(|x| x.1.clone()),
-                    acked_nonce: s.acked.as_ref().map(|a| a.0.clone()),
-                    acked_seq: s.acked.as_ref().map(|a| a.1),
-                    acked_version: s.acked.as_ref().map(|a| a.2.clone()),
-                    in_flight: s.in_flight.as_ref().map(|f| f.nonce.clone()),
-                    pending: s.dirty || s.must_respond || s.work.is_some(),
-                    nacks: s.nacks,
-                    last_nack: s.last_nack.clone(),
-                }
+                    names: &s.names,
+                };
+                s.acks.type_status(
+                    *t,
+                    subscription,
+                    s.sent.len(),
+                    s.in_flight.as_ref().map(|f| f.nonce.as_str()),
+                    s.dirty || s.must_respond || s.next_state.is_some(),
+                )
             })
             .collect()
     }
@@ -227,23 +218,25 @@ impl SotwStream {
             ..Default::default()
         };
         if !req.response_nonce.is_empty() {
-            if s.last_nonce.as_deref() != Some(req.response_nonce.as_str()) {
+            if s.acks.last_nonce() != Some(req.response_nonce.as_str()) {
                 outcome.stale_nonce = true;
                 return Ok(outcome);
             }
             if let Some(f) = s.in_flight.take_if(|f| f.nonce == req.response_nonce) {
                 match &req.error_detail {
                     Some(status) => {
-                        s.nacks += 1;
-                        s.last_nack = Some(status.message.clone());
+                        s.acks.nacked(&status.message);
                         outcome.nack = Some(status.message.clone());
                     }
                     None => {
-                        s.last_nack = None;
-                        s.acked = Some((f.nonce.clone(), f.seq, f.version.clone()));
                         outcome.ack = Some(Acked {
                             seq: f.seq,
                             push: f.push,
+                        });
+                        s.acks.acked(SentResponse {
+                            nonce: f.nonce,
+                            seq: f.seq,
+                            version: f.version,
                         });
                     }
                 }
@@ -268,7 +261,7 @@ impl SotwStream {
         s.wildcard = wildcard;
         s.names = names;
         if s.must_respond {
-            s.work = None;
+            s.next_state = None;
         }
         Ok(outcome)
     }
@@ -284,7 +277,7 @@ impl SotwStream {
             let s = &mut self.types[t.index()];
             if s.started && changes.as_ref().is_none_or(|cs| !cs.of(t).is_empty()) {
                 s.dirty = true;
-                s.work = None;
+                s.next_state = None;
             }
         }
     }
@@ -308,7 +301,7 @@ impl SotwStream {
         // full state goes as soon as its upserts may.
         let p = pick(&work)?;
         let s = &mut self.types[p.t.index()];
-        let resources = s.work.take()?;
+        let resources = s.next_state.take()?;
         s.sent = resources
             .iter()
             .map(|r| (r.name.clone(), r.version.clone()))
@@ -320,8 +313,11 @@ impl SotwStream {
             nonce: self.nonces.next(),
             resources,
         };
-        s.last_nonce = Some(out.nonce.clone());
-        s.last_sent = Some((self.seq, out.version_info.clone()));
+        s.acks.sent(SentResponse {
+            nonce: out.nonce.clone(),
+            seq: self.seq,
+            version: out.version_info.clone(),
+        });
         s.in_flight = Some(InFlight {
             nonce: out.nonce.clone(),
             seq: self.seq,
@@ -333,7 +329,7 @@ impl SotwStream {
             let eds = &mut self.types[ResourceType::Endpoint.index()];
             if eds.started {
                 eds.must_respond = true;
-                eds.work = None;
+                eds.next_state = None;
             }
         }
         Some(SotwPush { out, t: p.t })

@@ -340,11 +340,11 @@ pub(super) fn convert(framed: &Framed<'_>) -> Result<EndpointBatch, String> {
     Ok(batch)
 }
 
-/// A converted shape, with what each of its endpoints needs from it kept in
-/// the entry itself: its content digest and the keys of the hostnames it
-/// lists, in order. Why: endpoints come in key-hash order and refer to shapes
-/// at random, and reading these through the shape and the heap cost two cache
-/// misses per endpoint (a third of adding one to a batch).
+/// A converted shape, with what each of its endpoints needs from it kept in the
+/// entry itself: its content digest and the keys of the hostnames it lists, in
+/// order. Why: endpoints come in key-hash order and refer to shapes at random,
+/// and reading these through the shape and the heap cost two cache misses per
+/// endpoint.
 struct ShapeKeys {
     shape: Arc<EndpointShape>,
     /// What an endpoint's stored record copies from the shape.

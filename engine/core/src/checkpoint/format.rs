@@ -32,12 +32,12 @@
 //! tell whether a checkpoint is usable (at or before a wanted position) without
 //! reading and hashing the whole file.
 //!
-//! Why two sections, each with its own checksum: a reader can then read and check
-//! each on a thread of its own and start on the resources (two thirds of the
-//! bytes) while the state is still being read. With one checksum over the whole
-//! body, reading, hashing and framing it came first, on one core, for about a
-//! sixth of a restore. The stored resources are slices of their section's buffer
-//! only, so the state section's bytes are freed once the state is built.
+//! Why two sections, each with its own checksum: a reader can then read and
+//! check each on a thread of its own and start on the resources (two thirds of
+//! the bytes) while the state is still being read. With one checksum over the
+//! whole body, reading, hashing and framing it came first, on one core, before
+//! anything could be built. The stored resources are slices of their section's
+//! buffer only, so the state section's bytes are freed once the state is built.
 //!
 //! What it does NOT do: touch files (see `store`) or turn entities into a state
 //! (see `entities`).

@@ -130,7 +130,7 @@ pub struct Replayer {
     /// `resources_hash(&resources)` (see the fold runner), kept current by
     /// every regeneration (the generator keeps its own), so that a snapshot's
     /// hash costs nothing at the end of a replay from a checkpoint (a walk of
-    /// every resource took a few ms of the ~100 it aims for).
+    /// every resource would be a noticeable part of such a replay).
     resources_hash: u64,
     /// Everything folded since `resources` was last regenerated touched.
     pending: Touched,

@@ -96,19 +96,18 @@
 //! # Blocking I/O
 //!
 //! `append`, `read` and the follower's reads run on tokio's blocking pool
-//! (`spawn_blocking`). Writing a batch of 1,000 ~200-byte events to the page cache
-//! takes a few hundred microseconds, but an fsync (`Always`), a write stalled by
-//! dirty-page throttling or a cold read can take milliseconds, and that must not
-//! stall an async worker serving xDS streams. The hop costs a few microseconds per
-//! call and is amortised over the batch: the benchmark (`benches/benches/log.rs`)
-//! appends about 1M events/s and reads about 15M records/s on two cores, so the
-//! bound is copying, encoding and CRC, not the hop. Events are encoded on the
-//! caller's task; framing (which needs the offsets) happens under the writer lock.
-//! `open` and `open_read_only` are synchronous; `open` scans the whole log and
-//! `open_read_only` the newest segment (see above), so call them from
-//! `spawn_blocking` when the log (or a segment) may be large. A read landing in a
-//! sealed segment a read-only handle has not read yet scans up to the segment's
-//! size once, on the blocking pool like any read.
+//! (`spawn_blocking`). Writing a batch to the page cache is quick, but an fsync
+//! (`Always`), a write stalled by dirty-page throttling or a cold read can take
+//! milliseconds, and that must not stall an async worker serving xDS streams.
+//! The hop is paid once per call and amortised over the batch: in the log
+//! benchmark (`benches/benches/log.rs`) the bound is copying, encoding and CRC,
+//! not the hop. Events are encoded on the caller's task; framing (which needs
+//! the offsets) happens under the writer lock. `open` and `open_read_only` are
+//! synchronous; `open` scans the whole log and `open_read_only` the newest
+//! segment (see above), so call them from `spawn_blocking` when the log (or a
+//! segment) may be large. A read landing in a sealed segment a read-only handle
+//! has not read yet scans up to the segment's size once, on the blocking pool
+//! like any read.
 //!
 //! # Memory
 //!

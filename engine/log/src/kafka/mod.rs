@@ -192,7 +192,7 @@ impl KafkaLog {
             return Err(target.err("connect", "broker list and topic must not be empty"));
         }
         // Created first: the idempotent producer fetches its producer id in the
-        // background (~0.5 s with librdkafka), overlapping the topic set-up below.
+        // background, overlapping the topic set-up below.
         let producer: FutureProducer = config::producer(brokers, &opts)
             .create()
             .map_err(|e| target.err("create producer", e))?;

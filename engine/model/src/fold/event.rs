@@ -170,14 +170,14 @@ pub(super) enum Applied {
     /// Nothing: the event is applied, and admitted if it is an endpoint's.
     Done,
     /// An endpoint of exactly one hostname, of key `host`, stored and applied
-    /// by the rewrite path, whose admission (a service of that hostname
-    /// exists) the caller checks, and whose hostname it touches when `touch`
-    /// (see [`ModelState::rewrite_endpoint`]), before the next event that is
-    /// not an endpoint's. Why later: done at once, it was a lookup in the
-    /// claims map at a random place per event, 11 % of the fold at 100k
-    /// endpoints, where the leaf copies of the records' map keep evicting that
-    /// map from the cache; done for a run at once, in hostname order, the
-    /// claims map is read front to back (see `Folding::admit_later`).
+    /// by the rewrite path, whose admission (a service of that hostname exists)
+    /// the caller checks, and whose hostname it touches when `touch` (see
+    /// [`ModelState::rewrite_endpoint`]), before the next event that is not an
+    /// endpoint's. Why later: done at once, it was a lookup in the claims map
+    /// at a random place per event, where the leaf copies of the records' map
+    /// keep evicting that map from the cache; done for a run at once, in
+    /// hostname order, the claims map is read front to back (see
+    /// `Folding::admit_later`).
     Later { host: HKey, touch: bool },
 }
 
@@ -203,13 +203,12 @@ fn admit_stored(
 }
 
 /// Reads what applying the endpoint event `ev` (key `hk`) reads first: the
-/// event's fields, its key's and source's text, and the stored record's
-/// bucket; the value means nothing, and the caller keeps it
-/// (`std::hint::black_box`) so the reads stay. Why: a run is applied in
-/// key-hash order, not the order the events lie in memory, so each of these
-/// was a cache miss waited for in turn (the event itself alone was 4 % of the
-/// fold at 100k endpoints, the bucket 13 %); read for several events one
-/// after another, the processor overlaps the misses (see `Folding::apply_run`).
+/// event's fields, its key's and source's text, and the stored record's bucket;
+/// the value means nothing, and the caller keeps it (`std::hint::black_box`) so
+/// the reads stay. Why: a run is applied in key-hash order, not the order the
+/// events lie in memory, so each of these was a cache miss waited for in turn;
+/// read for several events one after another, the processor overlaps the misses
+/// (see `Folding::apply_run`).
 pub(super) fn warm(st: &ModelState, ev: &Event, hk: &HKey) -> u64 {
     let first = |s: &str| u64::from(s.as_bytes().first().copied().unwrap_or(0));
     let mut w = st.warm_endpoint(hk) ^ ev.generation ^ first(&ev.source);

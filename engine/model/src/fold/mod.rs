@@ -216,12 +216,13 @@ pub fn fold(state: &ModelState, batch: &[(RecordPos, Event)]) -> FoldOutput {
     fold_iter(state, batch.iter().map(|(p, e)| (*p, e)))
 }
 
-/// [`fold`] with each event's [`Prepared`] part computed ahead (`prepared[i]` is
-/// `Prepared::of(&batch[i].1)`). Why: a replay decodes on a second thread, and
-/// what can be derived from an event alone is cheapest computed there, while its
-/// strings are still in that core's cache, rather than on the folding thread,
-/// where reading them back was a tenth of the fold. A `prepared` of another
-/// length is ignored (everything is computed here, with the same result).
+/// [`fold`] with each event's [`Prepared`] part computed ahead (`prepared[i]`
+/// is `Prepared::of(&batch[i].1)`). Why: a replay decodes on a second thread,
+/// and what can be derived from an event alone is cheapest computed there,
+/// while its strings are still in that core's cache, rather than on the folding
+/// thread, where reading them back is a cache miss each. A `prepared` of
+/// another length is ignored (everything is computed here, with the same
+/// result).
 pub fn fold_prepared(
     state: &ModelState,
     batch: &[(RecordPos, Event)],
@@ -258,11 +259,9 @@ fn with_prepared<'a>(
 /// What can be derived from an event alone ([`Prepared`]) is computed first, in
 /// log order, before a run is reordered. Why: the shape digest reads a dozen
 /// strings of the payload, which lie in memory in the order the events were
-/// decoded; read in key-hash order, as the run is applied, each was a cache miss
-/// (on-CPU cost at 100k endpoints, 4,096-event batches: 1.6–1.9 µs per event
-/// before, 0.9–1.3 µs after). It is computed for a whole run at once, a few
-/// events at a time with their payloads' map nodes read first (see
-/// `Folding::complete`).
+/// decoded; read in key-hash order, as the run is applied, each was a cache
+/// miss. It is computed for a whole run at once, a few events at a time with
+/// their payloads' map nodes read first (see `Folding::complete`).
 pub fn fold_iter<'a>(
     state: &ModelState,
     events: impl IntoIterator<Item = (RecordPos, &'a Event)>,
@@ -556,12 +555,11 @@ impl Folding {
 /// order: by walking the sorted keys of every hostname with a service
 /// alongside when there are many, otherwise one lookup each.
 ///
-/// Why walk: the lookups of a 4,096-event run at 100k endpoints cost about
-/// 100 ns each, a cache miss or two per tree level, 8 % of the fold; walking
-/// the keys in order reads them once each, front to back (as one array, see
-/// `state::host_keys`). Why not always: a walk reads all of them (10k), and
-/// the array may need building, which a short run would pay for a handful of
-/// hostnames.
+/// Why walk: each lookup of a 4,096-event run at 100k endpoints costs a cache
+/// miss or two per tree level; walking the keys in order reads them once each,
+/// front to back (as one array, see `state::host_keys`). Why not always: a walk
+/// reads all of them (10k), and the array may need building, which a short run
+/// would pay for a handful of hostnames.
 struct ServiceHosts<'a> {
     st: &'a ModelState,
     /// The keys not yet walked past, when walking.

@@ -132,16 +132,15 @@ impl Hash for EndpointShape {
     }
 }
 
-/// Reads the first cache lines [`source_digest`] reads of each of the
-/// payload's two maps (their tree nodes, a few hundred bytes each, where the
-/// entries' string headers sit), and returns a value made of them that means
-/// nothing, for the caller to keep (`std::hint::black_box`) so the reads
-/// stay. Why: the digest, reading a map's entries, waited for the node's
-/// cache misses in turn, a sixth of the fold at 100k endpoints; reading those
-/// of several payloads first, with nothing depending on the previous read,
-/// lets the processor wait for all of them at once. (The strings' text, a
-/// run of small allocations in the order the payloads were decoded, is
-/// streamed in by the processor's own prefetching.)
+/// Reads the first cache lines [`source_digest`] reads of each of the payload's
+/// two maps (their tree nodes, a few hundred bytes each, where the entries'
+/// string headers sit), and returns a value made of them that means nothing,
+/// for the caller to keep (`std::hint::black_box`) so the reads stay. Why: the
+/// digest, reading a map's entries, waited for the node's cache misses in turn;
+/// reading those of several payloads first, with nothing depending on the
+/// previous read, lets the processor wait for all of them at once. (The
+/// strings' text, a run of small allocations in the order the payloads were
+/// decoded, is streamed in by the processor's own prefetching.)
 pub fn warm_source(e: &pb::Endpoint) -> u64 {
     let ports = e
         .ports

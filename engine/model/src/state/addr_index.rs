@@ -6,9 +6,9 @@
 //! is added, removed or moves to another address. Why not kept current like the
 //! hostname index: only the admin registry view asks address queries, while
 //! every endpoint added or removed paid for an `OrdSet` path copy and a key
-//! hash in the fold, and a checkpoint restore spent a tenth of its CPU sorting
-//! and inserting 100k entries that a replay never reads. Built from the raw
-//! endpoints it equals, by construction, what keeping it current gave.
+//! hash in the fold, and a checkpoint restore spent CPU sorting and inserting
+//! 100k entries that a replay never reads. Built from the raw endpoints it
+//! equals, by construction, what keeping it current gave.
 //!
 //! The built index is shared by the clones of one state (a snapshot and the
 //! fold's copy of it), so a query on a snapshot builds it once for all of them;

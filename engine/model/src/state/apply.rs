@@ -251,12 +251,11 @@ impl ModelState {
     /// `endpoints`), in place, found with one mutable lookup that copies the
     /// tree path to it before anything is compared. A separate read-only lookup
     /// first, to spare that copy when nothing changes, walked the tree twice
-    /// for every change: 22 % of the fold at 100k endpoints in a profile. What
-    /// the single walk gives up is small: an exact repeat of an event (same
-    /// content, same generation) or a fallback to the general path leaves the
-    /// state equal but no longer sharing that one leaf with the state it was
-    /// folded from. Exact repeats are rare: adapters append only what changed,
-    /// so they come from a log redelivering records.
+    /// for every change. What the single walk gives up is small: an exact
+    /// repeat of an event (same content, same generation) or a fallback to the
+    /// general path leaves the state equal but no longer sharing that one leaf
+    /// with the state it was folded from. Exact repeats are rare: adapters
+    /// append only what changed, so they come from a log redelivering records.
     pub(crate) fn rewrite_endpoint(
         &mut self,
         hk: &HKey,

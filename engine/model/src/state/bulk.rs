@@ -58,7 +58,7 @@ pub struct EndpointBatch {
     /// Whether some record's key is not above the one before it (so the load
     /// must sort and drop repeats). Tracked as records come, because a pass
     /// over 100k records of 112 bytes to check, and another to sum their hash
-    /// terms, cost a restore a millisecond each.
+    /// terms, would each add to every restore.
     unsorted: bool,
     /// The sum of the records' hash terms.
     hash: u64,

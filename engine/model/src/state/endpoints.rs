@@ -4,19 +4,18 @@
 //! given another shape ([`Cold`]: the key's text, the source, the shape),
 //! which the hostname index holds (see [`EndpointStore`]).
 //!
-//! Why plain data in the records' map: a fold writes into a state that
-//! shares its map with the last published snapshot, so every write copies the
-//! path to its record (a bucket of a few records, see `records`; before
-//! that, the leaf of a tree). When the leaves held reference-counted records, copying a
-//! leaf took a reference to each of its sixteen records (sixteen cache misses
-//! at scattered addresses), and dropping the superseded state let go of them
-//! again: a third of the fold at 100k endpoints. A leaf of plain records is
-//! copied with one `memcpy`, and the common event (health, weight or address
+//! Why plain data in the records' map: a fold writes into a state that shares
+//! its map with the last published snapshot, so every write copies the path to
+//! its record (a bucket of a few records, see `records`; before that, the leaf
+//! of a tree). When the leaves held reference-counted records, copying a leaf
+//! took a reference to each of its sixteen records (sixteen cache misses at
+//! scattered addresses), and dropping the superseded state let go of them
+//! again, a large part of the fold at 100k endpoints. A leaf of plain records
+//! is copied with one `memcpy`, and the common event (health, weight or address
 //! of an endpoint, same owner and shape) touches only this map. Reading the
 //! record also no longer follows record → value → shape, three dependent cache
-//! misses. The probe `benches/benches/record_layout.rs` measured this layout
-//! at 1.30–1.72× the reference-counted one; the real fold measured 1.25–1.42×
-//! side by side with it (BENCHMARKS.md).
+//! misses. The probe `benches/benches/record_layout.rs` compares this layout
+//! with the reference-counted one.
 //!
 //! Readers assemble an [`Endpoint`] from the two parts, which takes two
 //! references (key and shape).
@@ -182,15 +181,15 @@ impl Cold {
 /// The records, and the endpoints of each hostname with their cold parts.
 /// Cloning is O(1).
 ///
-/// Why the cold parts live in the hostname index rather than in a map of
-/// their own: the index is written exactly when they are (an endpoint created,
-/// deleted or given another shape), so storing them there costs no extra
-/// write; the xDS generator reads a hostname's endpoints through the index
-/// and now finds their cold parts there, one lookup per endpoint fewer; and a
-/// restore builds one map less (a third map of 100k entries took 9 ms of a
-/// checkpoint replay). A lookup by endpoint key goes through the record's
-/// first hostname (every endpoint lists at least one; one that lists none
-/// would sit under [`HKey::MIN`]).
+/// Why the cold parts live in the hostname index rather than in a map of their
+/// own: the index is written exactly when they are (an endpoint created,
+/// deleted or given another shape), so storing them there costs no extra write;
+/// the xDS generator reads a hostname's endpoints through the index and now
+/// finds their cold parts there, one lookup per endpoint fewer; and a restore
+/// builds one map less (a third map of 100k entries, on every checkpoint
+/// replay). A lookup by endpoint key goes through the record's first hostname
+/// (every endpoint lists at least one; one that lists none would sit under
+/// [`HKey::MIN`]).
 ///
 /// Both maps are split in [`SHARDS`] by the top bit of the key, so that a
 /// restore builds them on two threads, one shard each (one thread built the

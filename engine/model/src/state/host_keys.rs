@@ -4,13 +4,12 @@
 //!
 //! Why: that check walks the keys in order alongside the run's hostnames.
 //! Walked through the claims map (an `imbl` tree of 10k entries at the
-//! benchmark's scale), the walk was 5 % of the fold at 100k endpoints, a
-//! node cursor step per key; an array is read front to back. It is built on
-//! first use, once per state, and shared by the state's clones (a snapshot
-//! and the fold's copy of it), so consecutive batches that change no service
-//! build it once; a change to which hostnames have a service detaches the
-//! changed state from it, and the next walk builds it again, which costs
-//! what one walk of the tree did.
+//! benchmark's scale), the walk was a node cursor step per key; an array is
+//! read front to back. It is built on first use, once per state, and shared by
+//! the state's clones (a snapshot and the fold's copy of it), so consecutive
+//! batches that change no service build it once; a change to which hostnames
+//! have a service detaches the changed state from it, and the next walk builds
+//! it again, which costs what one walk of the tree did.
 //!
 //! What it does NOT do: decide anything (it is derived data, left out of
 //! equality and of the content hash).

@@ -167,10 +167,10 @@ struct Claim {
 /// one element, so a shared vector is far smaller than a nested map.
 ///
 /// Why the hostname here too: hostnames touched by key are named through this
-/// map (see [`ModelState::host_name_at`] and [`Touched::endpoint_names`]).
-/// Read through the list and its winning definition, that was three dependent
-/// cache misses per hostname, a quarter of the fold at 100k endpoints when the
-/// fold named them; held in the map's entry, the name is one lookup away.
+/// map (see [`ModelState::host_name_at`] and [`Touched::endpoint_names`]). Read
+/// through the list and its winning definition, that was three dependent cache
+/// misses per hostname each time the fold named them; held in the map's entry,
+/// the name is one lookup away.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Claims {
     host: Hostname,
@@ -293,7 +293,7 @@ pub struct Touched {
     /// More hostnames whose endpoints changed, by key, sorted, each once: those
     /// the fold's rewrite path touched (see `fold::Folding::admit_later`). Why
     /// keys: naming them (a reference to each hostname's text at a scattered
-    /// address, then a sort of the texts) was a sixth of the fold at 100k
+    /// address, then a sort of the texts) was a large part of the fold at 100k
     /// endpoints, and the generator, which holds every hostname with a service
     /// by key, names those from its own index and skips the others (a hostname
     /// without a service has no assignment).

@@ -29,8 +29,8 @@ pub(crate) fn cluster_name(port: u16, host: &Hostname) -> Arc<str> {
 
 /// `parts` end to end in one shared string, built in a stack buffer when it
 /// fits. Why not `format!`: that ran the formatting machinery and allocated
-/// twice (the `String`, then the `Arc` it is copied into), a fifth of deciding
-/// a host's resources in an endpoint batch, which names two per port.
+/// twice (the `String`, then the `Arc` it is copied into), and deciding a
+/// host's resources in an endpoint batch names two per port.
 fn joined(parts: &[&str]) -> Arc<str> {
     let len: usize = parts.iter().map(|p| p.len()).sum();
     let mut stack = [0u8; 256];

@@ -99,11 +99,11 @@ struct Member {
 /// The endpoints of one service, read from the model once and shared by the
 /// assignments of all its ports, with the buffers those assignments reuse.
 ///
-/// Endpoints are also grouped by shape (by pointer): a host's endpoints share
-/// a few shapes, and what only the shape decides (the locality's order, the
+/// Endpoints are also grouped by shape (by pointer): a host's endpoints share a
+/// few shapes, and what only the shape decides (the locality's order, the
 /// target port) is worked out once per shape. Comparing localities and looking
-/// up port names per endpoint and per port was a fifth of an endpoint batch's
-/// rebuild at 100k.
+/// up port names per endpoint and per port was a large part of an endpoint
+/// batch's rebuild at 100k.
 pub(crate) struct HostEndpoints<'a> {
     eps: Vec<EndpointRef<'a>>,
     /// `shape_of[i]` indexes the shape of `eps[i]` in `shapes`.
@@ -136,7 +136,7 @@ impl<'a> HostEndpoints<'a> {
     /// Holding no host yet: fill it with [`HostEndpoints::refill`], once per
     /// host, reusing its buffers. Why reuse: a batch rebuilds the assignments
     /// of a hundred hosts, and allocating (and freeing) eight buffers per host
-    /// was a fifth of grouping each host's endpoints.
+    /// was a large part of grouping each host's endpoints.
     pub(crate) fn new() -> Self {
         HostEndpoints {
             eps: Vec::new(),

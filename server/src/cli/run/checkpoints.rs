@@ -1,0 +1,91 @@
+//! `run`'s checkpoints: restoring the engine from the newest usable checkpoint at
+//! start, and the task that writes `DATA_DIR/checkpoints/*.dpc` while it runs.
+//!
+//! What it does NOT do: encode, verify or prune checkpoints (the engine's
+//! `checkpoint` module does), or decide when to write them (that is the
+//! `--checkpoint-*` settings).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use deltapilot_engine::checkpoint::{
+    CHECKPOINT_DIR, Checkpoint, CheckpointPolicy, CheckpointStore, load_verified, run_checkpointer,
+};
+use deltapilot_engine::runner::Engine;
+use deltapilot_log::{EventLog, Log, Position};
+use deltapilot_xds::generate::GenOptions;
+use deltapilot_xds::snapshot::SnapshotReader;
+use tokio::sync::watch;
+
+/// The checkpoint directory of a data directory, and when to write to it.
+#[derive(Debug)]
+pub(crate) struct Checkpoints {
+    store: CheckpointStore,
+    policy: CheckpointPolicy,
+}
+
+impl Checkpoints {
+    /// `DATA_DIR/checkpoints`, keeping as many as `policy` says.
+    pub(crate) fn new(data_dir: &Path, policy: CheckpointPolicy) -> Self {
+        Checkpoints {
+            store: CheckpointStore::new(data_dir.join(CHECKPOINT_DIR), policy.keep),
+            policy,
+        }
+    }
+
+    /// The newest usable checkpoint to restore the engine from, logging every one
+    /// passed over and why (a damaged checkpoint never stops a start: the engine
+    /// falls back to an older one, or to the start of the log).
+    pub(crate) async fn restore(&self, log: &Log) -> Option<Checkpoint> {
+        let loaded = match load_verified(&self.store, log, None).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, dir = %self.store.dir().display(), "cannot read checkpoints; folding the whole log");
+                return None;
+            }
+        };
+        for r in &loaded.rejected {
+            tracing::warn!(checkpoint = %r.path.display(), reason = %r.reason, "checkpoint skipped");
+        }
+        let (path, cp) = loaded.checkpoint?;
+        tracing::info!(checkpoint = %path.display(), position = %cp.position, "restoring from checkpoint");
+        Some(cp)
+    }
+
+    /// The periodic checkpoint writer, as a task for `run`'s task set.
+    pub(crate) async fn write_while_running(
+        self,
+        log: Arc<Log>,
+        opts: GenOptions,
+        reader: SnapshotReader,
+        from: Position,
+        shutdown: watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
+        run_checkpointer(log, self.store, self.policy, opts, reader, from, shutdown)
+            .await
+            .map_err(|e| anyhow::anyhow!("checkpoint writer stopped: {e}"))
+    }
+}
+
+/// The engine, restored from the newest usable checkpoint when checkpoints are on,
+/// and the position it folds on from: the checkpoint's, else the start of the log.
+pub(crate) async fn start_engine(
+    opts: &GenOptions,
+    log: &Log,
+    checkpoints: Option<&Checkpoints>,
+) -> (Engine, Position) {
+    let restored = match checkpoints {
+        Some(c) => c.restore(log).await,
+        None => None,
+    };
+    let engine = match restored {
+        Some(cp) => Engine::from_checkpoint(opts.clone(), cp),
+        None => Engine::new(opts.clone()),
+    };
+    let from = if engine.position().total() > 0 {
+        engine.position().clone()
+    } else {
+        log.start()
+    };
+    (engine, from)
+}

@@ -1,0 +1,539 @@
+//! The settings of `deltapilot run`, and their validation.
+//!
+//! Each setting is declared once, in [`RunConfig`]: its long flag, its
+//! `DELTAPILOT_*` variable and its `--config` key (the flag's name) come from the
+//! same field, and its doc comment is the `--help` text with the default. A
+//! config file is read into a `RunConfig`; the flags and variables actually given
+//! are then written over it (clap's `update_from_arg_matches` touches only what
+//! was given), and [`RunConfig::validate`] fills in the defaults and checks
+//! everything before anything starts.
+//!
+//! What it does NOT do: open, bind or start anything (see `wiring`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{ArgMatches, FromArgMatches};
+use deltapilot_adapters::eureka::EurekaOptions;
+use deltapilot_engine::checkpoint::CheckpointPolicy;
+use deltapilot_log::{LogOptions, LogUri, parse_uri};
+use deltapilot_server::xds::Limits;
+use deltapilot_xds::generate::GenOptions;
+use serde::Deserialize;
+
+/// Every setting of `deltapilot run`, as a flag, its environment variable and its
+/// `--config` key at once. Every field is optional, so that a config file can
+/// supply what the command line leaves out; the defaults are applied last, in
+/// [`RunConfig::validate`].
+#[derive(Debug, Default, clap::Args, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RunConfig {
+    /// xDS gRPC listen address [default: 127.0.0.1:18000].
+    #[arg(long, env = "DELTAPILOT_XDS_ADDR")]
+    xds_addr: Option<SocketAddr>,
+    /// Admin HTTP listen address (/healthz, /readyz, /metrics) [default: 127.0.0.1:15014].
+    #[arg(long, env = "DELTAPILOT_ADMIN_ADDR")]
+    admin_addr: Option<SocketAddr>,
+    /// Data directory: checkpoints, adapter state, and the embedded log in
+    /// DATA_DIR/log unless --log names another [default: ./data].
+    #[arg(long, env = "DELTAPILOT_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// The event log to follow and serve: `file://DIR` (embedded) or
+    /// `kafka://HOST:PORT[,HOST:PORT…]/TOPIC[?…]` (many replicas, adapters in
+    /// their own processes) [default: file://DATA_DIR/log].
+    #[arg(long, env = "DELTAPILOT_LOG", value_name = "URI")]
+    log: Option<String>,
+    /// A directory of Istio ServiceEntry YAML files to watch (repeatable; the env
+    /// variable takes a comma-separated list).
+    #[arg(
+        long = "watch",
+        value_name = "DIR",
+        env = "DELTAPILOT_WATCH",
+        value_delimiter = ','
+    )]
+    #[serde(default)]
+    watch: Vec<PathBuf>,
+    /// A kubeconfig naming a Kubernetes cluster to watch in-process (Services,
+    /// EndpointSlices, Pods, Nodes, Istio networking objects).
+    #[arg(long, env = "DELTAPILOT_KUBECONFIG", value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// Base URL of a Eureka server to read in-process, everything before `/apps`
+    /// (e.g. `http://HOST:8080/eureka/v2`, or Spring Cloud's `http://HOST:8761/eureka`).
+    #[arg(long, env = "DELTAPILOT_EUREKA_URL", value_name = "URL")]
+    eureka_url: Option<String>,
+    /// Seconds between Eureka delta polls, fractions allowed [default: 30].
+    #[arg(long, env = "DELTAPILOT_EUREKA_REFRESH_SECS", value_name = "SECS")]
+    eureka_refresh_secs: Option<f64>,
+    /// A YAML or JSON file whose keys mirror these flags (e.g. `xds-addr`, `watch`).
+    #[arg(long, value_name = "FILE", env = "DELTAPILOT_CONFIG")]
+    // Not a key of the file itself: a file naming another is refused as unknown.
+    #[serde(skip)]
+    config: Option<PathBuf>,
+    /// Make sidecar outbound listeners bind their service port directly (no iptables
+    /// capture needed) [default: false].
+    #[arg(long, env = "DELTAPILOT_BIND_OUTBOUND", num_args = 0..=1, default_missing_value = "true")]
+    bind_outbound: Option<bool>,
+    /// Address sidecar outbound listeners listen on [default: 0.0.0.0].
+    #[arg(long, env = "DELTAPILOT_OUTBOUND_ADDRESS")]
+    outbound_address: Option<IpAddr>,
+    /// Most resource names one xDS stream may subscribe to [default: 100000].
+    #[arg(long, env = "DELTAPILOT_MAX_NAMES_PER_STREAM")]
+    max_names_per_stream: Option<usize>,
+    /// Largest xDS request accepted, in bytes [default: 4194304].
+    #[arg(long, env = "DELTAPILOT_MAX_REQUEST_BYTES")]
+    max_request_bytes: Option<usize>,
+    /// Most resources in one delta response; the rest follow after the ACK [default: 10000].
+    #[arg(long, env = "DELTAPILOT_MAX_RESOURCES_PER_RESPONSE")]
+    max_resources_per_response: Option<usize>,
+    /// Most concurrent xDS streams [default: 100000].
+    #[arg(long, env = "DELTAPILOT_MAX_STREAMS")]
+    max_streams: Option<usize>,
+    /// Seconds a stream may stay silent with a response un-ACKed before it is closed [default: 300].
+    #[arg(long, env = "DELTAPILOT_STALL_TIMEOUT_SECS")]
+    stall_timeout_secs: Option<u64>,
+    /// Seconds to wait for streams and tasks to finish after SIGTERM/SIGINT [default: 10].
+    #[arg(long, env = "DELTAPILOT_DRAIN_GRACE_SECS")]
+    drain_grace_secs: Option<u64>,
+    /// Write a checkpoint after this many log records (0: no checkpoints) [default: 100000].
+    #[arg(long, env = "DELTAPILOT_CHECKPOINT_EVERY_EVENTS", value_name = "N")]
+    checkpoint_every_events: Option<u64>,
+    /// Write a checkpoint after this many seconds if the log moved [default: 300].
+    #[arg(long, env = "DELTAPILOT_CHECKPOINT_EVERY_SECS", value_name = "SECS")]
+    checkpoint_every_secs: Option<u64>,
+    /// Checkpoints to keep in DATA_DIR/checkpoints [default: 3].
+    #[arg(long, env = "DELTAPILOT_CHECKPOINT_KEEP", value_name = "K")]
+    checkpoint_keep: Option<usize>,
+    /// Serve /debug/* on the admin server: auto (only on a loopback admin address), on, off [default: auto].
+    #[arg(
+        long,
+        env = "DELTAPILOT_DEBUG_ENDPOINTS",
+        value_enum,
+        value_name = "WHEN"
+    )]
+    debug_endpoints: Option<DebugEndpoints>,
+}
+
+/// `--debug-endpoints`: whether the admin server mounts `/debug/*`, which exposes
+/// the whole mesh's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum DebugEndpoints {
+    /// Only when the admin server listens on a loopback address.
+    Auto,
+    /// Always.
+    On,
+    /// Never.
+    Off,
+}
+
+/// The arguments of `deltapilot run` as given on the command line and in the
+/// environment. It keeps clap's matches rather than a parsed struct, so that only
+/// the flags and variables actually given override the config file.
+#[derive(Debug, Clone)]
+pub(crate) struct RunArgs {
+    given: ArgMatches,
+}
+
+impl clap::FromArgMatches for RunArgs {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        Ok(RunArgs {
+            given: matches.clone(),
+        })
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for RunArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        RunConfig::augment_args(cmd)
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        RunConfig::augment_args_for_update(cmd)
+    }
+}
+
+impl RunArgs {
+    /// The config file (if any), with the flags and environment given written
+    /// over it, validated.
+    pub(crate) fn settings(&self) -> anyhow::Result<Settings> {
+        let given = RunConfig::from_arg_matches(&self.given)?;
+        let mut merged = match &given.config {
+            Some(path) => read_config(path)?,
+            None => RunConfig::default(),
+        };
+        merged.update_from_arg_matches(&self.given)?;
+        merged.validate()
+    }
+}
+
+/// Validated settings, defaults applied.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(super) xds_addr: SocketAddr,
+    pub(super) admin_addr: SocketAddr,
+    pub(super) data_dir: PathBuf,
+    pub(super) log: LogSetting,
+    pub(super) watch: Vec<PathBuf>,
+    pub(super) kubeconfig: Option<PathBuf>,
+    pub(super) eureka: Option<EurekaOptions>,
+    pub(super) gen_opts: GenOptions,
+    pub(super) limits: Limits,
+    pub(super) drain_grace: Duration,
+    /// `None`: checkpoints are off.
+    pub(super) checkpoints: Option<CheckpointPolicy>,
+    /// Whether `/debug/*` is mounted.
+    pub(super) debug_endpoints: bool,
+}
+
+/// The log to serve.
+#[derive(Debug, Clone)]
+pub(crate) struct LogSetting {
+    /// The URI as given (or as defaulted), for messages.
+    pub(super) text: String,
+    /// The URI, parsed.
+    pub(super) uri: LogUri,
+    /// The options its query string carried.
+    pub(super) options: LogOptions,
+}
+
+/// Reads a `--config` file (YAML, or JSON, which is YAML too) and makes its
+/// relative paths relative to the file's directory.
+fn read_config(path: &Path) -> anyhow::Result<RunConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --config {}", path.display()))?;
+    let parsed: Result<RunConfig, _> = serde_yaml::from_str(&text);
+    let mut cfg = parsed.with_context(|| format!("--config {}: invalid config", path.display()))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let rebase = |p: PathBuf| if p.is_relative() { base.join(p) } else { p };
+    cfg.data_dir = cfg.data_dir.map(rebase);
+    cfg.log = cfg.log.map(|uri| rebase_file_uri(&uri, base));
+    cfg.watch = cfg.watch.into_iter().map(rebase).collect();
+    cfg.kubeconfig = cfg.kubeconfig.map(rebase);
+    Ok(cfg)
+}
+
+/// A `file://` URI whose directory is relative, made relative to `base` (the
+/// config file's directory, like every other path in it); any other URI as is.
+fn rebase_file_uri(uri: &str, base: &Path) -> String {
+    match uri.strip_prefix("file://") {
+        Some(rest) => {
+            let (dir, query) = rest
+                .split_once('?')
+                .map_or((rest, None), |(d, q)| (d, Some(q)));
+            if Path::new(dir).is_relative() {
+                let joined = base.join(dir);
+                match query {
+                    Some(q) => format!("file://{}?{q}", joined.display()),
+                    None => format!("file://{}", joined.display()),
+                }
+            } else {
+                uri.to_owned()
+            }
+        }
+        None => uri.to_owned(),
+    }
+}
+
+impl RunConfig {
+    /// Applies the defaults and checks every setting.
+    fn validate(self) -> anyhow::Result<Settings> {
+        let limits = self.limits()?;
+        for w in &self.watch {
+            if !w.is_dir() {
+                bail!(
+                    "--watch {}: not a directory (create it, or fix the path)",
+                    w.display()
+                );
+            }
+        }
+        let xds_addr = self
+            .xds_addr
+            .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 18000)));
+        let admin_addr = self
+            .admin_addr
+            .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 15014)));
+        if xds_addr == admin_addr && xds_addr.port() != 0 {
+            bail!("--xds-addr and --admin-addr are both {xds_addr}; they need different ports");
+        }
+        let data_dir = self.data_dir.unwrap_or_else(|| PathBuf::from("./data"));
+        if data_dir.exists() && !data_dir.is_dir() {
+            bail!(
+                "--data-dir {}: exists and is not a directory",
+                data_dir.display()
+            );
+        }
+        let log = log_setting(self.log, &data_dir)?;
+        if let Some(k) = &self.kubeconfig
+            && !k.is_file()
+        {
+            bail!(
+                "--kubeconfig {}: not a file (fix the path, or leave the flag out)",
+                k.display()
+            );
+        }
+        let eureka = eureka_options(self.eureka_url, self.eureka_refresh_secs, &data_dir)?;
+        let defaults = GenOptions::default();
+        let gen_opts = GenOptions {
+            outbound_address: self
+                .outbound_address
+                .map(|a| a.to_string())
+                .unwrap_or(defaults.outbound_address),
+            bind_outbound: self.bind_outbound.unwrap_or(false),
+            ..defaults
+        };
+        let drain_grace = Duration::from_secs(self.drain_grace_secs.unwrap_or(10));
+        let checkpoints = checkpoint_policy(
+            self.checkpoint_every_events,
+            self.checkpoint_every_secs,
+            self.checkpoint_keep,
+        )?;
+        let debug_endpoints = match self.debug_endpoints.unwrap_or(DebugEndpoints::Auto) {
+            // The views expose the whole mesh's configuration.
+            DebugEndpoints::Auto => admin_addr.ip().is_loopback(),
+            DebugEndpoints::On => true,
+            DebugEndpoints::Off => false,
+        };
+        Ok(Settings {
+            xds_addr,
+            admin_addr,
+            data_dir,
+            log,
+            watch: self.watch,
+            kubeconfig: self.kubeconfig,
+            eureka,
+            gen_opts,
+            limits,
+            drain_grace,
+            checkpoints,
+            debug_endpoints,
+        })
+    }
+
+    /// The per-stream limits, each at least 1.
+    fn limits(&self) -> anyhow::Result<Limits> {
+        let d = Limits::default();
+        let limits = Limits {
+            max_names_per_stream: self.max_names_per_stream.unwrap_or(d.max_names_per_stream),
+            max_request_bytes: self.max_request_bytes.unwrap_or(d.max_request_bytes),
+            max_resources_per_response: self
+                .max_resources_per_response
+                .unwrap_or(d.max_resources_per_response),
+            max_streams: self.max_streams.unwrap_or(d.max_streams),
+            stall_timeout: self
+                .stall_timeout_secs
+                .map(Duration::from_secs)
+                .unwrap_or(d.stall_timeout),
+        };
+        for (name, v) in [
+            ("max-names-per-stream", limits.max_names_per_stream),
+            ("max-request-bytes", limits.max_request_bytes),
+            (
+                "max-resources-per-response",
+                limits.max_resources_per_response,
+            ),
+            ("max-streams", limits.max_streams),
+            (
+                "stall-timeout-secs",
+                limits.stall_timeout.as_secs() as usize,
+            ),
+        ] {
+            if v == 0 {
+                bail!("--{name} must be at least 1");
+            }
+        }
+        if limits.max_request_bytes < 1024 {
+            bail!(
+                "--max-request-bytes must be at least 1024 (Envoy's first request alone is larger)"
+            );
+        }
+        Ok(limits)
+    }
+}
+
+/// The log to serve: `--log` (or the config file's `log`), else the embedded log
+/// in `DATA_DIR/log`. A bad URI is refused with the reason, before anything starts.
+fn log_setting(given: Option<String>, data_dir: &Path) -> anyhow::Result<LogSetting> {
+    match given {
+        Some(text) => {
+            let (uri, options) = parse_uri(&text).with_context(|| format!("--log {text}"))?;
+            Ok(LogSetting { text, uri, options })
+        }
+        None => {
+            let dir = data_dir.join("log");
+            Ok(LogSetting {
+                text: format!("file://{}", dir.display()),
+                uri: LogUri::File { dir },
+                options: LogOptions::default(),
+            })
+        }
+    }
+}
+
+/// When to write checkpoints and how many to keep; `None` when
+/// `--checkpoint-every-events 0` turns them off (a restart then re-folds the whole
+/// log).
+fn checkpoint_policy(
+    every_events: Option<u64>,
+    every_secs: Option<u64>,
+    keep: Option<usize>,
+) -> anyhow::Result<Option<CheckpointPolicy>> {
+    let d = CheckpointPolicy::default();
+    let every_events = every_events.unwrap_or(d.every_events);
+    let every_secs = every_secs.unwrap_or(d.every.as_secs());
+    let keep = keep.unwrap_or(d.keep);
+    if every_events > 0 && (every_secs == 0 || keep == 0) {
+        bail!(
+            "--checkpoint-every-secs and --checkpoint-keep must be at least 1 (turn checkpoints off with --checkpoint-every-events 0)"
+        );
+    }
+    Ok((every_events > 0).then_some(CheckpointPolicy {
+        every_events,
+        every: Duration::from_secs(every_secs),
+        keep,
+    }))
+}
+
+/// The Eureka adapter's options for `--eureka-url`, validated before anything runs.
+fn eureka_options(
+    url: Option<String>,
+    refresh_secs: Option<f64>,
+    data_dir: &Path,
+) -> anyhow::Result<Option<EurekaOptions>> {
+    let Some(url) = url else {
+        if refresh_secs.is_some() {
+            bail!("--eureka-refresh-secs needs --eureka-url");
+        }
+        return Ok(None);
+    };
+    let mut opts = EurekaOptions::new(url);
+    if let Some(secs) = refresh_secs {
+        if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
+            bail!("--eureka-refresh-secs {secs}: must be above 0 and at most 86400");
+        }
+        opts.refresh_interval = Duration::from_secs_f64(secs);
+    }
+    // A fixed source id (see `wiring::file_adapter`), and the generation kept next
+    // to the log.
+    opts.source_id = EurekaOptions::DEFAULT_SOURCE.into();
+    opts.state_dir = Some(data_dir.join("eureka-adapter"));
+    opts.validate().context("--eureka-url")?;
+    Ok(Some(opts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn settings(args: &[&str]) -> anyhow::Result<Settings> {
+        use clap::Parser as _;
+        Cli::try_parse_from(std::iter::once("run").chain(args.iter().copied()))?
+            .run
+            .settings()
+    }
+
+    #[test]
+    fn registries_come_from_flags_or_the_config_file() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let data = dir.path().join("data");
+        let data = data.to_str().expect("utf-8");
+        let e = format!(
+            "{:#}",
+            settings(&["--data-dir", data, "--kubeconfig", "/nonexistent/kc"])
+                .expect_err("missing")
+        );
+        assert!(e.contains("--kubeconfig /nonexistent/kc"), "{e}");
+        std::fs::write(dir.path().join("kc.yaml"), "apiVersion: v1\nkind: Config\n").expect("kc");
+        let c = dir.path().join("c.yaml");
+        std::fs::write(
+            &c,
+            "kubeconfig: kc.yaml\neureka-url: http://127.0.0.1:8761/eureka\neureka-refresh-secs: 2\n",
+        )
+        .expect("config");
+        let s =
+            settings(&["--data-dir", data, "--config", c.to_str().expect("utf-8")]).expect("valid");
+        assert_eq!(s.kubeconfig, Some(dir.path().join("kc.yaml")));
+        let eureka = s.eureka.expect("eureka");
+        assert_eq!(eureka.base_url, "http://127.0.0.1:8761/eureka");
+        assert_eq!(eureka.refresh_interval, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn eureka_settings_are_checked_before_anything_runs() {
+        let data = Path::new("/var/lib/dp");
+        assert!(eureka_options(None, None, data).expect("none").is_none());
+        let o = eureka_options(
+            Some("http://127.0.0.1:8761/eureka".into()),
+            Some(0.25),
+            data,
+        )
+        .expect("valid")
+        .expect("some");
+        assert_eq!(o.refresh_interval, Duration::from_millis(250));
+        assert_eq!(
+            o.state_dir.as_deref(),
+            Some(data.join("eureka-adapter").as_path())
+        );
+        let e = |url: Option<&str>, secs: Option<f64>| {
+            format!(
+                "{:#}",
+                eureka_options(url.map(str::to_owned), secs, data).expect_err("invalid")
+            )
+        };
+        assert!(e(None, Some(1.0)).contains("needs --eureka-url"));
+        assert!(e(Some("ftp://x/eureka"), None).contains("scheme"));
+        assert!(e(Some("http://x/eureka"), Some(0.0)).contains("above 0"));
+    }
+
+    #[test]
+    fn config_file_yaml_and_json_with_relative_paths() {
+        let dir = tempfile::tempdir().expect("tmp");
+        std::fs::create_dir(dir.path().join("mesh")).expect("mesh");
+        let y = dir.path().join("c.yaml");
+        std::fs::write(
+            &y,
+            "xds-addr: 127.0.0.1:1\nbind-outbound: true\nwatch:\n  - mesh\nmax-streams: 5\n",
+        )
+        .expect("write");
+        let c = read_config(&y).expect("yaml");
+        assert_eq!(c.xds_addr, Some("127.0.0.1:1".parse().expect("addr")));
+        assert_eq!((c.bind_outbound, c.max_streams), (Some(true), Some(5)));
+        assert_eq!(c.watch, [dir.path().join("mesh")]);
+        let j = dir.path().join("c.json");
+        std::fs::write(&j, r#"{"admin-addr": "127.0.0.1:2"}"#).expect("write");
+        assert!(read_config(&j).expect("json").admin_addr.is_some());
+        std::fs::write(&j, "colour: blue").expect("write");
+        let e = format!("{:#}", read_config(&j).expect_err("unknown key"));
+        assert!(e.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn flags_override_the_config_file_which_overrides_defaults() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let c = dir.path().join("c.yaml");
+        std::fs::write(&c, "max-streams: 5\ndrain-grace-secs: 7\ndata-dir: d\n").expect("write");
+        let c = c.to_str().expect("utf-8");
+        let s = settings(&["--config", c, "--max-streams", "9"]).expect("valid");
+        assert_eq!(s.limits.max_streams, 9);
+        assert_eq!(s.drain_grace, Duration::from_secs(7));
+        assert_eq!(s.data_dir, dir.path().join("d"));
+        assert_eq!(s.limits.stall_timeout, Limits::default().stall_timeout);
+        let e = format!(
+            "{:#}",
+            settings(&["--config", c, "--max-streams", "0"]).expect_err("zero")
+        );
+        assert!(e.contains("--max-streams must be at least 1"), "{e}");
+    }
+}

@@ -1,0 +1,383 @@
+//! `run`'s wiring: the adapters, listeners and log it opens, and the tasks it
+//! spawns around the engine (the fold, the publish clock, the adapters, the
+//! checkpoint writer, adapter health, the xDS server and the admin server), all
+//! in one task set that shares one shutdown signal.
+//!
+//! What it does NOT do: read or validate settings (see `settings`), or run any of
+//! the components itself.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, bail};
+use deltapilot_adapters::eureka::EurekaAdapter;
+use deltapilot_adapters::file::{FileAdapter, FileAdapterOptions};
+use deltapilot_adapters::kubernetes::{KubernetesAdapter, KubernetesOptions};
+use deltapilot_engine::runner::Engine;
+use deltapilot_log::{Log, Position};
+use deltapilot_server::adapter_health::{self, AdapterWatch, not_ready_reason};
+use deltapilot_server::admin::{DebugState, ReadyFn};
+use deltapilot_server::metrics::Metrics;
+use deltapilot_server::xds::service::{PublishClock, XdsShared};
+use deltapilot_xds::snapshot::SnapshotReader;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::checkpoints::Checkpoints;
+use super::settings::{LogSetting, Settings};
+
+/// Every task of the process; each one's end is an answer to "is it still
+/// running?".
+pub(super) type Tasks = JoinSet<anyhow::Result<()>>;
+
+/// The in-process adapters, built (and so checked) before anything listens.
+pub(super) struct Adapters {
+    file: Option<FileAdapter>,
+    kubernetes: Option<KubernetesAdapter>,
+    eureka: Option<EurekaAdapter>,
+}
+
+impl Adapters {
+    /// The adapters the settings ask for: `--watch`, `--eureka-url`, `--kubeconfig`.
+    pub(super) async fn new(s: &Settings) -> anyhow::Result<Self> {
+        let file = file_adapter(s)?;
+        let eureka = match &s.eureka {
+            Some(opts) => Some(
+                EurekaAdapter::new(opts.clone())
+                    .context("starting the eureka adapter (--eureka-url)")?,
+            ),
+            None => None,
+        };
+        let kubernetes = match &s.kubeconfig {
+            Some(path) => Some(
+                KubernetesAdapter::from_kubeconfig(
+                    Some(path),
+                    KubernetesOptions {
+                        state_dir: Some(s.data_dir.join("kubernetes-adapter")),
+                        ..KubernetesOptions::default()
+                    },
+                )
+                .await
+                .with_context(|| {
+                    format!(
+                        "starting the kubernetes adapter (--kubeconfig {})",
+                        path.display()
+                    )
+                })?,
+            ),
+            None => None,
+        };
+        Ok(Adapters {
+            file,
+            kubernetes,
+            eureka,
+        })
+    }
+
+    /// Runs every adapter as a task appending to `log`; returns their health
+    /// handles, for the adapter_* metrics and /readyz.
+    fn spawn(
+        self,
+        tasks: &mut Tasks,
+        log: &Arc<Log>,
+        shutdown: &watch::Receiver<bool>,
+    ) -> Vec<AdapterWatch> {
+        let mut watches = Vec::new();
+        if let Some(adapter) = self.file {
+            watches.push(AdapterWatch::File(adapter.status()));
+            let (log, shutdown) = (log.clone(), shutdown.clone());
+            tasks.spawn(async move {
+                adapter
+                    .run(log, shutdown)
+                    .await
+                    .context("file adapter stopped")
+            });
+        }
+        if let Some(k8s) = self.kubernetes {
+            watches.push(AdapterWatch::Kubernetes(k8s.status()));
+            let (log, shutdown) = (log.clone(), shutdown.clone());
+            tasks.spawn(async move {
+                k8s.run(log, shutdown)
+                    .await
+                    .context("kubernetes adapter stopped")
+            });
+        }
+        if let Some(eureka) = self.eureka {
+            watches.push(AdapterWatch::Eureka(eureka.status()));
+            let (log, shutdown) = (log.clone(), shutdown.clone());
+            tasks.spawn(async move {
+                eureka
+                    .run(log, shutdown)
+                    .await
+                    .context("eureka adapter stopped")
+            });
+        }
+        watches
+    }
+}
+
+/// The file adapter over every `--watch` directory, checked before anything runs.
+fn file_adapter(s: &Settings) -> anyhow::Result<Option<FileAdapter>> {
+    if s.watch.is_empty() {
+        return Ok(None);
+    }
+    let opts = FileAdapterOptions {
+        // A fixed source id, not one derived from the --watch list: entities are owned
+        // by their source, so a source id that changed with the flags would orphan
+        // everything the previous run wrote instead of sweeping it on resync.
+        source_id: Some("file".into()),
+        state_dir: Some(s.data_dir.join("file-adapter")),
+        ..FileAdapterOptions::default()
+    };
+    FileAdapter::new(s.watch.clone(), opts)
+        .map(Some)
+        .context("starting the file adapter (--watch)")
+}
+
+/// The xDS and admin listening sockets, bound before the log is opened so that a
+/// port in use fails the start at once.
+pub(super) struct Listeners {
+    xds: TcpListener,
+    admin: TcpListener,
+}
+
+impl Listeners {
+    /// Binds `--xds-addr` and `--admin-addr`.
+    pub(super) async fn bind(s: &Settings) -> anyhow::Result<Self> {
+        let xds =
+            deltapilot_server::xds::service::bind_listener(s.xds_addr).with_context(|| {
+                format!(
+                    "cannot listen on {} for xds (port in use? pick another with --xds-addr)",
+                    s.xds_addr
+                )
+            })?;
+        let admin = TcpListener::bind(s.admin_addr).await.with_context(|| {
+            format!(
+                "cannot listen on {} for admin (port in use? pick another with --admin-addr)",
+                s.admin_addr
+            )
+        })?;
+        Ok(Listeners { xds, admin })
+    }
+}
+
+/// Opens the log to serve.
+pub(super) async fn open_log(log: &LogSetting) -> anyhow::Result<Arc<Log>> {
+    let opened = Log::open(&log.uri, &log.options)
+        .await
+        .with_context(|| format!("opening the log {}", log.text))?;
+    Ok(Arc::new(opened))
+}
+
+/// What [`spawn_all`] starts from.
+pub(super) struct Parts {
+    pub(super) adapters: Adapters,
+    pub(super) listeners: Listeners,
+    pub(super) log: Arc<Log>,
+    pub(super) engine: Engine,
+    /// Where the engine folds on from.
+    pub(super) from: Position,
+    pub(super) checkpoints: Option<Checkpoints>,
+}
+
+/// Starts every task of the process, each of them stopping when `shutdown`
+/// turns true.
+pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<bool>) -> Tasks {
+    let Parts {
+        adapters,
+        listeners,
+        log,
+        engine,
+        from,
+        checkpoints,
+    } = parts;
+    let snapshots = engine.reader();
+    let ready = engine.ready();
+    let metrics = engine_metrics(&engine, &snapshots);
+    let clock = Arc::new(PublishClock::default());
+
+    let mut tasks = Tasks::new();
+    {
+        let (log, shutdown) = (log.clone(), shutdown.clone());
+        let from = from.clone();
+        tasks.spawn(async move {
+            engine
+                .run(&*log, from, shutdown)
+                .await
+                .map(drop)
+                .context("engine stopped: the log failed")
+        });
+    }
+    tasks.spawn(publish_clock(
+        snapshots.clone(),
+        clock.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+    let adapters = adapters.spawn(&mut tasks, &log, shutdown);
+    if let Some(checkpoints) = checkpoints {
+        tasks.spawn(checkpoints.write_while_running(
+            log.clone(),
+            s.gen_opts.clone(),
+            snapshots.clone(),
+            from,
+            shutdown.clone(),
+        ));
+    }
+    let ready_fn = ready_fn(ready.clone(), adapters.clone());
+    {
+        let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            adapter_health::export(adapters, metrics, shutdown).await;
+            Ok(())
+        });
+    }
+    let debug_snapshots = s.debug_endpoints.then(|| snapshots.clone());
+    let shared = XdsShared::new(
+        snapshots,
+        s.limits,
+        metrics.clone(),
+        shutdown.clone(),
+        ready,
+        clock,
+    );
+    let debug = debug_snapshots.map(|snapshots| DebugState {
+        snapshots,
+        streams: shared.streams(),
+        log: Some(log),
+    });
+    tasks.spawn(async move {
+        deltapilot_server::xds::service::serve(listeners.xds, shared)
+            .await
+            .context("xDS server failed")
+    });
+    {
+        let mut shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            let routes = deltapilot_server::admin::router_with_debug(metrics, ready_fn, debug);
+            deltapilot_server::admin::serve_routes(listeners.admin, routes, async move {
+                let _ = shutdown.wait_for(|s| *s).await;
+            })
+            .await
+            .context("admin server failed")
+        });
+    }
+    tasks
+}
+
+/// The process's metrics, with the engine's read at scrape time: a pending resync
+/// or a held endpoint changes no resource, so no snapshot tick announces it; the
+/// engine's counters live in its own atomics.
+fn engine_metrics(engine: &Engine, snapshots: &SnapshotReader) -> Arc<Metrics> {
+    let metrics = Arc::new(Metrics::new());
+    let snapshots = snapshots.clone();
+    let stats = engine.stats();
+    metrics.on_scrape(move |m| {
+        m.follow_engine(&stats);
+        let snap = snapshots.load();
+        m.resyncs_pending
+            .set(snap.model.pending_resyncs().count() as i64);
+        m.endpoints_held.set(snap.model.held_endpoints() as i64);
+    });
+    metrics
+}
+
+/// Records when each snapshot's registry change was observed, for the
+/// convergence metrics, until shutdown or the last snapshot.
+async fn publish_clock(
+    mut reader: SnapshotReader,
+    clock: Arc<PublishClock>,
+    metrics: Arc<Metrics>,
+    mut shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    loop {
+        tokio::select! {
+            snap = reader.changed() => match snap {
+                Some(snap) => {
+                    // Convergence is measured from when the registry change
+                    // was observed; events without that time fall back to
+                    // when this server first saw the snapshot.
+                    let at = u64::try_from(snap.observed_at_micros)
+                        .ok()
+                        .filter(|m| *m > 0)
+                        .map_or_else(SystemTime::now, |m| {
+                            SystemTime::UNIX_EPOCH + Duration::from_micros(m)
+                        });
+                    clock.record(snap.seq, at);
+                    metrics.snapshot_seq.set(snap.seq as i64);
+                }
+                None => return Ok(()),
+            },
+            _ = shutdown.wait_for(|s| *s) => return Ok(()),
+        }
+    }
+}
+
+/// `/readyz`: ready once the engine has caught up with the log head and every
+/// in-process adapter's start-up resync is in the log (otherwise a fresh replica
+/// would report ready while still serving the previous run's view). A Eureka
+/// server (or Kubernetes API server) that has not answered since start keeps the
+/// process not ready; one that goes down later does not (the last state is kept
+/// and served).
+fn ready_fn(engine_ready: watch::Receiver<bool>, adapters: Vec<AdapterWatch>) -> ReadyFn {
+    Arc::new(move || {
+        if !*engine_ready.borrow() {
+            return Err("the engine is catching up with the log".into());
+        }
+        not_ready_reason(&adapters).map_or(Ok(()), Err)
+    })
+}
+
+/// Waits for SIGTERM, SIGINT or the first task to end, then tells every task to
+/// stop and waits for them for `grace`, aborting what is left after it. An
+/// error if a task ended (or panicked) before any signal.
+pub(super) async fn run_until_stopped(
+    mut tasks: Tasks,
+    shutdown: watch::Sender<bool>,
+    grace: Duration,
+) -> anyhow::Result<()> {
+    let failure = tokio::select! {
+        () = terminated() => None,
+        r = tasks.join_next() => Some(r),
+    };
+    let _ = shutdown.send(true);
+    let drained = tokio::time::timeout(grace, async {
+        while let Some(r) = tasks.join_next().await {
+            if let Ok(Err(e)) = r {
+                tracing::warn!(error = %format!("{e:#}"), "task ended with an error while draining");
+            }
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(grace = ?grace, "drain grace period over; aborting what is left");
+        tasks.abort_all();
+    }
+    match failure {
+        None => Ok(()),
+        Some(Some(Ok(Ok(())))) => bail!("a component stopped unexpectedly"),
+        Some(Some(Ok(Err(e)))) => Err(e),
+        Some(Some(Err(e))) => Err(anyhow::anyhow!("a component panicked: {e}")),
+        Some(None) => Ok(()),
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn terminated() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch SIGTERM; only SIGINT stops deltapilot");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = term => tracing::info!("SIGTERM: draining"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: draining"),
+    }
+}
