@@ -466,7 +466,14 @@ impl DeltaStream {
             if s.names.remove(n) {
                 self.total_names -= 1;
             }
-            if !s.wildcard {
+            if s.wildcard {
+                // Still subscribed through the wildcard. The spec asks for an
+                // answer: the resource if the wildcard includes it, its removal if
+                // not (a name the client asked for that does not exist).
+                let name = view.get(n).map_or_else(|| Arc::from(n), |r| r.name.clone());
+                s.forced.insert(name);
+                s.pending_from(seq);
+            } else {
                 s.held.remove(n);
                 s.pending_upserts.remove(n);
                 s.pending_removals.remove(n);

@@ -556,3 +556,31 @@ fn repeated_reconnect_entries_do_not_pass_for_the_whole_view() {
     let p = st.next_response(&s).expect("c2 is owed");
     assert_eq!((names(&p), p.resent_known), (vec!["c2".to_string()], 0));
 }
+
+/// A client holding the wildcard that also subscribed to a name, then
+/// unsubscribes it, is answered (spec: the resource if the wildcard includes it,
+/// its removal if not), never left without a response.
+#[test]
+fn unsubscribing_a_name_under_a_wildcard_is_answered() {
+    let s = base();
+    let mut st = synced(&s, &[(Cluster, &["*", "c1", "ghost"])]);
+    on(&mut st, &s, &req(Cluster, &[], &["c1"], "")).expect("unsubscribe c1");
+    let p = st
+        .next_response(&s)
+        .expect("c1 is still in the wildcard: resent");
+    assert_eq!(
+        (p.t, names(&p), removed(&p)),
+        (Cluster, vec!["c1".to_string()], vec![])
+    );
+    ack(&mut st, &p);
+    on(&mut st, &s, &req(Cluster, &[], &["ghost"], "")).expect("unsubscribe ghost");
+    let p = st
+        .next_response(&s)
+        .expect("ghost is in no wildcard: removed");
+    assert_eq!(
+        (names(&p), removed(&p)),
+        (vec![], vec!["ghost".to_string()])
+    );
+    ack(&mut st, &p);
+    assert!(st.next_response(&s).is_none());
+}

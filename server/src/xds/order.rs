@@ -7,7 +7,7 @@
 //! clusters the proxy already holds does not hold back listeners and routes, only the
 //! assignments of clusters just (re)sent do (the caller tracks which); nor do
 //! removals (a later type's upserts come from snapshots without the removed names).
-//! Removals flow backward (RDS → LDS → CDS/EDS): a removal waits while a type
+//! Removals flow by reference (LDS → RDS → CDS/EDS): a removal waits while a type
 //! that can reference it has work pending or in flight *from a snapshot at or
 //! before the one the removal was decided at*, so routes stop referencing a
 //! cluster before the cluster goes. Later listener and route work cannot
@@ -60,9 +60,21 @@ pub(crate) struct Pick {
 }
 
 /// Whether resources of type `j` can reference resources of type `i` (so `i`'s
-/// removals must wait for `j`'s work). Only LDS and RDS reference anything.
+/// removals must wait for `j`'s work). Only LDS and RDS reference anything: a
+/// listener its route configuration and clusters (a `tcp_proxy`), a route
+/// configuration its clusters; a cluster's assignment goes with its cluster. So
+/// a listener is removed before the route configuration it names, as Envoy
+/// expects (it ignores, with an error, the removal of a route configuration a
+/// listener still uses).
 fn references(j: usize, i: usize) -> bool {
-    j > i && j >= ResourceType::Listener.index()
+    let (listener, route) = (ResourceType::Listener.index(), ResourceType::Route.index());
+    if j == listener {
+        i != listener
+    } else if j == route {
+        i < listener
+    } else {
+        false
+    }
 }
 
 /// Type `i`'s removals decided at a seq below this may go now: the oldest seq
@@ -132,6 +144,32 @@ mod tests {
             unfinished_since: (upserts || removals || in_flight).then_some(1),
             oldest_removal: 1,
         }
+    }
+
+    /// A listener goes before the route configuration it names: Envoy ignores
+    /// the removal of a route configuration a listener still references.
+    #[test]
+    fn a_listener_is_removed_before_its_route_configuration() {
+        let idle = TypeWork::default();
+        let (l, r) = (ResourceType::Listener.index(), ResourceType::Route.index());
+        let mut work = [idle; 4];
+        work[l] = w(false, true, false);
+        work[r] = w(false, true, false);
+        let first = pick(&work).expect("something to send");
+        assert_eq!((first.t, first.removals), (ResourceType::Listener, true));
+        // While the listener removal is in flight, the route removal waits.
+        work[l] = w(false, false, true);
+        assert_eq!(pick(&work), None);
+        // Once it is ACKed, the route removal goes.
+        work[l] = idle;
+        let next = pick(&work).expect("the route removal");
+        assert_eq!((next.t, next.removals), (ResourceType::Route, true));
+        // A pending route removal never holds a listener removal back.
+        let mut work = [idle; 4];
+        work[l] = w(false, true, false);
+        work[r] = w(false, true, true);
+        let only = pick(&work).expect("the listener removal");
+        assert_eq!(only.t, ResourceType::Listener);
     }
 
     #[test]

@@ -41,6 +41,10 @@ struct TypeState {
     started: bool,
     started_seq: u64,
     wildcard: bool,
+    /// The client has named resources (`*` included) on this type: from then on
+    /// an empty list unsubscribes everything instead of meaning the legacy
+    /// wildcard (xDS spec, "How the client specifies what resources to return").
+    explicit: bool,
     names: BTreeSet<Arc<str>>,
     /// The state last sent: name → version.
     sent: HashMap<Arc<str>, Arc<str>>,
@@ -217,7 +221,10 @@ impl SotwStream {
             t: Some(t),
             ..Default::default()
         };
-        if !req.response_nonce.is_empty() {
+        // A nonce on the first request of a type was not sent on this stream (it
+        // comes from an earlier stream, or another type): the request is an
+        // initial one, never a stale one to ignore (the client would wait forever).
+        if !req.response_nonce.is_empty() && s.started {
             if s.acks.last_nonce() != Some(req.response_nonce.as_str()) {
                 outcome.stale_nonce = true;
                 return Ok(outcome);
@@ -243,8 +250,9 @@ impl SotwStream {
             }
         }
         let first = !s.started;
+        s.explicit |= !req.resource_names.is_empty();
         let wildcard = req.resource_names.iter().any(|n| n == "*")
-            || (req.resource_names.is_empty() && (first || s.wildcard));
+            || (req.resource_names.is_empty() && !s.explicit);
         let names: BTreeSet<Arc<str>> = req
             .resource_names
             .iter()

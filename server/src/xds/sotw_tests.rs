@@ -123,3 +123,47 @@ fn cluster_resend_makes_eds_answer_again() {
     let e2 = st.next_response(&s2).expect("eds again though unchanged");
     assert_eq!((e2.t, names(&e2)), (Endpoint, vec!["c1".to_string()]));
 }
+
+/// Once the client named `*`, an empty list unsubscribes: the legacy meaning of
+/// an empty list (wildcard) is gone for that type, as the spec says.
+#[test]
+fn an_empty_list_after_an_explicit_wildcard_unsubscribes() {
+    let s = base();
+    let mut st = SotwStream::new(None, Limits::default(), &s);
+    st.on_request(&req(Cluster, &["*"], "")).expect("cds *");
+    let p = st.next_response(&s).expect("cds");
+    assert_eq!(names(&p), ["c1", "c2"]);
+    ack(&mut st, &p, &["*"]);
+    st.on_request(&req(Cluster, &[], &p.out.nonce))
+        .expect("cds []");
+    let p = st
+        .next_response(&s)
+        .expect("the unsubscription is answered");
+    assert!(names(&p).is_empty(), "{:?}", names(&p));
+    ack(&mut st, &p, &[]);
+    let s2 = next(&s, &[(Cluster, "c3", Some("cluster-3"))]);
+    assert!(
+        st.next_response(&s2).is_none(),
+        "nothing is pushed to a type with no subscription"
+    );
+}
+
+/// The first request of a type carrying a nonce this stream never sent (from an
+/// earlier stream, or of another type) is treated as initial and answered.
+#[test]
+fn a_first_request_with_a_foreign_nonce_is_answered() {
+    let s = base();
+    let mut st = SotwStream::new(None, Limits::default(), &s);
+    let out = st
+        .on_request(&req(Cluster, &[], "nonce-of-an-earlier-stream"))
+        .expect("cds");
+    assert!(!out.stale_nonce, "{out:?}");
+    let p = st.next_response(&s).expect("answered");
+    assert_eq!(names(&p), ["c1", "c2"]);
+    ack(&mut st, &p, &[]);
+    // A nonce sent for CDS does not make the first EDS request stale either.
+    st.on_request(&req(Endpoint, &["c1"], &p.out.nonce))
+        .expect("eds");
+    let e = st.next_response(&s).expect("eds answered");
+    assert_eq!(names(&e), ["c1"]);
+}
