@@ -235,3 +235,60 @@ async fn a_registry_down_mid_run_keeps_the_last_state_and_catches_up() {
     assert_eq!(all_events(&log).await.len(), n + 2, "{st:#?}");
     run.stop().await;
 }
+
+/// One registry object too large for the log (an instance with 17 MiB of
+/// metadata, under the response cap) is left out, counted and reported; the
+/// rest of the registry is appended, and later changes (a delete included) are
+/// not blocked behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_too_large_for_the_log_is_left_out_and_the_rest_goes_on() {
+    let fake = FakeEureka::start("/eureka/v2").await;
+    seed(&fake);
+    let mut huge = instance(
+        "ORDERS",
+        "orders-huge",
+        "10.0.0.13",
+        8080,
+        "UP",
+        "orders.example",
+    );
+    huge["metadata"] = serde_json::json!({ "blob": "x".repeat(17 * 1024 * 1024) });
+    fake.put(huge);
+    fake.clear_recent();
+    let data = tempfile::tempdir().expect("log dir");
+    let log = open_log(data.path());
+    let mut opts = fast(&fake.url());
+    opts.max_response_bytes = 64 * 1024 * 1024;
+    let mut run = start(opts, &log);
+
+    let status = wait_status(&mut run.status, "the resync past the huge instance", |s| {
+        s.resync_completed && s.oversized_objects_total >= 1
+    })
+    .await;
+    let why = status.last_oversized_object.clone().unwrap_or_default();
+    assert!(
+        why.contains("ep/eureka/ORDERS/orders-huge") && why.contains("above the log's limit"),
+        "{why}"
+    );
+    let events = all_events(&log).await;
+    let keys = summary(&events);
+    assert!(
+        keys.contains(&"endpoint_upsert:ep/eureka/ORDERS/orders-1".to_string())
+            && keys.contains(&"endpoint_upsert:ep/eureka/ORDERS/orders-2".to_string()),
+        "{keys:?}"
+    );
+    assert!(
+        !keys.iter().any(|k| k.contains("orders-huge")),
+        "the huge instance is not in the log: {keys:?}"
+    );
+    assert!(status.last_append_error.is_none(), "{status:?}");
+
+    // A later delete is not blocked behind it.
+    fake.remove("ORDERS", "orders-1");
+    wait_log(&log, "the delete of orders-1", |s| {
+        s.iter()
+            .any(|k| k == "endpoint_delete:ep/eureka/ORDERS/orders-1")
+    })
+    .await;
+    run.stop().await;
+}

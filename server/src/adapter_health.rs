@@ -49,6 +49,9 @@ pub struct AdapterReport {
     pub events_emitted_total: u64,
     /// Malformed objects skipped since start.
     pub malformed_total: u64,
+    /// Objects left out since start because their event is larger than the log
+    /// accepts.
+    pub oversized_total: u64,
     /// The most recent registry or append error, if any.
     pub last_error: Option<String>,
 }
@@ -67,10 +70,12 @@ impl AdapterWatch {
                     entities_in_view: s.entities_in_view,
                     events_emitted_total: s.events_emitted_total,
                     malformed_total: s.malformed_documents_total + s.invalid_files_total,
+                    oversized_total: s.oversized_objects_total,
                     last_error: s
                         .last_append_error
                         .clone()
-                        .or_else(|| s.problems.first().map(|p| p.to_string())),
+                        .or_else(|| s.problems.first().map(|p| p.to_string()))
+                        .or(s.last_oversized_object.clone()),
                 }
             }
             AdapterWatch::Eureka(rx) => {
@@ -83,7 +88,12 @@ impl AdapterWatch {
                     entities_in_view: s.entities_in_view,
                     events_emitted_total: s.events_emitted_total,
                     malformed_total: s.malformed_instances_total,
-                    last_error: s.last_fetch_error.clone().or(s.last_append_error.clone()),
+                    oversized_total: s.oversized_objects_total,
+                    last_error: s
+                        .last_fetch_error
+                        .clone()
+                        .or(s.last_append_error.clone())
+                        .or(s.last_oversized_object.clone()),
                 }
             }
             AdapterWatch::Kubernetes(rx) => {
@@ -96,10 +106,12 @@ impl AdapterWatch {
                     entities_in_view: s.entities_in_view,
                     events_emitted_total: s.events_emitted_total,
                     malformed_total: s.malformed_objects_total,
+                    oversized_total: s.oversized_objects_total,
                     last_error: s
                         .last_registry_error
                         .clone()
-                        .or(s.last_append_error.clone()),
+                        .or(s.last_append_error.clone())
+                        .or(s.last_oversized_object.clone()),
                 }
             }
         }
@@ -135,6 +147,7 @@ pub async fn export(
 ) {
     let mut emitted_seen = vec![0u64; adapters.len()];
     let mut malformed_seen = vec![0u64; adapters.len()];
+    let mut oversized_seen = vec![0u64; adapters.len()];
     let mut tick = tokio::time::interval(EXPORT_INTERVAL);
     loop {
         tokio::select! {
@@ -157,6 +170,12 @@ pub async fn export(
                 .get_or_create(&l)
                 .inc_by(malformed);
             malformed_seen[i] = r.malformed_total.max(malformed_seen[i]);
+            let oversized = r.oversized_total.saturating_sub(oversized_seen[i]);
+            metrics
+                .adapter_oversized
+                .get_or_create(&l)
+                .inc_by(oversized);
+            oversized_seen[i] = r.oversized_total.max(oversized_seen[i]);
             metrics
                 .adapter_view_entities
                 .get_or_create(&l)

@@ -47,6 +47,8 @@
 //! - `adapter_registry_up{adapter}` — 1 while the registry answers (files: none broken).
 //! - `adapter_resync_completed{adapter}` — 1 once its start-up resync is in the log.
 //! - `adapter_malformed_objects_total{adapter}` — registry objects skipped as malformed.
+//! - `adapter_oversized_objects_total{adapter}` — registry objects left out because
+//!   their event is larger than the log accepts.
 //!
 //! What it does NOT do: serve HTTP (see `admin`).
 
@@ -137,6 +139,8 @@ pub struct Metrics {
     pub adapter_resync_completed: Family<Labels<1>, Gauge>,
     /// See the module docs.
     pub adapter_malformed: Family<Labels<1>, Counter>,
+    /// Registry objects left out for their size, per adapter.
+    pub adapter_oversized: Family<Labels<1>, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -184,6 +188,7 @@ impl Metrics {
             adapter_registry_up: Family::default(),
             adapter_resync_completed: Family::default(),
             adapter_malformed: Family::default(),
+            adapter_oversized: Family::default(),
         };
         registry.register(
             "xds_connected_proxies",
@@ -302,6 +307,11 @@ impl Metrics {
             "adapter_malformed_objects",
             "Registry objects an adapter skipped as malformed",
             m.adapter_malformed.clone(),
+        );
+        registry.register(
+            "adapter_oversized_objects",
+            "Registry objects an adapter left out because their event is larger than the log accepts",
+            m.adapter_oversized.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use deltapilot_log::EventLog;
 use deltapilot_proto::Event;
+use prost::Message as _;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -38,6 +39,11 @@ pub(crate) struct Outbox {
     pub(crate) failures_total: u64,
     /// The last refusal, until an append succeeds.
     pub(crate) last_error: Option<String>,
+    /// Objects left out because their event is larger than the log accepts,
+    /// since start (each time such a version is planned).
+    pub(crate) oversized_total: u64,
+    /// The last object left out for its size, and why.
+    pub(crate) last_oversized: Option<String>,
 }
 
 impl Outbox {
@@ -51,6 +57,8 @@ impl Outbox {
             events_total: 0,
             failures_total: 0,
             last_error: None,
+            oversized_total: 0,
+            last_oversized: None,
         }
     }
 
@@ -177,7 +185,27 @@ async fn flush<L: EventLog>(
         if plan.is_empty() {
             return Ok(());
         }
-        log.append(&plan).await?;
+        // An object whose event the log cannot take is skipped, counted and
+        // reported, and the rest goes on: retrying it forever would block every
+        // later change of the registry, deletes included. It is committed as if
+        // appended, so the log keeps its last good version until it changes.
+        let limit = log.max_event_bytes();
+        let (fit, too_big): (Vec<Event>, Vec<Event>) =
+            plan.iter().cloned().partition(|e| e.encoded_len() <= limit);
+        for e in &too_big {
+            let what = format!(
+                "{} {} encodes to {} bytes, above the log's limit of {limit}; left out",
+                e.kind_name(),
+                e.key().unwrap_or_default(),
+                e.encoded_len()
+            );
+            tracing::warn!(%what, "adapter: an object is too large for the log");
+            outbox.oversized_total += 1;
+            outbox.last_oversized = Some(what);
+        }
+        if !fit.is_empty() {
+            log.append(&fit).await?;
+        }
         outbox.commit(&plan, desired);
     }
 }

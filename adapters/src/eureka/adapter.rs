@@ -320,6 +320,8 @@ impl Core {
             entities_in_view: self.outbox.len(),
             events_emitted_total: self.outbox.events_total,
             append_failures_total: self.outbox.failures_total,
+            oversized_objects_total: self.outbox.oversized_total,
+            last_oversized_object: self.outbox.last_oversized.clone(),
             last_append_error: self.outbox.last_error.clone(),
             problems: self.problems.clone(),
         }

@@ -127,6 +127,12 @@ pub struct EurekaAdapterStatus {
     pub events_emitted_total: u64,
     /// Appends the log refused (each is retried with backoff).
     pub append_failures_total: u64,
+    /// Objects left out because their event is larger than the log accepts (each
+    /// version counted once, when it is planned); the log keeps the last version
+    /// that fit.
+    pub oversized_objects_total: u64,
+    /// The last object left out for its size, and why.
+    pub last_oversized_object: Option<String>,
     /// The last append error, cleared by the next successful append.
     pub last_append_error: Option<String>,
     /// Instances currently skipped or held at their last good state, sorted.

@@ -377,6 +377,8 @@ impl Core {
             malformed_documents_total: c.malformed_documents_total,
             invalid_files_total: c.invalid_files_total,
             append_failures_total: self.outbox.failures_total,
+            oversized_objects_total: self.outbox.oversized_total,
+            last_oversized_object: self.outbox.last_oversized.clone(),
             last_append_error: self.outbox.last_error.clone(),
             problems,
         }

@@ -403,6 +403,8 @@ impl Core {
             malformed_objects_total: c.malformed_objects_total,
             skipped_parts_total: c.skipped_parts_total,
             append_failures_total: self.outbox.failures_total,
+            oversized_objects_total: self.outbox.oversized_total,
+            last_oversized_object: self.outbox.last_oversized.clone(),
             last_append_error: self.outbox.last_error.clone(),
             last_registry_error: c.last_registry_error.clone(),
             watches,
