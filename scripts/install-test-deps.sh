@@ -10,7 +10,9 @@
 #   - grpcio 1.85 (+ protobuf, grpcio-tools), in another venv, as the
 #     proxyless-gRPC xDS client;
 #   - the go-control-plane peer of the load generator (load-tests/peers/
-#     build.sh, Go >= 1.26 and the Go module proxy; about 1.5 min cold).
+#     build.sh, Go >= 1.26 and the Go module proxy; about 1.5 min cold);
+#   - the grpc-go proxyless client of the end-to-end tests (server/tests/
+#     grpc-go, google.golang.org/grpc 1.85 with its xds package).
 # Everything goes under $DELTAPILOT_TOOLS (default ~/.cache/deltapilot-tools),
 # never into the repo. Idempotent: each step checks what is there and skips,
 # so a second run takes about a second and makes no network requests.
@@ -304,6 +306,26 @@ step_gcp_peer() {
     log "gcp peer: built $out"
 }
 
+# The grpc-go proxyless client of the end-to-end tests (server/tests/grpc-go,
+# server/tests/e2e_grpc.rs). Rebuilt only when a file of its module is newer
+# than the binary.
+step_grpc_go() {
+    local out="$BIN/dp-grpc-go" src="$SCRIPT_DIR/../server/tests/grpc-go"
+    if [ -x "$out" ] && [ -z "$(find "$src" -type f -newer "$out" -print -quit)" ]; then
+        log "grpc-go: present ($out)"
+        return
+    fi
+    command -v go >/dev/null 2>&1 ||
+        die "grpc-go: no 'go' on PATH; install Go >= 1.26 (the grpc-go client needs it)"
+    (
+        cd "$src"
+        # The module says `go 1.26.0`; go.sum is the pin (-mod=readonly).
+        GOTOOLCHAIN=local go build -mod=readonly -trimpath -o "$out.tmp" .
+    ) || die "grpc-go: build of $src failed"
+    mv -f "$out.tmp" "$out"
+    log "grpc-go: built $out"
+}
+
 write_env() {
     local f="$TOOLS/env.sh" tmp="$TOOLS/.env.sh.tmp"
     {
@@ -314,6 +336,7 @@ write_env() {
         printf 'export DELTAPILOT_ENVOY=%q\n' "$BIN/envoy"
         printf 'export DELTAPILOT_GRPC_PYTHON=%q\n' "$BIN/grpc-python"
         printf 'export DELTAPILOT_GCP_PEER=%q\n' "$BIN/dp-gcp-peer"
+        printf 'export DELTAPILOT_GRPC_GO=%q\n' "$BIN/dp-grpc-go"
     } >"$tmp"
     mv -f "$tmp" "$f"
 }
@@ -333,6 +356,7 @@ main() {
     t="$(now_s)"; step_envoy; log "envoy step: $(elapsed "$t")"
     t="$(now_s)"; step_grpc; log "grpc step: $(elapsed "$t")"
     t="$(now_s)"; step_gcp_peer; log "gcp peer step: $(elapsed "$t")"
+    t="$(now_s)"; step_grpc_go; log "grpc-go step: $(elapsed "$t")"
 
     write_env
     log "all done in $(elapsed "$t0"); exports (also in $TOOLS/env.sh):"

@@ -11,7 +11,8 @@
 #   4. runs the whole test suite.
 #
 # Tests that need a peer read DELTAPILOT_KAFKA_BROKERS, DELTAPILOT_TANSU_BROKERS,
-# DELTAPILOT_ENVOY, DELTAPILOT_GRPC_PYTHON and DELTAPILOT_GCP_PEER, and FAIL (never
+# DELTAPILOT_ENVOY, DELTAPILOT_GRPC_PYTHON, DELTAPILOT_GCP_PEER and
+# DELTAPILOT_GRPC_GO, and FAIL (never
 # skip) when one is missing.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
