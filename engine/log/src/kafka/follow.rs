@@ -145,6 +145,7 @@ impl Follower {
         loop {
             if self.pending.len() >= FOLLOW_BATCH_MAX {
                 let rest = self.pending.split_off(FOLLOW_BATCH_MAX);
+                self.shared.health.read_ok();
                 return Ok(FollowItem::Records(std::mem::replace(
                     &mut self.pending,
                     rest,
@@ -154,7 +155,10 @@ impl Follower {
                 // Drain what is already buffered into this batch; yield when dry.
                 match self.consumer.try_next().map_err(Stop::Fatal)? {
                     Some(p) => self.apply(p),
-                    None => return Ok(FollowItem::Records(std::mem::take(&mut self.pending))),
+                    None => {
+                        self.shared.health.read_ok();
+                        return Ok(FollowItem::Records(std::mem::take(&mut self.pending)));
+                    }
                 }
                 continue;
             }
@@ -162,6 +166,7 @@ impl Follower {
                 self.owe_caught_up = false;
                 self.target = None;
                 self.last_client_error = None;
+                self.shared.health.read_ok();
                 return Ok(FollowItem::CaughtUp(self.pos.clone()));
             }
             if !self.owe_caught_up {
@@ -176,6 +181,7 @@ impl Follower {
             if left.is_zero() {
                 // Report once per `idle` of no progress, then keep trying.
                 self.last_progress = Instant::now();
+                self.shared.health.reachable(false);
                 return Err(Stop::Stalled(self.stalled(idle)));
             }
             if let Some(p) = self.consumer.next(Some(left)).await.map_err(Stop::Fatal)? {
