@@ -21,7 +21,8 @@
 //! docs of [`crate::kafka`]).
 //!
 //! Bounds: while catching up, a wait with no record and no end-of-partition for
-//! `request_timeout` yields an `Err` item naming the stalled partitions, and the
+//! `request_timeout` yields an `Err` item naming the stalled partitions
+//! (`Error::Stalled`, which `is_transient`), and the
 //! stream goes on (the consumer keeps retrying); the caller may drop it instead.
 //! A fatal client error or an offset the broker rejects as out of range is yielded
 //! as an `Err` too, and ends the stream.
@@ -245,12 +246,15 @@ impl Follower {
             .as_ref()
             .map(|e| format!("; last client error: {e}"))
             .unwrap_or_default();
-        self.shared.target.err(
-            "follow",
-            format!(
+        Error::Stalled {
+            op: "follow",
+            reason: format!(
                 "catching up: no record and no end-of-partition for {idle:?} (request_timeout) from partition@offset {}; still trying{hint}",
                 waiting.join(",")
+            ) + &format!(
+                " [topic {:?}, brokers {}]",
+                self.shared.target.topic, self.shared.target.brokers
             ),
-        )
+        }
     }
 }
