@@ -13,7 +13,9 @@
 # put in $DELTAPILOT_TOOLS/bin, else `tansu` on PATH.
 #
 # Knobs: DELTAPILOT_TANSU_START_TIMEOUT (seconds, default 60),
-#        DELTAPILOT_TANSU_RUST_LOG (Tansu's RUST_LOG, default warn).
+#        DELTAPILOT_TANSU_RUST_LOG (Tansu's RUST_LOG, default warn),
+#        DELTAPILOT_TANSU_ADVERTISED_PORT (port Metadata tells clients, default
+#        PORT; a test puts a TCP proxy there to cut the broker off).
 set -euo pipefail
 
 LOG_TAG=tansu.sh
@@ -116,6 +118,7 @@ cmd_start() {
     fi
 
     local url="tcp://127.0.0.1:$port"
+    local adv_url="tcp://127.0.0.1:${DELTAPILOT_TANSU_ADVERTISED_PORT:-$port}"
     printf '=== %s tansu.sh start: %s broker on %s ===\n' "$(date -u +%FT%TZ)" "$tansu" "$url" >>"$logfile"
     # Flags confirmed against `tansu broker --help` of this build (tansu 0.6.0):
     #   --listener-url            where it binds; default is tcp://0.0.0.0:9092,
@@ -139,7 +142,7 @@ cmd_start() {
         RUST_LOG="${DELTAPILOT_TANSU_RUST_LOG:-warn}" NO_COLOR=1 \
         "$tansu" broker \
         --listener-url "$url" \
-        --advertised-listener-url "$url" \
+        --advertised-listener-url "$adv_url" \
         --storage-engine memory://tansu/ \
         </dev/null >>"$logfile" 2>&1 &
     local pid=$!

@@ -1,5 +1,5 @@
 //! In-process adapters as the server reports them: one neutral [`AdapterReport`]
-//! per adapter, exported as Prometheus metrics and used by `/readyz`.
+//! per adapter, exported as Prometheus metrics and used by `/readyz` (see `readiness`).
 //!
 //! Each adapter publishes its own rich status through a `watch` channel; this module
 //! reduces those to the few facts an operator alerts on (is the registry reachable,
@@ -52,6 +52,10 @@ pub struct AdapterReport {
     /// Objects left out since start because their event is larger than the log
     /// accepts.
     pub oversized_total: u64,
+    /// Events planned but not yet durably appended.
+    pub append_backlog: usize,
+    /// The last append error, until an append succeeds.
+    pub last_append_error: Option<String>,
     /// The most recent registry or append error, if any.
     pub last_error: Option<String>,
 }
@@ -71,6 +75,8 @@ impl AdapterWatch {
                     events_emitted_total: s.events_emitted_total,
                     malformed_total: s.malformed_documents_total + s.invalid_files_total,
                     oversized_total: s.oversized_objects_total,
+                    append_backlog: s.append_backlog,
+                    last_append_error: s.last_append_error.clone(),
                     last_error: s
                         .last_append_error
                         .clone()
@@ -89,6 +95,8 @@ impl AdapterWatch {
                     events_emitted_total: s.events_emitted_total,
                     malformed_total: s.malformed_instances_total,
                     oversized_total: s.oversized_objects_total,
+                    append_backlog: s.append_backlog,
+                    last_append_error: s.last_append_error.clone(),
                     last_error: s
                         .last_fetch_error
                         .clone()
@@ -107,6 +115,8 @@ impl AdapterWatch {
                     events_emitted_total: s.events_emitted_total,
                     malformed_total: s.malformed_objects_total,
                     oversized_total: s.oversized_objects_total,
+                    append_backlog: s.append_backlog,
+                    last_append_error: s.last_append_error.clone(),
                     last_error: s
                         .last_registry_error
                         .clone()
@@ -116,27 +126,6 @@ impl AdapterWatch {
             }
         }
     }
-}
-
-/// Why the adapters make the process not ready, or `None` when they are all ready
-/// (their start-up resyncs are in the log).
-pub fn not_ready_reason(adapters: &[AdapterWatch]) -> Option<String> {
-    let waiting: Vec<String> = adapters
-        .iter()
-        .map(AdapterWatch::report)
-        .filter(|r| !r.resync_completed)
-        .map(|r| match r.last_error {
-            Some(e) => format!(
-                "{} adapter ({}) has not completed its resync: {e}",
-                r.adapter, r.source
-            ),
-            None => format!(
-                "{} adapter ({}) has not completed its resync yet",
-                r.adapter, r.source
-            ),
-        })
-        .collect();
-    (!waiting.is_empty()).then(|| waiting.join("; "))
 }
 
 /// Copies adapter reports into `metrics` every [`EXPORT_INTERVAL`] until `shutdown`.
@@ -188,6 +177,10 @@ pub async fn export(
                 .adapter_resync_completed
                 .get_or_create(&l)
                 .set(i64::from(r.resync_completed));
+            metrics
+                .adapter_append_backlog
+                .get_or_create(&l)
+                .set(i64::try_from(r.append_backlog).unwrap_or(i64::MAX));
         }
     }
 }

@@ -7,8 +7,10 @@
 
 pub mod adapter_health;
 pub mod admin;
+pub mod log_health;
 pub mod metrics;
 pub mod process;
+pub mod readiness;
 pub mod xds;
 
 /// Result alias for the server crate.

@@ -28,7 +28,25 @@
 //!   are kept and served once one does. Brief on a multi-partition log (a service
 //!   and its endpoints arrive from different partitions); steadily above 0, a
 //!   registry writes endpoints for services it never defines.
-//! - `ready` — 1 once the engine has caught up with the log head.
+//! - `ready` — 1 while `/readyz` answers 200 (caught up once since start, also
+//!   while serving the last good state).
+//! - `serving_state{state}` — 1 for the current state, 0 for the others:
+//!   `catching_up`, `caught_up`, `serving_last_good_state` (the log is
+//!   unreachable or ahead of the engine, or an adapter cannot append; see
+//!   `readiness`). Alert on `serving_last_good_state` lasting.
+//! - `log_connected` — 1 while the log answers (its last append, read, follower
+//!   progress or probe succeeded), 0 during an outage.
+//! - `log_last_append_success_timestamp_seconds`,
+//!   `log_last_read_success_timestamp_seconds` — Unix time of the last append
+//!   and read that succeeded (0: none yet). An idle follower at the end of the
+//!   log does not move the read time; `log_connected` covers that case.
+//! - `log_append_failures_total{reason}` — appends this process made that failed:
+//!   `timeout`, `broker`, `fatal` (the Kafka producer was rebuilt),
+//!   `invalid_event`, `io`, `other`.
+//! - `log_producer_rebuilds_total` — Kafka producers replaced after a fatal error.
+//! - `adapter_append_backlog{adapter}` — events an in-process adapter has planned
+//!   but not yet durably appended (an upper bound); grows while the log refuses
+//!   appends.
 //! - `engine_events_applied_total` — events folded into the state (held
 //!   endpoint events are counted apart, below).
 //! - `engine_events_skipped_total{reason}` — log records the fold could not
@@ -60,6 +78,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// A gauge holding a float (Unix timestamps in seconds).
+pub type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// Moves a counter that mirrors a count kept elsewhere up to `value` (the
 /// source only grows; hooks run one at a time, under the hooks' lock).
@@ -141,6 +163,20 @@ pub struct Metrics {
     pub adapter_malformed: Family<Labels<1>, Counter>,
     /// Registry objects left out for their size, per adapter.
     pub adapter_oversized: Family<Labels<1>, Counter>,
+    /// See the module docs.
+    pub adapter_append_backlog: Family<Labels<1>, Gauge>,
+    /// See the module docs.
+    pub serving_state: Family<Labels<1>, Gauge>,
+    /// See the module docs.
+    pub log_connected: Gauge,
+    /// See the module docs.
+    pub log_last_append_success: FloatGauge,
+    /// See the module docs.
+    pub log_last_read_success: FloatGauge,
+    /// See the module docs.
+    pub log_append_failures: Family<Labels<1>, Counter>,
+    /// See the module docs.
+    pub log_producer_rebuilds: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -189,6 +225,13 @@ impl Metrics {
             adapter_resync_completed: Family::default(),
             adapter_malformed: Family::default(),
             adapter_oversized: Family::default(),
+            adapter_append_backlog: Family::default(),
+            serving_state: Family::default(),
+            log_connected: Gauge::default(),
+            log_last_append_success: FloatGauge::default(),
+            log_last_read_success: FloatGauge::default(),
+            log_append_failures: Family::default(),
+            log_producer_rebuilds: Counter::default(),
         };
         registry.register(
             "xds_connected_proxies",
@@ -313,7 +356,60 @@ impl Metrics {
             "Registry objects an adapter left out because their event is larger than the log accepts",
             m.adapter_oversized.clone(),
         );
+        registry.register(
+            "adapter_append_backlog",
+            "Events an in-process adapter planned but has not durably appended yet",
+            m.adapter_append_backlog.clone(),
+        );
+        registry.register(
+            "serving_state",
+            "1 for the replica's current state: catching_up, caught_up or serving_last_good_state",
+            m.serving_state.clone(),
+        );
+        registry.register(
+            "log_connected",
+            "1 while the event log (broker) answers",
+            m.log_connected.clone(),
+        );
+        registry.register(
+            "log_last_append_success_timestamp_seconds",
+            "Unix time of the last append to the log that succeeded",
+            m.log_last_append_success.clone(),
+        );
+        registry.register(
+            "log_last_read_success_timestamp_seconds",
+            "Unix time of the last read of the log that succeeded",
+            m.log_last_read_success.clone(),
+        );
+        registry.register(
+            "log_append_failures",
+            "Appends to the log that failed, by reason",
+            m.log_append_failures.clone(),
+        );
+        registry.register(
+            "log_producer_rebuilds",
+            "Kafka producers rebuilt after a fatal error",
+            m.log_producer_rebuilds.clone(),
+        );
+        // Every reason from the start, so a rate() over them has a baseline.
+        for reason in deltapilot_log::AppendFailure::ALL {
+            let _ = m
+                .log_append_failures
+                .get_or_create(&[("reason", reason.as_str())]);
+        }
         Metrics { registry, ..m }
+    }
+
+    /// Sets `serving_state` to `state` (1 for it, 0 for the others) and `ready`.
+    pub fn set_serving_state(&self, state: crate::readiness::ServingState) {
+        for s in crate::readiness::ServingState::ALL {
+            self.serving_state
+                .get_or_create(&[("state", s.as_str())])
+                .set(i64::from(s == state));
+        }
+        self.ready.set(i64::from(
+            state != crate::readiness::ServingState::CatchingUp,
+        ));
     }
 
     /// Runs `hook` before every encode: for gauges read from state that changes

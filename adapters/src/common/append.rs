@@ -89,6 +89,12 @@ impl Outbox {
         self.emitter.as_ref().map_or(0, Emitter::len)
     }
 
+    /// Events planned but not yet durably appended (see [`Emitter::backlog`]); 0
+    /// before the resync begins.
+    pub(crate) fn backlog(&self) -> usize {
+        self.emitter.as_ref().map_or(0, Emitter::backlog)
+    }
+
     /// Marks keys whose desired entity may have changed (see [`Emitter::mark`]).
     pub(crate) fn mark(&mut self, keys: impl IntoIterator<Item = String>) {
         if let Some(em) = &mut self.emitter {

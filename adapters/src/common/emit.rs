@@ -142,6 +142,18 @@ impl Emitter {
         self.emitted.len()
     }
 
+    /// Events planned or due but not yet in the log: the pending keys (an upper
+    /// bound: a pending key whose entity turns out unchanged emits nothing) and
+    /// the resync markers still to write.
+    pub(crate) fn backlog(&self) -> usize {
+        let markers = match self.phase {
+            ResyncPhase::NotStarted => 2,
+            ResyncPhase::Started => 1,
+            ResyncPhase::Completed => 0,
+        };
+        self.pending.len() + markers
+    }
+
     /// Marks keys whose desired entity may have changed.
     pub(crate) fn mark(&mut self, keys: impl IntoIterator<Item = String>) {
         self.pending.extend(keys);

@@ -321,6 +321,7 @@ impl Core {
             events_emitted_total: self.outbox.events_total,
             append_failures_total: self.outbox.failures_total,
             oversized_objects_total: self.outbox.oversized_total,
+            append_backlog: self.outbox.backlog(),
             last_oversized_object: self.outbox.last_oversized.clone(),
             last_append_error: self.outbox.last_error.clone(),
             problems: self.problems.clone(),

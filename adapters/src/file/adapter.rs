@@ -378,6 +378,7 @@ impl Core {
             invalid_files_total: c.invalid_files_total,
             append_failures_total: self.outbox.failures_total,
             oversized_objects_total: self.outbox.oversized_total,
+            append_backlog: self.outbox.backlog(),
             last_oversized_object: self.outbox.last_oversized.clone(),
             last_append_error: self.outbox.last_error.clone(),
             problems,

@@ -122,6 +122,10 @@ pub struct FileAdapterStatus {
     /// version counted once, when it is planned); the log keeps the last version
     /// that fit.
     pub oversized_objects_total: u64,
+    /// Events planned but not yet durably appended: entities whose change is
+    /// still to go out (an upper bound) and resync markers still to write.
+    /// Grows while the log refuses appends; 0 once the log matches the view.
+    pub append_backlog: usize,
     /// The last object left out for its size, and why.
     pub last_oversized_object: Option<String>,
     /// The last append error, cleared by the next successful append.

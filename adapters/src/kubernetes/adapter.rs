@@ -404,6 +404,7 @@ impl Core {
             skipped_parts_total: c.skipped_parts_total,
             append_failures_total: self.outbox.failures_total,
             oversized_objects_total: self.outbox.oversized_total,
+            append_backlog: self.outbox.backlog(),
             last_oversized_object: self.outbox.last_oversized.clone(),
             last_append_error: self.outbox.last_error.clone(),
             last_registry_error: c.last_registry_error.clone(),

@@ -375,6 +375,11 @@ impl Engine {
                 };
                 match item {
                     None => break Ok(()),
+                    // A follower that stalls (broker down or cut off) keeps
+                    // trying; the engine keeps serving what it has meanwhile.
+                    Some(Err(e)) if e.is_transient() => {
+                        tracing::warn!(error = %e, "engine: the log is not answering; serving the last good state");
+                    }
                     Some(Err(e)) => break Err(e.into()),
                     Some(Ok(item)) => {
                         if tx.send(item).await.is_err() {

@@ -110,6 +110,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// A follower made no progress for a while (the broker is down or cut off).
+    /// Not fatal: the stream that yielded it goes on and keeps trying, so a caller
+    /// should report it and keep reading (see [`Error::is_transient`]).
+    #[error("kafka {op}: {reason}")]
+    Stalled {
+        /// What stalled ("follow").
+        op: &'static str,
+        /// Which partitions, since when, and the client's last error.
+        reason: String,
+    },
+
     /// An operation did not finish within its bounded time.
     #[error("{op} timed out after {after:?}")]
     Timeout {
@@ -126,6 +137,14 @@ pub enum Error {
     /// The log was closed while an operation was in progress.
     #[error("the event log is closed")]
     Closed,
+}
+
+impl Error {
+    /// Whether the stream that yielded this error goes on by itself (a stall),
+    /// so a reader should keep reading rather than give up.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Stalled { .. })
+    }
 }
 
 impl From<deltapilot_types::Error> for Error {

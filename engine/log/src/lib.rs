@@ -21,6 +21,7 @@
 
 mod error;
 pub mod file;
+mod health;
 pub mod kafka;
 mod record;
 mod uri;
@@ -32,6 +33,7 @@ use futures::stream::BoxStream;
 
 pub use deltapilot_types::{Position, RecordPos};
 pub use error::{Error, Result};
+pub use health::{AppendFailure, LogHealth};
 pub use record::{Record, decode_event, encode_event};
 pub use uri::{DEFAULT_LOG_URI, LogOptions, LogUri, parse as parse_uri};
 
@@ -116,6 +118,34 @@ impl Log {
                 Log::Kafka(kafka::KafkaLog::connect(brokers, topic, opts.kafka.clone()).await?)
             }
         })
+    }
+}
+
+impl Log {
+    /// This handle's health: reachability, last good append and read, append
+    /// failures by reason (see [`LogHealth`]).
+    pub fn health(&self) -> std::sync::Arc<LogHealth> {
+        match self {
+            Log::File(l) => l.health(),
+            Log::Kafka(l) => l.health(),
+        }
+    }
+
+    /// Asks the log for its head, bounded by the backend's timeouts, so that
+    /// health is current even while nothing is appended or read (a broker lost
+    /// while a follower idles at the end shows here first). For the embedded log a
+    /// probe also counts as a read.
+    pub async fn probe(&self) -> Result<Position> {
+        match self {
+            Log::File(l) => {
+                let head = l.head().await;
+                if head.is_ok() {
+                    l.health.read_ok();
+                }
+                head
+            }
+            Log::Kafka(l) => l.probe().await,
+        }
     }
 }
 

@@ -1,24 +1,38 @@
 //! Appends recover after a broker outage longer than `append_timeout` (issue 29
-//! point 1): a private Apache Kafka advertises itself at a TCP proxy in this test
-//! (tokio, 127.0.0.1), the proxy is cut for 3 × `append_timeout` (every connection
-//! dropped, new ones closed at once), then restored, and later appends must
-//! succeed and read back.
+//! point 1), on Apache Kafka and on Tansu: a private broker advertises itself at
+//! a TCP proxy in the test tree (`deltapilot_testkit::cut`, 127.0.0.1), the proxy
+//! is cut for 3 × `append_timeout` (every connection dropped, new ones closed at
+//! once), then restored, and later appends must succeed without a restart.
 //!
-//! Needs the Apache Kafka jars `scripts/kafka.sh` uses (`scripts/install-test-deps.sh`);
+//! On Tansu 0.6 this drill makes the producer's fatal path happen for real:
+//! after its messages time out, librdkafka bumps the idempotent producer's
+//! epoch, and Tansu answers that InitProducerId with `PRODUCER_FENCED`, which
+//! librdkafka makes a fatal error of the whole client (the issue's "ProducerFenced
+//! … newer producer with the same transactionalId"). Before the producer was
+//! rebuilt after a fatal error, every append after the outage failed. Apache
+//! Kafka gives an idempotent producer a new id instead, so there the drill checks
+//! recovery without a fatal error.
+//!
+//! Either way, the log must then hold every acknowledged event exactly once, at
+//! the position its append returned, and each entity's last state must be that of
+//! the last append (a batch over every key, made after the outage).
+//!
+//! Needs the Apache Kafka jars and the Tansu binary (`scripts/install-test-deps.sh`);
 //! fails, never skips, without them.
 
 mod suite;
+use deltapilot_testkit::cut::Proxy;
 use deltapilot_testkit::kafka as support_kafka;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use deltapilot_log::EventLog;
 use deltapilot_log::kafka::{KafkaLog, KafkaOptions};
+use deltapilot_log::{EventLog, FollowItem, Record, RecordPos, encode_event};
+use deltapilot_proto::Event;
+use deltapilot_testkit::segments::KEYS;
+use futures::StreamExt;
 use support_kafka::PrivateKafka;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
 const APPEND_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -28,85 +42,35 @@ const WAIT: Duration = Duration::from_secs(30);
 /// Most appends tried after the outage before the test gives up.
 const MAX_TRIES_AFTER: usize = 10;
 
-/// A TCP proxy from a loopback port to the broker that can be cut and restored.
-struct Proxy {
-    port: u16,
-    cut: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    accept: JoinHandle<()>,
-}
-
-impl Proxy {
-    /// Listens now (so the port is known before the broker starts); forwards to
-    /// `127.0.0.1:<target>` once `target` is set.
-    async fn listen(target: Arc<Mutex<Option<u16>>>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-        let port = listener.local_addr().expect("addr").port();
-        let cut = Arc::new(AtomicBool::new(false));
-        let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let accept = {
-            let (cut, conns) = (cut.clone(), conns.clone());
-            tokio::spawn(async move {
-                loop {
-                    let Ok((mut client, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    let to = *target.lock().expect("target");
-                    let Some(to) = to.filter(|_| !cut.load(Ordering::SeqCst)) else {
-                        drop(client); // cut (or no broker yet): close at once
-                        continue;
-                    };
-                    let task = tokio::spawn(async move {
-                        if let Ok(mut upstream) = TcpStream::connect(("127.0.0.1", to)).await {
-                            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-                        }
-                    });
-                    let mut list = conns.lock().expect("conns");
-                    list.retain(|t| !t.is_finished());
-                    list.push(task);
-                }
-            })
-        };
-        Self {
-            port,
-            cut,
-            conns,
-            accept,
-        }
-    }
-
-    /// Drops every open connection and refuses new ones until `restore`.
-    fn cut(&self) {
-        self.cut.store(true, Ordering::SeqCst);
-        for t in self.conns.lock().expect("conns").drain(..) {
-            t.abort();
-        }
-    }
-
-    fn restore(&self) {
-        self.cut.store(false, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.accept.abort();
-        self.cut();
-    }
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Broker {
+    Kafka,
+    Tansu,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn appends_recover_after_an_outage_longer_than_append_timeout() {
-    let target = Arc::new(Mutex::new(None));
-    let proxy = Proxy::listen(target.clone()).await;
+    drill(Broker::Kafka).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_recover_on_tansu_after_the_outage_fences_the_producer() {
+    drill(Broker::Tansu).await;
+}
+
+async fn drill(kind: Broker) {
+    let proxy = Proxy::listen().await;
     let adv = proxy.port;
     // The proxy forwards before the broker is up: its readiness probe already
     // goes through the advertised (proxy) address.
     let port = support_kafka::free_port();
-    *target.lock().expect("target") = Some(port);
-    let broker = tokio::task::spawn_blocking(move || PrivateKafka::start_on(port, Some(adv)))
-        .await
-        .expect("private kafka");
+    proxy.forward_to(port);
+    let broker = tokio::task::spawn_blocking(move || match kind {
+        Broker::Kafka => PrivateKafka::start_on(port, Some(adv)),
+        Broker::Tansu => PrivateKafka::start_tansu_on(port, Some(adv)),
+    })
+    .await
+    .expect("private broker");
     let addr = format!("127.0.0.1:{}", proxy.port);
     assert_eq!(broker.addr, addr);
 
@@ -120,13 +84,16 @@ async fn appends_recover_after_an_outage_longer_than_append_timeout() {
         .await
         .expect("connect within 30 s")
         .expect("connect through the proxy");
-    let mut acked = Vec::new();
-    acked.extend(
-        tokio::time::timeout(WAIT, log.append(&suite::batch(0, 10)))
-            .await
-            .expect("append within 30 s")
-            .expect("append before the outage"),
-    );
+    let mut acked: Vec<(Event, RecordPos)> = Vec::new();
+    let first = suite::batch(0, 10);
+    let at = tokio::time::timeout(WAIT, log.append(&first))
+        .await
+        .expect("append within 30 s")
+        .expect("append before the outage");
+    acked.extend(first.into_iter().zip(at));
+    let health = log.health();
+    assert!(health.connected(), "connected before the outage");
+    assert!(health.last_append_ok_unix_ms() > 0);
 
     // The outage: 3 × append_timeout, with appends failing (bounded) throughout.
     proxy.cut();
@@ -147,6 +114,11 @@ async fn appends_recover_after_an_outage_longer_than_append_timeout() {
         i += 3;
     }
     assert!(failed >= 1);
+    assert!(
+        !health.connected(),
+        "a failed append marks the log unreachable"
+    );
+    assert!(health.append_failures_total() >= failed);
     proxy.restore();
     let restored = Instant::now();
 
@@ -168,7 +140,7 @@ async fn appends_recover_after_an_outage_longer_than_append_timeout() {
                     "append {attempt} after restore ok at {:?}",
                     restored.elapsed()
                 );
-                acked.extend(at);
+                acked.extend(events.into_iter().zip(at));
                 ok_after += 1;
                 if ok_after == 3 {
                     break;
@@ -181,21 +153,106 @@ async fn appends_recover_after_an_outage_longer_than_append_timeout() {
         }
     }
     assert_eq!(ok_after, 3, "appends never recovered after the outage");
+    // The last state of every key, in one append.
+    let last = suite::batch(5000, KEYS);
+    let at = tokio::time::timeout(WAIT, log.append(&last))
+        .await
+        .expect("append within 30 s")
+        .expect("the final append over every key");
+    acked.extend(last.iter().cloned().zip(at));
+    assert!(
+        health.connected(),
+        "a successful append marks the log reachable"
+    );
+    eprintln!(
+        "{kind:?}: producer rebuilt {} time(s) after fatal errors",
+        health.producer_rebuilds_total()
+    );
+    if kind == Broker::Tansu {
+        // Tansu fences the bumped epoch: the fatal path was taken and recovered.
+        assert!(
+            health.producer_rebuilds_total() >= 1,
+            "the drill on Tansu is meant to hit a fatal producer error"
+        );
+    }
 
-    // Everything acknowledged is in the log (events of failed appends may be too).
-    let head = tokio::time::timeout(WAIT, log.head())
-        .await
-        .expect("head within 30 s")
-        .expect("head");
-    for p in &acked {
-        assert!(head.contains(*p), "acknowledged {p} beyond head {head}");
-    }
-    let records = tokio::time::timeout(WAIT, suite::read_to_end(&log, &log.start()))
-        .await
-        .expect("read within 30 s");
-    let have: std::collections::BTreeSet<_> = records.iter().map(|r| r.pos).collect();
-    for p in &acked {
-        assert!(have.contains(p), "acknowledged {p} not read back");
-    }
+    let records = match kind {
+        // Kafka's high watermarks are right: read up to them.
+        Broker::Kafka => tokio::time::timeout(WAIT, suite::read_to_end(&log, &log.start()))
+            .await
+            .expect("read within 30 s"),
+        // Tansu's are not (see the Tansu smoke test): follow until every
+        // acknowledged position has come by.
+        Broker::Tansu => {
+            let want: BTreeSet<RecordPos> = acked.iter().map(|(_, p)| *p).collect();
+            tokio::time::timeout(WAIT, follow_until(&log, &want))
+                .await
+                .expect("follow back within 30 s")
+        }
+    };
+    check_exactly_once(&acked, &records, &last);
     drop(broker);
+}
+
+/// Follows from the start until every position in `want` was yielded and the
+/// follower reported it was caught up.
+async fn follow_until(log: &KafkaLog, want: &BTreeSet<RecordPos>) -> Vec<Record> {
+    let mut stream = log.follow(log.start());
+    let mut out: Vec<Record> = Vec::new();
+    let mut seen = BTreeSet::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(FollowItem::Records(batch)) => {
+                seen.extend(batch.iter().map(|r| r.pos));
+                out.extend(batch);
+            }
+            Ok(FollowItem::CaughtUp(_)) if want.is_subset(&seen) => return out,
+            Ok(FollowItem::CaughtUp(_)) => {}
+            Err(e) => eprintln!("follow: {e}"),
+        }
+    }
+    panic!("follow ended after {} records", out.len());
+}
+
+/// Every acknowledged event is in the log exactly once, at its position (no
+/// resend duplicated it), and each key's last record is its event in `last`.
+fn check_exactly_once(acked: &[(Event, RecordPos)], records: &[Record], last: &[Event]) {
+    let by_pos: BTreeMap<RecordPos, &Record> = records.iter().map(|r| (r.pos, r)).collect();
+    assert_eq!(by_pos.len(), records.len(), "a position was read twice");
+    let mut copies: BTreeMap<&[u8], usize> = BTreeMap::new();
+    for r in records {
+        *copies.entry(r.bytes.as_ref()).or_default() += 1;
+    }
+    for (e, pos) in acked {
+        let bytes = encode_event(e);
+        let r = by_pos
+            .get(pos)
+            .unwrap_or_else(|| panic!("acknowledged {pos} not read back"));
+        assert_eq!(r.bytes.as_ref(), bytes.as_slice(), "other bytes at {pos}");
+        assert_eq!(
+            copies.get(bytes.as_slice()),
+            Some(&1),
+            "the event acknowledged at {pos} is in the log more than once"
+        );
+    }
+    // Per key, the record at the highest offset (a key lives on one partition).
+    let mut newest: BTreeMap<String, (RecordPos, Event)> = BTreeMap::new();
+    for r in records {
+        let e = r.decode().expect("decode");
+        let key = e.key().expect("key");
+        if newest
+            .get(&key)
+            .is_none_or(|(p, _)| p.offset < r.pos.offset)
+        {
+            newest.insert(key, (r.pos, e));
+        }
+    }
+    for e in last {
+        let key = e.key().expect("key");
+        let (pos, got) = newest.get(&key).expect("every key is in the log");
+        assert_eq!(
+            got, e,
+            "key {key}: the newest record at {pos} is not its last state"
+        );
+    }
 }

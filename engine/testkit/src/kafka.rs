@@ -62,8 +62,8 @@ pub fn free_port() -> u16 {
     port
 }
 
-/// An Apache Kafka only this test uses, so it can be killed: started by
-/// `scripts/kafka.sh` in a private run dir (jars from the same places that script
+/// An Apache Kafka (or Tansu) only this test uses, so it can be killed: started by
+/// `scripts/kafka.sh` (`scripts/tansu.sh`) in a private run dir (jars from the same places that script
 /// looks). SIGKILLed (a crash, not a shutdown) by [`PrivateKafka::kill`] and on drop.
 pub struct PrivateKafka {
     run_dir: PathBuf,
@@ -84,19 +84,35 @@ impl PrivateKafka {
 
     /// As [`PrivateKafka::start`], listening on `port`.
     pub fn start_on(port: u16, advertised: Option<u16>) -> Self {
+        Self::start_script("kafka", port, advertised)
+    }
+
+    /// A private Tansu (`scripts/tansu.sh`, memory storage) on `port`, advertising
+    /// itself at `advertised` (or its own port); otherwise as [`PrivateKafka`].
+    pub fn start_tansu_on(port: u16, advertised: Option<u16>) -> Self {
+        Self::start_script("tansu", port, advertised)
+    }
+
+    /// Runs `scripts/<broker>.sh start` in a private run dir; `broker` is also
+    /// the stem of its pidfile and of its advertised-port knob.
+    fn start_script(broker: &str, port: u16, advertised: Option<u16>) -> Self {
         let adv = advertised.unwrap_or(port);
         let run_dir = std::env::temp_dir().join(format!(
-            "deltapilot-private-kafka-{}-{}",
+            "deltapilot-private-{broker}-{}-{}",
             std::process::id(),
             unique_topic("k")
         ));
         std::fs::create_dir_all(&run_dir).expect("private run dir");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/kafka.sh");
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../scripts/{broker}.sh"));
         let out = Command::new("bash")
             .arg(&script)
             .args(["start", &port.to_string()])
             .env("DELTAPILOT_RUN_DIR", &run_dir)
-            .env("DELTAPILOT_KAFKA_ADVERTISED_PORT", adv.to_string())
+            .env(
+                format!("DELTAPILOT_{}_ADVERTISED_PORT", broker.to_uppercase()),
+                adv.to_string(),
+            )
             .stdin(Stdio::null())
             .output()
             .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
@@ -107,7 +123,7 @@ impl PrivateKafka {
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
-        let pid = std::fs::read_to_string(run_dir.join("kafka.pid"))
+        let pid = std::fs::read_to_string(run_dir.join(format!("{broker}.pid")))
             .ok()
             .and_then(|p| p.trim().parse().ok());
         assert!(pid.is_some(), "no pid in {}", run_dir.display());

@@ -1,6 +1,7 @@
 //! Test support shared by deltapilot's test suites. A dev-dependency only: no
 //! product crate depends on it.
 //!
+//! - [`cut`]: a TCP proxy a test cuts to simulate a broker outage;
 //! - [`events`]: event builders;
 //! - [`kafka`]: the real broker the Kafka tests use (a missing one fails the test);
 //! - [`log`]: reading back what an adapter appended to a real embedded log;
@@ -11,6 +12,7 @@
 //! What it does NOT do: mock anything that can run here. Every helper talks to real
 //! files, real sockets or a real broker.
 
+pub mod cut;
 pub mod eureka;
 pub mod events;
 pub mod kafka;

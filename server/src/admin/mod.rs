@@ -1,5 +1,5 @@
-//! The admin HTTP server: `/healthz` (the process is up), `/readyz` (the engine has
-//! caught up with the log head, so what it serves is current), `/metrics`
+//! The admin HTTP server: `/healthz` (the process is up), `/readyz` (caught up,
+//! serving the last good state, or catching up; see `readiness`), `/metrics`
 //! (Prometheus text), and the read-only debug views under `/debug/` (see
 //! `debug`): per-proxy sync status, config dumps in Envoy's format, the current
 //! snapshot, log records and the service registry.
@@ -14,11 +14,12 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 
 use crate::metrics::Metrics;
+use crate::readiness::Readiness;
 
 pub mod debug;
 pub mod dump;
@@ -29,10 +30,9 @@ pub mod syncz;
 
 pub use debug::DebugState;
 
-/// Answers "is this replica ready to serve?": `Ok` once the engine has caught up
-/// with the log head and every in-process adapter's start-up resync is in the log,
-/// else `Err` with what is still missing (shown in the `/readyz` body).
-pub type ReadyFn = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// Answers "is this replica ready to serve, and how current is it?" (see
+/// `readiness` for the states and the HTTP status of each).
+pub type ReadyFn = Arc<dyn Fn() -> Readiness + Send + Sync>;
 
 #[derive(Clone)]
 struct AdminState {
@@ -63,23 +63,17 @@ pub fn router_with_debug(
 }
 
 async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
-    match (s.ready)() {
-        Ok(()) => {
-            s.metrics.ready.set(1);
-            (StatusCode::OK, "ready\n".to_owned())
-        }
-        Err(reason) => {
-            s.metrics.ready.set(0);
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("not ready: {reason}\n"),
-            )
-        }
-    }
+    let r = (s.ready)();
+    s.metrics.set_serving_state(r.state);
+    (
+        r.http_status(),
+        [(header::CONTENT_TYPE, "application/json")],
+        r.to_json(),
+    )
 }
 
 async fn metrics_text(State(s): State<AdminState>) -> impl IntoResponse {
-    s.metrics.ready.set(i64::from((s.ready)().is_ok()));
+    s.metrics.set_serving_state((s.ready)().state);
     (
         [(
             header::CONTENT_TYPE,

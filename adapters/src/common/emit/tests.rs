@@ -193,3 +193,23 @@ fn a_change_between_plan_and_commit_still_goes_out() {
         vec![vec!["service_upsert:svc/ns/a.b"], vec!["resync:COMPLETED"]]
     );
 }
+
+#[test]
+fn backlog_counts_what_is_not_in_the_log_yet() {
+    let desired = mk_view(&[("svc/ns/a", mk_svc("a", 80)), ("svc/ns/b", mk_svc("b", 80))]);
+    let mut em = Emitter::new("src".into(), 1, &desired);
+    // Two entities and both resync markers.
+    assert_eq!(em.backlog(), 4);
+    // A plan that is not committed (the append failed) leaves it as it was.
+    let plan = em.plan(&desired, 100, 1);
+    assert!(!plan.is_empty());
+    assert_eq!(em.backlog(), 4);
+    run(&mut em, &desired, 100);
+    assert_eq!(em.backlog(), 0);
+    // A change waits until it is committed.
+    let changed = mk_view(&[("svc/ns/a", mk_svc("a", 81)), ("svc/ns/b", mk_svc("b", 80))]);
+    em.mark(["svc/ns/a".to_owned()]);
+    assert_eq!(em.backlog(), 1);
+    run(&mut em, &changed, 100);
+    assert_eq!(em.backlog(), 0);
+}

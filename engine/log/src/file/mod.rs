@@ -148,6 +148,7 @@ use self::format::MAX_RECORD_BYTES;
 use self::shared::Shared;
 use self::writer::Writer;
 use super::{EventLog, FollowItem, Position, Record, RecordPos, encode_event};
+use crate::health::{AppendFailure, LogHealth};
 use crate::{Error, Result};
 
 /// Name of the writer's lock file in the log directory.
@@ -206,6 +207,8 @@ pub struct FileLog {
     /// `None` for a read-only handle.
     writer: Option<Arc<Mutex<Writer>>>,
     recovery: Option<Recovery>,
+    /// Append outcomes and reads (a local log is always reachable).
+    pub(crate) health: Arc<LogHealth>,
 }
 
 impl std::fmt::Debug for FileLog {
@@ -237,6 +240,7 @@ impl FileLog {
         let shared = Arc::new(Shared::new(dir.to_owned(), false, segments));
         let writer = Writer::new(shared.clone(), opts.fsync, opts.segment_bytes, lock)?;
         Ok(Self {
+            health: Arc::new(LogHealth::new()),
             shared,
             writer: Some(Arc::new(Mutex::new(writer))),
             recovery,
@@ -261,6 +265,7 @@ impl FileLog {
         let shared = Arc::new(Shared::new(dir.to_owned(), true, Default::default()));
         recovery::refresh(&shared)?;
         Ok(Self {
+            health: Arc::new(LogHealth::new()),
             shared,
             writer: None,
             recovery: None,
@@ -342,8 +347,13 @@ fn take_lock(dir: &Path) -> Result<File> {
     Ok(file)
 }
 
-impl EventLog for FileLog {
-    async fn append(&self, events: &[Event]) -> Result<Vec<RecordPos>> {
+impl FileLog {
+    /// This handle's health (see [`LogHealth`]): append outcomes and reads.
+    pub fn health(&self) -> Arc<LogHealth> {
+        self.health.clone()
+    }
+
+    async fn append_unrecorded(&self, events: &[Event]) -> Result<Vec<RecordPos>> {
         let Some(writer) = self.writer.clone() else {
             return Err(Error::Io {
                 op: "append",
@@ -380,6 +390,17 @@ impl EventLog for FileLog {
         })
         .await
     }
+}
+
+impl EventLog for FileLog {
+    async fn append(&self, events: &[Event]) -> Result<Vec<RecordPos>> {
+        let outcome = self.append_unrecorded(events).await;
+        match &outcome {
+            Ok(_) => self.health.append_ok(),
+            Err(e) => self.health.append_failed(AppendFailure::of(e)),
+        }
+        outcome
+    }
 
     async fn read(&self, from: &Position, limit: usize) -> Result<Vec<Record>> {
         if self.shared.read_only() && from.offset(0) >= self.shared.head() {
@@ -390,7 +411,9 @@ impl EventLog for FileLog {
             return Ok(Vec::new());
         }
         let shared = self.shared.clone();
-        blocking(move || shared.read(off, limit, usize::MAX)).await
+        let records = blocking(move || shared.read(off, limit, usize::MAX)).await?;
+        self.health.read_ok();
+        Ok(records)
     }
 
     fn follow(&self, from: Position) -> BoxStream<'static, Result<FollowItem>> {

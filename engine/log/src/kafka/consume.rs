@@ -184,7 +184,7 @@ pub(super) async fn high_watermarks(shared: &Shared, op: &'static str) -> Result
     let n = shared.partitions;
     let each = shared.opts.request_timeout;
     let queries = (0..n).map(|p| {
-        let producer = shared.producer.clone();
+        let producer = shared.producer().1;
         let topic = shared.target.topic.clone();
         async move {
             let partition = i32::try_from(p).unwrap_or(i32::MAX);

@@ -21,7 +21,8 @@
 //! docs of [`crate::kafka`]).
 //!
 //! Bounds: while catching up, a wait with no record and no end-of-partition for
-//! `request_timeout` yields an `Err` item naming the stalled partitions, and the
+//! `request_timeout` yields an `Err` item naming the stalled partitions
+//! (`Error::Stalled`, which `is_transient`), and the
 //! stream goes on (the consumer keeps retrying); the caller may drop it instead.
 //! A fatal client error or an offset the broker rejects as out of range is yielded
 //! as an `Err` too, and ends the stream.
@@ -145,6 +146,7 @@ impl Follower {
         loop {
             if self.pending.len() >= FOLLOW_BATCH_MAX {
                 let rest = self.pending.split_off(FOLLOW_BATCH_MAX);
+                self.shared.health.read_ok();
                 return Ok(FollowItem::Records(std::mem::replace(
                     &mut self.pending,
                     rest,
@@ -154,7 +156,10 @@ impl Follower {
                 // Drain what is already buffered into this batch; yield when dry.
                 match self.consumer.try_next().map_err(Stop::Fatal)? {
                     Some(p) => self.apply(p),
-                    None => return Ok(FollowItem::Records(std::mem::take(&mut self.pending))),
+                    None => {
+                        self.shared.health.read_ok();
+                        return Ok(FollowItem::Records(std::mem::take(&mut self.pending)));
+                    }
                 }
                 continue;
             }
@@ -162,6 +167,7 @@ impl Follower {
                 self.owe_caught_up = false;
                 self.target = None;
                 self.last_client_error = None;
+                self.shared.health.read_ok();
                 return Ok(FollowItem::CaughtUp(self.pos.clone()));
             }
             if !self.owe_caught_up {
@@ -176,6 +182,7 @@ impl Follower {
             if left.is_zero() {
                 // Report once per `idle` of no progress, then keep trying.
                 self.last_progress = Instant::now();
+                self.shared.health.reachable(false);
                 return Err(Stop::Stalled(self.stalled(idle)));
             }
             if let Some(p) = self.consumer.next(Some(left)).await.map_err(Stop::Fatal)? {
@@ -239,12 +246,15 @@ impl Follower {
             .as_ref()
             .map(|e| format!("; last client error: {e}"))
             .unwrap_or_default();
-        self.shared.target.err(
-            "follow",
-            format!(
+        Error::Stalled {
+            op: "follow",
+            reason: format!(
                 "catching up: no record and no end-of-partition for {idle:?} (request_timeout) from partition@offset {}; still trying{hint}",
                 waiting.join(",")
+            ) + &format!(
+                " [topic {:?}, brokers {}]",
+                self.shared.target.topic, self.shared.target.brokers
             ),
-        )
+        }
     }
 }

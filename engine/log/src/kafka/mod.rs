@@ -17,8 +17,13 @@
 //!   append returns only when every event is acknowledged by all in-sync replicas, so
 //!   nothing acknowledged is lost. librdkafka retries each message for at most
 //!   `append_timeout` (`message.timeout.ms`), after which the append fails; an outer
-//!   guard (`append_timeout + request_timeout + 1 s`) makes sure it never hangs. See
-//!   `produce`.
+//!   guard (`append_timeout + request_timeout + 1 s`) makes sure it never hangs.
+//!   A producer that hits a fatal error (or is fenced by the broker) is rebuilt and
+//!   the batch resent once, so appends recover after an outage without a restart.
+//!   See `produce`.
+//! - **Health.** Appends, reads, followers and [`KafkaLog::probe`] record whether
+//!   the broker answers, when an append and a read last succeeded, and append
+//!   failures by reason ([`LogHealth`]), for metrics and readiness.
 //! - **Every replica reads everything.** Readers `assign()` every partition at explicit
 //!   offsets and never subscribe to a consumer group (every replica needs every
 //!   event). librdkafka still demands a `group.id`: each consumer gets a unique
@@ -105,7 +110,7 @@ mod produce;
 mod topic;
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use deltapilot_proto::Event;
 use futures::stream::BoxStream;
@@ -114,6 +119,7 @@ use rdkafka::producer::FutureProducer;
 pub use config::KafkaOptions;
 
 use super::{EventLog, FollowItem, Position, Record, RecordPos};
+use crate::health::LogHealth;
 use crate::{Error, Result};
 
 /// A Kafka topic as an event log. Cheap to share: clones of the inner state are
@@ -145,14 +151,33 @@ struct Shared {
     opts: KafkaOptions,
     /// The topic's partition count, from metadata at connect.
     partitions: usize,
-    /// One producer per handle: librdkafka batches concurrent appends together.
-    producer: FutureProducer,
+    /// One producer per handle (librdkafka batches concurrent appends together),
+    /// replaced by a new one after a fatal error (see `produce`).
+    producer: RwLock<ProducerSlot>,
+    /// What appends, reads and probes learned about the broker.
+    health: Arc<LogHealth>,
     /// The furthest head this handle has observed (its own appends, earlier `head`
     /// calls); `head` never reports less.
     known_head: Mutex<Position>,
 }
 
+/// The current producer and how many were built before it, so that appends that
+/// saw the same fatal producer rebuild it once.
+struct ProducerSlot {
+    generation: u64,
+    producer: FutureProducer,
+}
+
 impl Shared {
+    /// The current producer (a cheap handle) and its generation.
+    fn producer(&self) -> (u64, FutureProducer) {
+        let slot = self
+            .producer
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        (slot.generation, slot.producer.clone())
+    }
+
     fn known_head(&self) -> Position {
         self.known_head
             .lock()
@@ -202,7 +227,11 @@ impl KafkaLog {
                 target,
                 opts,
                 partitions,
-                producer,
+                producer: RwLock::new(ProducerSlot {
+                    generation: 0,
+                    producer,
+                }),
+                health: Arc::new(LogHealth::new()),
                 known_head: Mutex::new(Position::start(partitions)),
             }),
         })
@@ -221,6 +250,20 @@ impl KafkaLog {
     /// The bootstrap broker list.
     pub fn brokers(&self) -> &str {
         &self.shared.target.brokers
+    }
+
+    /// This handle's view of the broker's health (see [`LogHealth`]).
+    pub fn health(&self) -> Arc<LogHealth> {
+        self.shared.health.clone()
+    }
+
+    /// Asks the broker for the head (one ListOffsets round trip), which tells
+    /// whether it answers even while nothing is appended or read; updates
+    /// [`KafkaLog::health`] either way.
+    pub async fn probe(&self) -> Result<Position> {
+        let head = consume::head(&self.shared).await;
+        self.shared.health.reachable(head.is_ok());
+        head
     }
 }
 
@@ -241,7 +284,9 @@ impl EventLog for KafkaLog {
     }
 
     async fn read(&self, from: &Position, limit: usize) -> Result<Vec<Record>> {
-        consume::read(&self.shared, from, limit).await
+        let records = consume::read(&self.shared, from, limit).await?;
+        self.shared.health.read_ok();
+        Ok(records)
     }
 
     fn follow(&self, from: Position) -> BoxStream<'static, Result<FollowItem>> {

@@ -37,11 +37,41 @@
 //! into [`Error::Timeout`], so an append never hangs. Adapters put `COMPLETED` in an
 //! append of its own, so their appends have at most two runs.
 //!
-//! What it does NOT do: retry after a failed report (the caller decides; a retried
-//! marker writes its copies again, which the fold counts once per partition), or
-//! make a batch atomic on the broker (no transactions: some events of a failed
-//! batch may be stored, which the trait allows; copies are never sent unless every
-//! event before the marker was acknowledged).
+//! # Fatal producer errors: rebuild and resend once
+//!
+//! librdkafka makes some errors fatal for the whole producer (a sequence
+//! desynchronised with the broker, an authorization failure on InitProducerId),
+//! and the broker can fence the producer's epoch: after an outage longer than
+//! `append_timeout`, Tansu answers every produce of the old epoch with
+//! `PRODUCER_FENCED`, per message, for good. Either way every later message of
+//! that producer fails, so keeping it would fail every append until a restart.
+//! After an append fails, `append` asks the producer (`fatal_error()`) and looks
+//! at the failure's code (`breaks_the_producer`); when either says the producer
+//! is done for, the producer is
+//! replaced by a new one (a new producer id and epoch; appends that saw the same
+//! fatal producer replace it once, by generation) and the whole batch is sent
+//! again, once, on the new producer. The old one's queued messages are purged.
+//! If the resend fails too, the error goes to the caller, whose next append uses
+//! the new producer; adapters keep their state and re-plan (see
+//! `adapters::common::append`). This producer is idempotent, not transactional,
+//! so there is no `init_transactions` to redo: the new producer gets its id in the
+//! background, as at connect.
+//!
+//! Why a resend is safe: every event is an entity-level upsert or delete, keyed by
+//! entity, and the whole batch goes again in its order, so per key the log holds
+//! the batch's order after whatever of the failed attempt got stored: the last
+//! record of each key is the batch's last event for it, and folding a repeated
+//! upsert again yields the same state (a repeated `COMPLETED` marker copy is
+//! counted once per partition by the fold). Messages a fatal producer still had
+//! queued were never sent, so in the usual case nothing is stored twice; a message
+//! whose request was on the wire when the producer turned fatal may be, as a
+//! duplicate of the same state, never as an older state after a newer one.
+//!
+//! What it does NOT do: retry after a failed report on a healthy producer (the
+//! caller decides; a retried marker writes its copies again, which the fold counts
+//! once per partition), or make a batch atomic on the broker (no transactions:
+//! some events of a failed batch may be stored, which the trait allows; copies are
+//! never sent unless every event before the marker was acknowledged).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -50,10 +80,11 @@ use deltapilot_proto::Event;
 use deltapilot_proto::event::Payload;
 use deltapilot_proto::resync_marker::Phase;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureRecord};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer, PurgeConfig};
 use tokio::time::Instant;
 
-use super::Shared;
+use super::{ProducerSlot, Shared, config};
+use crate::health::AppendFailure;
 use crate::{Error, Result};
 use crate::{RecordPos, encode_event};
 
@@ -83,12 +114,133 @@ struct Outgoing {
     partition: Option<i32>,
 }
 
-/// Appends `events` and returns where each landed, in input order.
+/// Appends `events` and returns where each landed, in input order; rebuilds the
+/// producer and resends the batch once after a fatal producer error (see the
+/// module docs). Every outcome is recorded in the log's health.
 pub(super) async fn append(shared: &Shared, events: &[Event]) -> Result<Vec<RecordPos>> {
     if events.is_empty() {
         return Ok(Vec::new());
     }
-    let batch = prepare(events, shared.partitions)?;
+    let batch = prepare(events, shared.partitions).inspect_err(|_| {
+        shared.health.append_failed(AppendFailure::InvalidEvent);
+    })?;
+    let mut resent = false;
+    loop {
+        let (generation, producer) = shared.producer();
+        let failure = match append_on(shared, &producer, &batch).await {
+            Ok(at) => {
+                shared.health.append_ok();
+                return Ok(at);
+            }
+            Err(f) => f,
+        };
+        let broken = producer.client().fatal_error().or_else(|| {
+            failure
+                .code
+                .filter(|c| breaks_the_producer(*c))
+                .map(|c| (c, failure.error.to_string()))
+        });
+        let Some((code, why)) = broken else {
+            shared.health.append_failed(failure.reason);
+            return Err(failure.error);
+        };
+        shared.health.append_failed(AppendFailure::Fatal);
+        rebuild(shared, generation, code, &why)?;
+        if resent {
+            return Err(failure.error);
+        }
+        tracing::warn!(
+            topic = %shared.target.topic,
+            brokers = %shared.target.brokers,
+            error = %failure.error,
+            events = batch.len(),
+            "kafka append: the producer hit a fatal error; resending the batch on a new producer"
+        );
+        resent = true;
+    }
+}
+
+/// Replaces the producer of `generation` (fatal with `code`: `why`) by a new one,
+/// unless another append already did; purges what the old one still queued, so
+/// its delivery reports resolve now.
+fn rebuild(shared: &Shared, generation: u64, code: RDKafkaErrorCode, why: &str) -> Result<()> {
+    let mut slot = shared
+        .producer
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if slot.generation != generation {
+        return Ok(());
+    }
+    let fresh: FutureProducer = config::producer(&shared.target.brokers, &shared.opts)
+        .create()
+        .map_err(|e| shared.target.err("create producer", e))?;
+    let old = std::mem::replace(
+        &mut *slot,
+        ProducerSlot {
+            generation: generation + 1,
+            producer: fresh,
+        },
+    );
+    drop(slot);
+    old.producer
+        .purge(PurgeConfig::default().queue().inflight().non_blocking());
+    shared.health.producer_rebuilt();
+    tracing::warn!(
+        topic = %shared.target.topic,
+        brokers = %shared.target.brokers,
+        fatal = %format!("{code}: {why}"),
+        generation = generation + 1,
+        "kafka: rebuilt the producer after a fatal error"
+    );
+    Ok(())
+}
+
+/// Delivery errors after which this producer's id and epoch are of no further
+/// use: librdkafka's own fatal codes, and the broker's answers that fence the
+/// epoch or disown the producer id. An idempotent (non-transactional) librdkafka
+/// producer does not always raise these as a client-wide fatal error (Tansu's
+/// `PRODUCER_FENCED` comes back per message, and every later message gets it
+/// too), so they are treated as fatal here.
+fn breaks_the_producer(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::Fatal
+            | RDKafkaErrorCode::Fenced
+            | RDKafkaErrorCode::Inconsistent
+            | RDKafkaErrorCode::GaplessGuarantee
+            | RDKafkaErrorCode::ProducerFenced
+            | RDKafkaErrorCode::InvalidProducerEpoch
+            | RDKafkaErrorCode::InvalidProducerIdMapping
+            | RDKafkaErrorCode::OutOfOrderSequenceNumber
+            | RDKafkaErrorCode::UnknownProducerId
+    )
+}
+
+/// A failed attempt and why, for the health counters and the fatal check.
+struct Failure {
+    error: Error,
+    reason: AppendFailure,
+    /// The client's error code, when the failure came from the client.
+    code: Option<RDKafkaErrorCode>,
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
+        let reason = AppendFailure::of(&error);
+        Self {
+            error,
+            reason,
+            code: None,
+        }
+    }
+}
+
+/// One attempt at the whole batch on `producer`.
+async fn append_on(
+    shared: &Shared,
+    producer: &FutureProducer,
+    batch: &[Prepared],
+) -> Result<Vec<RecordPos>, Failure> {
     let n = batch.len();
     let partitions = i32::try_from(shared.partitions).map_err(|_| {
         shared.target.err(
@@ -108,7 +260,7 @@ pub(super) async fn append(shared: &Shared, events: &[Event]) -> Result<Vec<Reco
             index,
             partition: None,
         });
-        for (s, pos) in send_run(shared, &batch, keyed).await? {
+        for (s, pos) in send_run(shared, producer, batch, keyed).await? {
             landed[s.index] = Some(pos);
             head.advance(pos);
         }
@@ -119,7 +271,7 @@ pub(super) async fn append(shared: &Shared, events: &[Event]) -> Result<Vec<Reco
             index: cut,
             partition: Some(p),
         });
-        for (_, pos) in send_run(shared, &batch, copies).await? {
+        for (_, pos) in send_run(shared, producer, batch, copies).await? {
             landed[cut] = landed[cut].max(Some(pos));
             head.advance(pos);
         }
@@ -131,10 +283,10 @@ pub(super) async fn append(shared: &Shared, events: &[Event]) -> Result<Vec<Reco
         .enumerate()
         .map(|(i, pos)| {
             pos.ok_or_else(|| {
-                shared.target.err(
+                Failure::from(shared.target.err(
                     "append",
                     format!("event {i} of {n} got no position (a bug in the Kafka backend)"),
-                )
+                ))
             })
         })
         .collect()
@@ -200,9 +352,10 @@ fn prepare(events: &[Event], partitions: usize) -> Result<Vec<Prepared>> {
 /// enqueue order.
 async fn send_run(
     shared: &Shared,
+    producer: &FutureProducer,
     batch: &[Prepared],
     sends: impl Iterator<Item = Outgoing>,
-) -> Result<Vec<(Outgoing, RecordPos)>> {
+) -> Result<Vec<(Outgoing, RecordPos)>, Failure> {
     let deadline =
         Instant::now() + shared.opts.append_timeout + shared.opts.request_timeout + GUARD_SLACK;
     let mut in_flight: VecDeque<(Outgoing, DeliveryFuture)> = VecDeque::new();
@@ -219,7 +372,7 @@ async fn send_run(
             if let Some(ts) = ev.timestamp_ms {
                 record = record.timestamp(ts);
             }
-            match shared.producer.send_result(record) {
+            match producer.send_result(record) {
                 Ok(report) => {
                     in_flight.push_back((s, report));
                     break;
@@ -236,16 +389,21 @@ async fn send_run(
                             after: shared.opts.append_timeout
                                 + shared.opts.request_timeout
                                 + GUARD_SLACK,
-                        });
+                        }
+                        .into());
                     } else {
                         tokio::time::sleep(QUEUE_FULL_BACKOFF).await;
                     }
                 }
                 Err((e, _)) => {
-                    return Err(shared.target.err(
-                        "append",
-                        format!("could not enqueue {}: {e}", describe(batch, s)),
-                    ));
+                    return Err(Failure {
+                        error: shared.target.err(
+                            "append",
+                            format!("could not enqueue {}: {e}", describe(batch, s)),
+                        ),
+                        reason: reason_of(&e),
+                        code: e.rdkafka_error_code(),
+                    });
                 }
             }
         }
@@ -278,7 +436,7 @@ async fn settle(
     s: Outgoing,
     report: DeliveryFuture,
     deadline: Instant,
-) -> Result<RecordPos> {
+) -> Result<RecordPos, Failure> {
     let outcome = tokio::time::timeout_at(deadline, report)
         .await
         .map_err(|_| {
@@ -296,7 +454,7 @@ async fn settle(
         })?
         // The sender half lives in librdkafka's delivery callback; it is only dropped
         // unanswered when the producer itself is torn down.
-        .map_err(|_| Error::Closed)?;
+        .map_err(|_| Failure::from(Error::Closed))?;
     match outcome {
         Ok(delivery) => {
             let partition = u32::try_from(delivery.partition);
@@ -307,7 +465,7 @@ async fn settle(
                 {
                     Ok(RecordPos { partition, offset })
                 }
-                _ => Err(shared.target.err(
+                _ => Err(Failure::from(shared.target.err(
                     "append",
                     format!(
                         "{} was acknowledged at an unexpected position (partition {}, offset {})",
@@ -315,7 +473,7 @@ async fn settle(
                         delivery.partition,
                         delivery.offset
                     ),
-                )),
+                ))),
             }
         }
         Err((e, _)) => {
@@ -326,10 +484,26 @@ async fn settle(
                 ),
                 _ => String::new(),
             };
-            Err(shared.target.err(
-                "append",
-                format!("{} was not stored: {e}{hint}", describe(batch, s)),
-            ))
+            Err(Failure {
+                error: shared.target.err(
+                    "append",
+                    format!("{} was not stored: {e}{hint}", describe(batch, s)),
+                ),
+                reason: reason_of(&e),
+                code: e.rdkafka_error_code(),
+            })
         }
+    }
+}
+
+/// The health reason of a client error (`fatal` is decided by the producer's own
+/// state, in `append`).
+fn reason_of(e: &KafkaError) -> AppendFailure {
+    match e.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::MessageTimedOut | RDKafkaErrorCode::RequestTimedOut) => {
+            AppendFailure::Timeout
+        }
+        Some(c) if breaks_the_producer(c) => AppendFailure::Fatal,
+        _ => AppendFailure::Broker,
     }
 }

@@ -15,9 +15,11 @@ use deltapilot_adapters::file::{FileAdapter, FileAdapterOptions};
 use deltapilot_adapters::kubernetes::{KubernetesAdapter, KubernetesOptions};
 use deltapilot_engine::runner::Engine;
 use deltapilot_log::{Log, Position};
-use deltapilot_server::adapter_health::{self, AdapterWatch, not_ready_reason};
+use deltapilot_server::adapter_health::{self, AdapterWatch};
 use deltapilot_server::admin::{DebugState, ReadyFn};
+use deltapilot_server::log_health::{self, LogWatch};
 use deltapilot_server::metrics::Metrics;
+use deltapilot_server::readiness::{self, Inputs};
 use deltapilot_server::xds::service::{PublishClock, XdsShared};
 use deltapilot_xds::snapshot::SnapshotReader;
 use tokio::net::TcpListener;
@@ -225,7 +227,22 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
             shutdown.clone(),
         ));
     }
-    let ready_fn = ready_fn(ready.clone(), adapters.clone());
+    let log_watch = LogWatch::new(&log);
+    {
+        let watch = log_watch.clone();
+        metrics.on_scrape(move |m| watch.export(m));
+        let (log, watch, shutdown) = (log.clone(), log_watch.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            log_health::probe(log, watch, shutdown).await;
+            Ok(())
+        });
+    }
+    let ready_fn = ready_fn(
+        ready.clone(),
+        adapters.clone(),
+        log_watch,
+        snapshots.clone(),
+    );
     {
         let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
         tasks.spawn(async move {
@@ -314,18 +331,31 @@ async fn publish_clock(
     }
 }
 
-/// `/readyz`: ready once the engine has caught up with the log head and every
-/// in-process adapter's start-up resync is in the log (otherwise a fresh replica
-/// would report ready while still serving the previous run's view). A Eureka
-/// server (or Kubernetes API server) that has not answered since start keeps the
-/// process not ready; one that goes down later does not (the last state is kept
-/// and served).
-fn ready_fn(engine_ready: watch::Receiver<bool>, adapters: Vec<AdapterWatch>) -> ReadyFn {
+/// `/readyz`: not ready until the engine has caught up with the log head and
+/// every in-process adapter's start-up resync is in the log (otherwise a fresh
+/// replica would report ready while still serving the previous run's view). A
+/// Eureka server (or Kubernetes API server) that has not answered since start
+/// keeps the process not ready; one that goes down later does not (the last
+/// state is kept and served). After that, "caught up" or "serving the last good
+/// state" (log unreachable or ahead of the engine, an adapter that cannot
+/// append), both ready: see `readiness`.
+fn ready_fn(
+    engine_ready: watch::Receiver<bool>,
+    adapters: Vec<AdapterWatch>,
+    log: Arc<LogWatch>,
+    snapshots: SnapshotReader,
+) -> ReadyFn {
     Arc::new(move || {
-        if !*engine_ready.borrow() {
-            return Err("the engine is catching up with the log".into());
-        }
-        not_ready_reason(&adapters).map_or(Ok(()), Err)
+        let reports: Vec<_> = adapters.iter().map(AdapterWatch::report).collect();
+        let snap = snapshots.load();
+        readiness::evaluate(&Inputs {
+            engine_caught_up: *engine_ready.borrow(),
+            adapters: &reports,
+            log: log.health(),
+            probe_error: log.probe_error(),
+            settled_head: log.settled_head(),
+            engine_position: &snap.position,
+        })
     })
 }
 
