@@ -7,6 +7,7 @@
 
 pub mod adapter_health;
 pub mod admin;
+pub mod conn;
 pub mod metrics;
 pub mod process;
 pub mod xds;
