@@ -401,7 +401,7 @@ fn reject_reason(e: &Error) -> &'static str {
 /// Backpressure is HTTP/2's: the body is polled for the next response only when
 /// the stream has send window, and at most one response per type is in flight,
 /// so nothing queues. While a client withholds window entirely the loop is not
-/// polled, so its stall timer cannot fire; HTTP/2 keepalive (see [`serve`]) still
+/// polled, so its stall timer cannot fire; HTTP/2 keepalive (see [`serve_with`]) still
 /// closes a connection whose peer stopped reading its socket.
 fn run_stream<P: Protocol>(
     shared: Arc<XdsShared>,
