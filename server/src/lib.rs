@@ -1,12 +1,13 @@
 //! deltapilot's server side: the xDS gRPC server (delta and SotW ADS), the admin
-//! HTTP server and its metrics. The `deltapilot` binary (`src/main.rs`) wires them
-//! to the engine and the adapters.
+//! HTTP server and its metrics, and the connection limits of both (`conn`). The
+//! `deltapilot` binary (`src/main.rs`) wires them to the engine and the adapters.
 //!
 //! What it does NOT do: fold events or build resources (that is the engine), or
 //! watch registries (that is the adapters).
 
 pub mod adapter_health;
 pub mod admin;
+pub mod conn;
 pub mod log_health;
 pub mod metrics;
 pub mod process;

@@ -19,6 +19,8 @@
 //!   (`unknown_type`, `too_many_names`, `wrong_service`, `too_many_streams`, `stalled`,
 //!   `bad_message`: oversized or undecodable).
 //! - `xds_stale_nonces_total` — ACK/NACKs whose nonce matched nothing (ignored).
+//! - `connections_*{listener}` — open, accepted, refused and timed-out TCP
+//!   connections of the xDS and admin listeners (see [`crate::conn::metrics`]).
 //! - `snapshot_seq` — newest snapshot sequence the server has seen.
 //! - `resyncs_pending` — sources whose `COMPLETED` resync marker was written to
 //!   several partitions and still waits for some copies (its sweep is deferred
@@ -133,6 +135,8 @@ pub struct Metrics {
     pub rejected: Family<Labels<1>, Counter>,
     /// See the module docs.
     pub stale_nonces: Counter,
+    /// Connections of both listeners (see [`crate::conn::metrics`]).
+    pub connections: crate::conn::ConnMetrics,
     /// See the module docs.
     pub snapshot_seq: Gauge,
     /// See the module docs.
@@ -210,6 +214,7 @@ impl Metrics {
             reconnect_resent: Family::default(),
             rejected: Family::default(),
             stale_nonces: Counter::default(),
+            connections: crate::conn::ConnMetrics::default(),
             snapshot_seq: Gauge::default(),
             resyncs_pending: Gauge::default(),
             endpoints_held: Gauge::default(),
@@ -281,6 +286,7 @@ impl Metrics {
             "ACK/NACKs whose nonce matched no response (ignored)",
             m.stale_nonces.clone(),
         );
+        m.connections.register(&mut registry);
         registry.register(
             "snapshot_seq",
             "Newest snapshot sequence seen by the server",

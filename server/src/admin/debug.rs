@@ -47,6 +47,14 @@ pub struct DebugState {
     pub log: Option<Arc<Log>>,
 }
 
+/// What [`routes`] exposes, in words, for the warning `deltapilot run` logs when
+/// it serves them on a non-loopback address. Kept next to the routes so that a
+/// new route is named here too.
+pub const EXPOSES: &str = "/debug/syncz (every connected proxy: node ids, versions, NACK \
+     messages), /debug/config_dump (any proxy's full configuration), /debug/snapshot, \
+     /debug/events (the event log's records) and /debug/registry (every service and \
+     endpoint address)";
+
 /// The debug routes.
 pub fn routes(state: DebugState) -> Router {
     Router::new()

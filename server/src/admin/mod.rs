@@ -18,12 +18,14 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 
+use crate::conn::ConnLimits;
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
 
 pub mod debug;
 pub mod dump;
 pub mod events;
+mod listen;
 pub mod registry_view;
 pub mod render;
 pub mod syncz;
@@ -83,26 +85,27 @@ async fn metrics_text(State(s): State<AdminState>) -> impl IntoResponse {
     )
 }
 
-/// Serves `routes` (see [`router_with_debug`]) on `listener` until `shutdown`
-/// resolves.
+/// Serves `routes` (see [`router_with_debug`]) on `listener` under `limits`
+/// (counted in `metrics`' connection metrics) until `shutdown` resolves.
 pub async fn serve_routes(
     listener: tokio::net::TcpListener,
     routes: Router,
+    limits: ConnLimits,
+    metrics: &Metrics,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, routes)
-        .with_graceful_shutdown(shutdown)
-        .await
+    listen::serve_gated(listener, routes, limits, &metrics.connections, shutdown).await;
+    Ok(())
 }
 
-/// Serves the admin routes on `listener` until `shutdown` resolves.
+/// Serves the admin routes on `listener`, with the default connection limits,
+/// until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
     ready: ReadyFn,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(metrics, ready))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let routes = router(metrics.clone(), ready);
+    serve_routes(listener, routes, ConnLimits::ADMIN, &metrics, shutdown).await
 }

@@ -40,6 +40,8 @@ use super::request::DeltaRequest;
 use super::sotw::SotwStream;
 use super::{Limits, RequestOutcome};
 use crate::Error;
+use crate::conn::accept::Acceptor;
+use crate::conn::{ConnInfo, ListenerKind, XdsConnOptions};
 use crate::metrics::Metrics;
 
 /// How many snapshot publication times [`PublishClock`] remembers; pushes are
@@ -399,7 +401,7 @@ fn reject_reason(e: &Error) -> &'static str {
 /// Backpressure is HTTP/2's: the body is polled for the next response only when
 /// the stream has send window, and at most one response per type is in flight,
 /// so nothing queues. While a client withholds window entirely the loop is not
-/// polled, so its stall timer cannot fire; HTTP/2 keepalive (see [`serve`]) still
+/// polled, so its stall timer cannot fire; HTTP/2 keepalive (see [`serve_with`]) still
 /// closes a connection whose peer stopped reading its socket.
 fn run_stream<P: Protocol>(
     shared: Arc<XdsShared>,
@@ -613,6 +615,9 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if let Some(conn) = req.extensions().get::<ConnInfo>() {
+            conn.request_seen();
+        }
         let shared = self.shared.clone();
         let max = shared.limits.max_request_bytes;
         let method = req
@@ -685,18 +690,42 @@ pub fn bind_listener(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListen
     socket.listen(XDS_LISTEN_BACKLOG).map_err(err)
 }
 
-/// Serves xDS on `listener` until `drain` turns true; open streams end with
-/// `UNAVAILABLE` at that moment, and the caller bounds the rest with its grace
-/// period.
+/// Serves xDS on `listener` with the default connection options (see
+/// [`serve_with`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     shared: Arc<XdsShared>,
 ) -> Result<(), tonic::transport::Error> {
+    serve_with(listener, shared, XdsConnOptions::default()).await
+}
+
+/// Serves xDS on `listener` until `drain` turns true; open streams end with
+/// `UNAVAILABLE` at that moment, and the caller bounds the rest with its grace
+/// period.
+///
+/// Connections pass `opts`' caps and handshake timeout (see [`crate::conn`]), and
+/// each is pinged every `keepalive_interval`: a peer that stops answering is
+/// dropped after `keepalive_timeout`, even when it also withholds flow-control
+/// window (which stops its streams' own timers, see `run_stream`).
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    shared: Arc<XdsShared>,
+    opts: XdsConnOptions,
+) -> Result<(), tonic::transport::Error> {
     let mut drain = shared.drain.clone();
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let acceptor = Acceptor::new(
+        listener,
+        ListenerKind::Xds,
+        &opts.limits,
+        &shared.metrics.connections,
+    );
+    let incoming = futures::stream::unfold(acceptor, |mut a| async move {
+        let io = a.next().await;
+        Some((Ok::<_, std::io::Error>(io), a))
+    });
     tonic::transport::Server::builder()
-        .tcp_nodelay(true)
-        .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
+        .http2_keepalive_interval(Some(opts.keepalive_interval))
+        .http2_keepalive_timeout(Some(opts.keepalive_timeout))
         .add_routes(routes(shared))
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = drain.wait_for(|d| *d).await;

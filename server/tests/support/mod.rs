@@ -217,6 +217,18 @@ impl Deltapilot {
         xds_port: u16,
         admin_port: u16,
     ) -> Deltapilot {
+        Self::start_with(dir, data, watch, xds_port, admin_port, &[])
+    }
+
+    /// As [`Deltapilot::start`], with `extra` flags.
+    pub fn start_with(
+        dir: &Path,
+        data: &Path,
+        watch: &Path,
+        xds_port: u16,
+        admin_port: u16,
+        extra: &[&str],
+    ) -> Deltapilot {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltapilot"));
         cmd.arg("run")
             .arg("--xds-addr")
@@ -230,6 +242,7 @@ impl Deltapilot {
             .arg("--bind-outbound")
             .arg("--outbound-address")
             .arg("127.0.0.1")
+            .args(extra)
             .env("RUST_LOG", "info,deltapilot_server=debug");
         let n = std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
         let proc = Proc::spawn("deltapilot", cmd, dir.join(format!("deltapilot-{n}.log")));

@@ -34,6 +34,9 @@ use self::wiring::{Adapters, Listeners, Parts};
 /// Runs until SIGTERM or SIGINT (then drains), or until a component fails.
 pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
     let s = args.settings()?;
+    if let Some(warning) = s.debug_exposure_warning() {
+        tracing::warn!("{warning}");
+    }
     // Adapters and listeners first: a bad kubeconfig or a port in use fails the
     // start before the log is opened.
     let adapters = Adapters::new(&s).await?;

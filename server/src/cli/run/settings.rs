@@ -19,6 +19,7 @@ use clap::{ArgMatches, FromArgMatches};
 use deltapilot_adapters::eureka::EurekaOptions;
 use deltapilot_engine::checkpoint::CheckpointPolicy;
 use deltapilot_log::{LogOptions, LogUri, parse_uri};
+use deltapilot_server::conn::{ConnLimits, XdsConnOptions};
 use deltapilot_server::xds::Limits;
 use deltapilot_xds::generate::GenOptions;
 use serde::Deserialize;
@@ -93,6 +94,53 @@ pub(crate) struct RunConfig {
     /// Seconds a stream may stay silent with a response un-ACKed before it is closed [default: 300].
     #[arg(long, env = "DELTAPILOT_STALL_TIMEOUT_SECS")]
     stall_timeout_secs: Option<u64>,
+    /// Most TCP connections open at once on the xDS port; more are closed on accept [default: 100000].
+    #[arg(long, env = "DELTAPILOT_XDS_MAX_CONNECTIONS", value_name = "N")]
+    xds_max_connections: Option<usize>,
+    /// Most xDS connections open at once from one source address, 0 for no such
+    /// cap (proxies behind a NAT share one) [default: 0].
+    #[arg(
+        long,
+        env = "DELTAPILOT_XDS_MAX_CONNECTIONS_PER_SOURCE",
+        value_name = "N"
+    )]
+    xds_max_connections_per_source: Option<usize>,
+    /// Seconds an xDS connection may take to send its first request (HTTP/2
+    /// preface and the first stream) before it is closed [default: 20].
+    #[arg(
+        long,
+        env = "DELTAPILOT_XDS_HANDSHAKE_TIMEOUT_SECS",
+        value_name = "SECS"
+    )]
+    xds_handshake_timeout_secs: Option<u64>,
+    /// Seconds between HTTP/2 pings on each xDS connection [default: 30].
+    #[arg(
+        long,
+        env = "DELTAPILOT_XDS_KEEPALIVE_INTERVAL_SECS",
+        value_name = "SECS"
+    )]
+    xds_keepalive_interval_secs: Option<u64>,
+    /// Seconds an xDS connection may leave a ping unanswered before it is closed [default: 20].
+    #[arg(
+        long,
+        env = "DELTAPILOT_XDS_KEEPALIVE_TIMEOUT_SECS",
+        value_name = "SECS"
+    )]
+    xds_keepalive_timeout_secs: Option<u64>,
+    /// Most TCP connections open at once on the admin port [default: 256].
+    #[arg(long, env = "DELTAPILOT_ADMIN_MAX_CONNECTIONS", value_name = "N")]
+    admin_max_connections: Option<usize>,
+    /// Most admin connections open at once from one source address, 0 for no such cap [default: 32].
+    #[arg(
+        long,
+        env = "DELTAPILOT_ADMIN_MAX_CONNECTIONS_PER_SOURCE",
+        value_name = "N"
+    )]
+    admin_max_connections_per_source: Option<usize>,
+    /// Seconds an admin connection may take to send a request head, the first or
+    /// the next on a kept-alive connection, before it is closed [default: 30].
+    #[arg(long, env = "DELTAPILOT_ADMIN_IDLE_TIMEOUT_SECS", value_name = "SECS")]
+    admin_idle_timeout_secs: Option<u64>,
     /// Seconds to wait for streams and tasks to finish after SIGTERM/SIGINT [default: 10].
     #[arg(long, env = "DELTAPILOT_DRAIN_GRACE_SECS")]
     drain_grace_secs: Option<u64>,
@@ -185,6 +233,10 @@ pub(crate) struct Settings {
     pub(super) eureka: Option<EurekaOptions>,
     pub(super) gen_opts: GenOptions,
     pub(super) limits: Limits,
+    /// The xDS listener's connection caps, handshake timeout and keepalive.
+    pub(super) xds_conn: XdsConnOptions,
+    /// The admin listener's connection caps and idle timeout.
+    pub(super) admin_conn: ConnLimits,
     pub(super) drain_grace: Duration,
     /// `None`: checkpoints are off.
     pub(super) checkpoints: Option<CheckpointPolicy>,
@@ -245,6 +297,7 @@ impl RunConfig {
     /// Applies the defaults and checks every setting.
     fn validate(self) -> anyhow::Result<Settings> {
         let limits = self.limits()?;
+        let (xds_conn, admin_conn) = self.conn_options()?;
         for w in &self.watch {
             if !w.is_dir() {
                 bail!(
@@ -310,6 +363,8 @@ impl RunConfig {
             eureka,
             gen_opts,
             limits,
+            xds_conn,
+            admin_conn,
             drain_grace,
             checkpoints,
             debug_endpoints,
@@ -354,6 +409,75 @@ impl RunConfig {
             );
         }
         Ok(limits)
+    }
+}
+
+impl RunConfig {
+    /// The connection options of both listeners; caps and timeouts at least 1
+    /// (a per-source cap of 0 means none).
+    fn conn_options(&self) -> anyhow::Result<(XdsConnOptions, ConnLimits)> {
+        let d = XdsConnOptions::default();
+        let secs = |v: Option<u64>, d: Duration| v.map_or(d, Duration::from_secs);
+        let xds = XdsConnOptions {
+            limits: ConnLimits {
+                max_connections: self.xds_max_connections.unwrap_or(d.limits.max_connections),
+                max_per_source: self
+                    .xds_max_connections_per_source
+                    .unwrap_or(d.limits.max_per_source),
+                request_timeout: secs(self.xds_handshake_timeout_secs, d.limits.request_timeout),
+            },
+            keepalive_interval: secs(self.xds_keepalive_interval_secs, d.keepalive_interval),
+            keepalive_timeout: secs(self.xds_keepalive_timeout_secs, d.keepalive_timeout),
+        };
+        let a = ConnLimits::ADMIN;
+        let admin = ConnLimits {
+            max_connections: self.admin_max_connections.unwrap_or(a.max_connections),
+            max_per_source: self
+                .admin_max_connections_per_source
+                .unwrap_or(a.max_per_source),
+            request_timeout: secs(self.admin_idle_timeout_secs, a.request_timeout),
+        };
+        for (name, v) in [
+            ("xds-max-connections", xds.limits.max_connections as u64),
+            (
+                "xds-handshake-timeout-secs",
+                xds.limits.request_timeout.as_secs(),
+            ),
+            (
+                "xds-keepalive-interval-secs",
+                xds.keepalive_interval.as_secs(),
+            ),
+            (
+                "xds-keepalive-timeout-secs",
+                xds.keepalive_timeout.as_secs(),
+            ),
+            ("admin-max-connections", admin.max_connections as u64),
+            ("admin-idle-timeout-secs", admin.request_timeout.as_secs()),
+        ] {
+            if v == 0 {
+                bail!("--{name} must be at least 1");
+            }
+        }
+        Ok((xds, admin))
+    }
+}
+
+impl Settings {
+    /// The warning to log at start when `/debug/*` is served on a non-loopback
+    /// admin address: anyone who reaches it reads the whole mesh's
+    /// configuration, and nothing authenticates them.
+    pub(super) fn debug_exposure_warning(&self) -> Option<String> {
+        if !self.debug_endpoints || self.admin_addr.ip().is_loopback() {
+            return None;
+        }
+        Some(format!(
+            "the admin server listens on {} (not loopback) with --debug-endpoints on: \
+             anyone who can reach it can read {} without authentication (the admin \
+             server has none yet); keep the address on a trusted network, or set \
+             --debug-endpoints off",
+            self.admin_addr,
+            deltapilot_server::admin::debug::EXPOSES
+        ))
     }
 }
 
@@ -517,6 +641,91 @@ mod tests {
         std::fs::write(&j, "colour: blue").expect("write");
         let e = format!("{:#}", read_config(&j).expect_err("unknown key"));
         assert!(e.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn connection_limits_have_safe_defaults_and_are_checked() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let data = dir.path().join("d");
+        let data = data.to_str().expect("utf-8");
+        let s = settings(&["--data-dir", data]).expect("defaults");
+        assert_eq!(s.xds_conn, XdsConnOptions::default());
+        assert_eq!(s.admin_conn, ConnLimits::ADMIN);
+        let c = dir.path().join("c.yaml");
+        std::fs::write(
+            &c,
+            "xds-max-connections-per-source: 50\nadmin-idle-timeout-secs: 5\n",
+        )
+        .expect("write");
+        let s = settings(&[
+            "--data-dir",
+            data,
+            "--config",
+            c.to_str().expect("utf-8"),
+            "--xds-max-connections",
+            "7",
+            "--xds-handshake-timeout-secs",
+            "3",
+            "--xds-keepalive-interval-secs",
+            "4",
+            "--xds-keepalive-timeout-secs",
+            "9",
+            "--admin-max-connections-per-source",
+            "0",
+        ])
+        .expect("valid");
+        assert_eq!(
+            s.xds_conn,
+            XdsConnOptions {
+                limits: ConnLimits {
+                    max_connections: 7,
+                    max_per_source: 50,
+                    request_timeout: Duration::from_secs(3),
+                },
+                keepalive_interval: Duration::from_secs(4),
+                keepalive_timeout: Duration::from_secs(9),
+            }
+        );
+        assert_eq!(s.admin_conn.max_per_source, 0);
+        assert_eq!(s.admin_conn.request_timeout, Duration::from_secs(5));
+        for flag in [
+            "--xds-max-connections",
+            "--xds-handshake-timeout-secs",
+            "--xds-keepalive-interval-secs",
+            "--xds-keepalive-timeout-secs",
+            "--admin-max-connections",
+            "--admin-idle-timeout-secs",
+        ] {
+            let e = format!(
+                "{:#}",
+                settings(&["--data-dir", data, flag, "0"]).expect_err("zero")
+            );
+            assert!(e.contains(&format!("{flag} must be at least 1")), "{e}");
+        }
+    }
+
+    #[test]
+    fn debug_endpoints_on_a_non_loopback_admin_address_carry_a_warning() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let data = dir.path().join("d");
+        let data = data.to_str().expect("utf-8");
+        let warn = |args: &[&str]| {
+            let mut all = vec!["--data-dir", data];
+            all.extend_from_slice(args);
+            settings(&all).expect("valid").debug_exposure_warning()
+        };
+        let w =
+            warn(&["--admin-addr", "0.0.0.0:15014", "--debug-endpoints", "on"]).expect("warned");
+        assert!(
+            w.contains("0.0.0.0:15014") && w.contains("/debug/config_dump"),
+            "{w}"
+        );
+        assert_eq!(
+            warn(&["--admin-addr", "0.0.0.0:15014"]),
+            None,
+            "auto: not mounted"
+        );
+        assert_eq!(warn(&["--debug-endpoints", "on"]), None, "loopback");
     }
 
     #[test]

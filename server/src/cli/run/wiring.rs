@@ -264,18 +264,27 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
         streams: shared.streams(),
         log: Some(log),
     });
+    let (xds_conn, admin_conn) = (s.xds_conn, s.admin_conn);
     tasks.spawn(async move {
-        deltapilot_server::xds::service::serve(listeners.xds, shared)
+        deltapilot_server::xds::service::serve_with(listeners.xds, shared, xds_conn)
             .await
             .context("xDS server failed")
     });
     {
         let mut shutdown = shutdown.clone();
         tasks.spawn(async move {
-            let routes = deltapilot_server::admin::router_with_debug(metrics, ready_fn, debug);
-            deltapilot_server::admin::serve_routes(listeners.admin, routes, async move {
+            let routes =
+                deltapilot_server::admin::router_with_debug(metrics.clone(), ready_fn, debug);
+            let stop = async move {
                 let _ = shutdown.wait_for(|s| *s).await;
-            })
+            };
+            deltapilot_server::admin::serve_routes(
+                listeners.admin,
+                routes,
+                admin_conn,
+                &metrics,
+                stop,
+            )
             .await
             .context("admin server failed")
         });
