@@ -475,7 +475,7 @@ async fn get_keep_alive(s: &mut TcpStream, path: &str) -> u16 {
 async fn idle_and_silent_admin_connections_are_closed_and_the_per_source_cap_holds() {
     let timeout = Duration::from_secs(2);
     let metrics = Arc::new(Metrics::new());
-    let ready: ReadyFn = Arc::new(|| Ok(()));
+    let ready: ReadyFn = Arc::new(deltapilot_server::readiness::Readiness::caught_up);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
