@@ -97,7 +97,7 @@ fn many_keys_of_one_hash_survive_resizes_and_the_big_bucket() {
                 let want = model.insert((h, k.clone()), step);
                 assert_eq!(map.insert(h, rec(k, step)).map(|r| r.value), want, "{k}");
             }
-            if step % 97 == 0 {
+            if step.is_multiple_of(97) {
                 map.check();
             }
         }
