@@ -23,6 +23,10 @@
 # main checkout share them, and a later build in the checkout would take the
 # worktree's build as fresh when its own sources are older (seen in the tenth
 # session of 2026-11-30: a bench built from the wrong revision).
+#
+# BENCH_PAIR_KEEP=DIR keeps each built bench binary in DIR, named by bench and
+# commit, and a later run with the same DIR reuses it instead of building the
+# revision again (a bench build takes minutes on the shared cores).
 set -euo pipefail
 
 if [ $# -lt 4 ]; then
@@ -49,9 +53,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Builds revision $1 into $work/bench-$2.
+# Builds revision $1 into $work/bench-$2 (or takes it from BENCH_PAIR_KEEP).
+keep=${BENCH_PAIR_KEEP:-}
 build() {
-    local rev=$1 side=$2 exe
+    local rev=$1 side=$2 exe commit
+    commit=$(git -C "$repo" rev-parse --short=12 "$rev^{commit}")
+    if [ -n "$keep" ] && [ -x "$keep/$bench-$commit" ]; then
+        cp "$keep/$bench-$commit" "$work/bench-$side"
+        return
+    fi
     git -C "$repo" worktree add --detach --quiet "$work/$side" "$rev"
     exe=$(cd "$work/$side" && cargo bench -p deltapilot-benches --bench "$bench" --no-run 2>&1 |
         sed -n 's/^ *Executable .*(\(.*\))$/\1/p' | tail -n 1)
@@ -60,6 +70,10 @@ build() {
         exit 1
     fi
     cp "$exe" "$work/bench-$side"
+    if [ -n "$keep" ]; then
+        mkdir -p "$keep"
+        cp "$exe" "$keep/$bench-$commit"
+    fi
 }
 build "$rev_a" a
 build "$rev_b" b

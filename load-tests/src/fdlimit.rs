@@ -3,44 +3,37 @@
 //! the usual soft limit of 1,024.
 //!
 //! At start the soft `RLIMIT_NOFILE` is raised to the hard limit, and above it when
-//! the process may (root). The standard library has no `setrlimit`, and the crate
-//! forbids `unsafe`, so this runs util-linux's `prlimit --pid <self>`; the new
-//! limit applies to the whole process and is inherited by a spawned server. If the
-//! limit is still too low the run stops before connecting anything, with the
-//! `ulimit -n` to use — never a hang halfway through.
+//! the process may (root), with rustix's `setrlimit` (the crate forbids `unsafe`,
+//! and the standard library has no `setrlimit`); the new limit applies to the whole
+//! process and is inherited by a spawned server. If the limit is still too low the
+//! run stops before connecting anything, with the `ulimit -n` to use — never a hang
+//! halfway through.
 //!
 //! What it does NOT do: change system-wide limits (`fs.file-max`, `fs.nr_open`).
 
 use anyhow::bail;
+use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 /// Descriptors kept free for everything that is not a proxy connection: the
 /// runtime, the log, files, the admin scrapes.
 pub const RESERVE: u64 = 512;
 
-/// The soft and hard `RLIMIT_NOFILE` of this process, from `/proc/self/limits`.
+/// The soft and hard `RLIMIT_NOFILE` of this process (`u64::MAX` for unlimited).
 pub fn current() -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
-    let mut it = line["Max open files".len()..].split_whitespace();
-    let parse = |s: Option<&str>| -> Option<u64> {
-        match s? {
-            "unlimited" => Some(u64::MAX),
-            n => n.parse().ok(),
-        }
-    };
-    Some((parse(it.next())?, parse(it.next())?))
+    let limit = getrlimit(Resource::Nofile);
+    Some((
+        limit.current.unwrap_or(u64::MAX),
+        limit.maximum.unwrap_or(u64::MAX),
+    ))
 }
 
-fn prlimit(soft: u64, hard: u64) -> bool {
-    std::process::Command::new("prlimit")
-        .arg("--pid")
-        .arg(std::process::id().to_string())
-        .arg(format!("--nofile={soft}:{hard}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
+/// Sets the soft and hard limit; whether the kernel allowed it.
+fn set(soft: u64, hard: u64) -> bool {
+    let limit = Rlimit {
+        current: Some(soft),
+        maximum: Some(hard),
+    };
+    setrlimit(Resource::Nofile, limit).is_ok()
 }
 
 /// Raises the soft limit to at least `need` if it can (to the hard limit, or
@@ -54,13 +47,13 @@ pub fn raise(need: u64) -> (u64, u64) {
     }
     if need > hard {
         // Only a privileged process may raise the hard limit; try, quietly.
-        prlimit(need, need);
+        set(need, need);
     }
     if let Some((s, h)) = current()
         && s < need
         && s < h
     {
-        prlimit(h, h);
+        set(h, h);
     }
     current().unwrap_or((soft, hard))
 }

@@ -2,18 +2,25 @@
 //! order, so that a parallel step gives exactly what the sequential one gives.
 //!
 //! Used where one large step dominates: a checkpoint restore converting 100k
-//! entities, a full regeneration encoding every resource. The engine stays pure:
-//! these are scoped threads over borrowed data, joined before returning.
+//! entities, a full regeneration encoding every resource. The threads are
+//! rayon's pool (`RAYON_NUM_THREADS`, default one per core), not tokio's
+//! workers, so a large step never takes a thread an xDS stream needs. The engine
+//! stays pure: borrowed data, joined before returning.
 //!
-//! What it does NOT do: keep a pool, or split small inputs (below `min` items
-//! everything runs on the calling thread; a thread costs more than they do).
+//! What it does NOT do: split small inputs (below `min` items everything runs
+//! on the calling thread; handing work to the pool costs more than they do).
 
 use std::any::Any;
-use std::sync::OnceLock;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
-/// `f` over `items` in chunks, on up to `max_threads` threads (the calling one
-/// included) when there are at least `min` items and more than one core; the
-/// results concatenated in input order. A chunk whose `f` panicked is replaced by
+use rayon::prelude::*;
+
+/// A chunk whose `f` panicked: its length and the panic's payload.
+type Panicked = (usize, Box<dyn Any + Send>);
+
+/// `f` over `items` in chunks, on up to `max_threads` of the pool's threads
+/// when there are at least `min` items and more than one thread; the results
+/// concatenated in input order. A chunk whose `f` panicked is replaced by
 /// `on_panic(chunk length, payload)`: resume the panic, or report the items.
 pub fn map_chunks<T: Sync, R: Send>(
     items: &[T],
@@ -38,28 +45,24 @@ pub fn map_chunks_at<T: Sync, R: Send>(
         return f(0, items);
     }
     let size = items.len().div_ceil(threads);
-    let f = &f;
-    std::thread::scope(|scope| {
-        let mut chunks = items.chunks(size);
-        let first = chunks.next().unwrap_or_default();
-        let rest: Vec<_> = chunks
-            .enumerate()
-            .map(|(n, c)| (c.len(), scope.spawn(move || f((n + 1) * size, c))))
-            .collect();
-        let mut out = f(0, first);
-        for (len, h) in rest {
-            match h.join() {
-                Ok(part) => out.extend(part),
-                Err(panic) => out.extend(on_panic(len, panic)),
-            }
+    let parts: Vec<Result<Vec<R>, Panicked>> = items
+        .par_chunks(size)
+        .enumerate()
+        .map(|(n, c)| catch_unwind(AssertUnwindSafe(|| f(n * size, c))).map_err(|p| (c.len(), p)))
+        .collect();
+    let mut out = Vec::with_capacity(items.len());
+    for part in parts {
+        match part {
+            Ok(part) => out.extend(part),
+            Err((len, panic)) => out.extend(on_panic(len, panic)),
         }
-        out
-    })
+    }
+    out
 }
 
 /// `f` on each item of `items`, in contiguous chunks on up to `max_threads`
-/// threads (the calling one included) when `parallel` and there is more than
-/// one core; otherwise on the calling thread. A panic in `f` is resumed here.
+/// of the pool's threads when `parallel` and there is more than one thread;
+/// otherwise on the calling thread. A panic in `f` is resumed here.
 pub fn for_each_mut<T: Send>(
     items: &mut [T],
     parallel: bool,
@@ -72,42 +75,24 @@ pub fn for_each_mut<T: Send>(
         return;
     }
     let size = items.len().div_ceil(threads);
-    let f = &f;
-    std::thread::scope(|scope| {
-        let mut chunks = items.chunks_mut(size);
-        let first = chunks.next().unwrap_or_default();
-        let rest: Vec<_> = chunks
-            .map(|c| scope.spawn(move || c.iter_mut().for_each(f)))
-            .collect();
-        first.iter_mut().for_each(f);
-        for h in rest {
-            joined(h);
-        }
-    });
+    items
+        .par_chunks_mut(size)
+        .for_each(|c| c.iter_mut().for_each(&f));
 }
 
-/// How many threads `len` items are split over: no more than the cores, than
+/// `a` and `b`, possibly on two of the pool's threads; a panic in either is
+/// resumed here.
+pub fn join<A: Send, B: Send>(
+    a: impl FnOnce() -> A + Send,
+    b: impl FnOnce() -> B + Send,
+) -> (A, B) {
+    rayon::join(a, b)
+}
+
+/// How many threads `len` items are split over: no more than the pool's, than
 /// `max_threads`, or than the items.
 fn threads_for(len: usize, max_threads: usize) -> usize {
-    cores().min(max_threads).min(len)
-}
-
-/// The cores this process may use, asked once. Why: `available_parallelism`
-/// reads the cgroup's CPU quota from `/sys` on every call (files opened and
-/// read), and a 100-endpoint batch at 100k endpoints asked it several times,
-/// all on the push path. A quota changed while the process runs is not seen;
-/// restart to use it.
-fn cores() -> usize {
-    static CORES: OnceLock<usize> = OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
-/// The result of a scoped thread, its panic resumed on the joining thread (a
-/// panic there is a bug, not bad input).
-pub fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
-    handle
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    rayon::current_num_threads().min(max_threads).min(len)
 }
 
 #[cfg(test)]
@@ -157,7 +142,7 @@ mod tests {
 
     #[test]
     fn a_panicking_chunk_is_replaced_by_what_on_panic_gives() {
-        if cores() < 2 {
+        if rayon::current_num_threads() < 2 {
             // One core: everything runs on this thread and a panic is the caller's.
             return;
         }

@@ -50,14 +50,50 @@
 //! under nodes of 16 of those it is one per 256 buckets, fewer than a tree's
 //! path copy.
 //!
+//! **Full keys.** A hash only picks the place: two records are the same key
+//! exactly when their hashes and their full keys ([`FullKey`], the text a
+//! resource is named by) are equal, so two texts with one hash (xxh3 is not
+//! keyed, and registries choose the texts) are two records side by side, in
+//! the order of their full keys, never one. A lookup compares the full key
+//! only where the hash already matched: in practice once, on the record found.
+//! A map whose keys are unique by construction says so with a full key of
+//! `()` (see `state::endpoints`), and compares nothing more.
+//!
 //! What it does NOT do: know what a value means. A value is cloned whenever
 //! its bucket is copied, so it should be plain data or one pointer.
 
+use std::cmp::Ordering;
 use std::sync::Arc;
 
 use imbl::OrdMap;
 
 use crate::keys::HKey;
+
+#[cfg(test)]
+mod collision_tests;
+
+/// What tells two records of one map apart beyond their key's hash: their
+/// full key, compared only when the hashes are equal.
+pub trait FullKey {
+    /// The full key: the text itself (`str`), or `()` where the map's hashes
+    /// are unique by construction.
+    type Key: ?Sized + Ord;
+    /// This record's full key.
+    fn full_key(&self) -> &Self::Key;
+}
+
+impl FullKey for Arc<str> {
+    type Key = str;
+    fn full_key(&self) -> &str {
+        self
+    }
+}
+
+/// The order of a stored record `(e, v)` against the key `k` with full key
+/// `key`: by hash, then (equal hashes only) by full key.
+fn order<V: FullKey>(e: &HKey, v: &V, k: &HKey, key: &V::Key) -> Ordering {
+    e.cmp(k).then_with(|| v.full_key().cmp(key))
+}
 
 /// The mean bucket size a map is built or rebuilt for.
 const MEAN: usize = 4;
@@ -89,11 +125,11 @@ const MOVE_PER_WRITE: usize = 4;
 /// copied whole on every insert would make inserting n of them cost n².
 const BIG: usize = 64;
 
-/// One bucket: records sorted by key, no key twice.
+/// One bucket: records sorted by hash then full key, no full key twice.
 type Bucket<V> = Arc<[(HKey, V)]>;
 /// A bucket that outgrew [`BIG`], as a tree: each write copies a path, not
-/// the bucket.
-type BigBucket<V> = OrdMap<HKey, V>;
+/// the bucket. The records of one hash, in full-key order (almost always one).
+type BigBucket<V> = OrdMap<HKey, Vec<V>>;
 /// Up to [`1 << MID_BITS`](MID_BITS) consecutive buckets.
 type Mid<V> = Arc<[Bucket<V>]>;
 /// Up to [`1 << TOP_BITS`](TOP_BITS) consecutive bucket nodes.
@@ -129,7 +165,7 @@ struct Moving<V: Clone, const SKIP: u32> {
     next: usize,
 }
 
-impl<V: Clone, const SKIP: u32> Moving<V, SKIP> {
+impl<V: Clone + FullKey, const SKIP: u32> Moving<V, SKIP> {
     /// Whether the map before the resize still answers for `k` (its bucket
     /// there has not moved yet).
     fn holds(&self, k: &HKey) -> bool {
@@ -137,7 +173,7 @@ impl<V: Clone, const SKIP: u32> Moving<V, SKIP> {
     }
 }
 
-impl<V: Clone, const SKIP: u32> Default for Records<V, SKIP> {
+impl<V: Clone + FullKey, const SKIP: u32> Default for Records<V, SKIP> {
     fn default() -> Self {
         Records::with_bits(0, std::iter::empty())
     }
@@ -148,9 +184,29 @@ fn bits_for(len: usize) -> u32 {
     (len / MEAN).max(1).ilog2()
 }
 
-impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
-    /// A map of `sorted` (sorted by key, no key twice, all with the same first
-    /// `SKIP` bits).
+/// The records of one big bucket, in order.
+fn big_records<V: Clone>(big: &BigBucket<V>) -> impl Iterator<Item = (&HKey, &V)> + '_ {
+    big.iter()
+        .flat_map(|(k, vs)| vs.iter().map(move |v| (k, v)))
+}
+
+/// How many records a big bucket holds.
+fn big_len<V: Clone>(big: &BigBucket<V>) -> usize {
+    big.values().map(Vec::len).sum()
+}
+
+/// A big bucket of `records` (sorted by hash then full key).
+fn big_of<V: Clone>(records: impl IntoIterator<Item = (HKey, V)>) -> BigBucket<V> {
+    let mut big = BigBucket::new();
+    for (k, v) in records {
+        big.entry(k).or_insert_with(Vec::new).push(v);
+    }
+    big
+}
+
+impl<V: Clone + FullKey, const SKIP: u32> Records<V, SKIP> {
+    /// A map of `sorted` (sorted by hash then full key, no full key twice, all
+    /// with the same first `SKIP` bits).
     pub fn from_sorted(sorted: impl ExactSizeIterator<Item = (HKey, V)>) -> Self {
         Records::with_bits(bits_for(sorted.len()), sorted)
     }
@@ -167,7 +223,7 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
                         .collect();
                 len += records.len();
                 if records.len() > BIG {
-                    big.insert(i, records.into_iter().collect());
+                    big.insert(i, big_of(records));
                     Bucket::from([])
                 } else {
                     records.into()
@@ -237,11 +293,15 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
         (b, self.bucket_at(b))
     }
 
-    /// The bucket of `k` (its index), and where `k` is in it (`Ok`) or would
-    /// go (`Err`).
-    fn find(&self, k: &HKey) -> (usize, &Bucket<V>, Result<usize, usize>) {
+    /// The bucket of `k` (its index), and where the record of hash `k` and
+    /// full key `key` is in it (`Ok`) or would go (`Err`).
+    fn find(&self, k: &HKey, key: &V::Key) -> (usize, &Bucket<V>, Result<usize, usize>) {
         let (b, bucket) = self.bucket(k);
-        (b, bucket, bucket.binary_search_by(|(e, _)| e.cmp(k)))
+        (
+            b,
+            bucket,
+            bucket.binary_search_by(|(e, v)| order(e, v, k, key)),
+        )
     }
 
     /// The bucket of index `b`, to replace or write into: copies the root
@@ -268,37 +328,54 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
         keys ^ Arc::strong_count(bucket) as u64
     }
 
-    /// The big bucket of index `b`, to write into, if it holds `k` (looked up
-    /// first, so that a miss copies no path).
-    fn big_holding(&mut self, b: usize, k: &HKey) -> Option<&mut BigBucket<V>> {
-        self.big.get(&b)?.get(k)?;
+    /// The big bucket of index `b`, to write into, if it holds the record of
+    /// hash `k` and full key `key` (looked up first, so that a miss copies no
+    /// path).
+    fn big_holding(&mut self, b: usize, k: &HKey, key: &V::Key) -> Option<&mut BigBucket<V>> {
+        let vs = self.big.get(&b)?.get(k)?;
+        vs.iter().find(|v| v.full_key() == key)?;
         self.big.get_mut(&b)
     }
 
-    /// The record under `k`, if any.
-    pub fn get(&self, k: &HKey) -> Option<&V> {
+    /// The record of hash `k` and full key `key`, if any.
+    pub fn get(&self, k: &HKey, key: &V::Key) -> Option<&V> {
         let t = self.table_of(k);
         let (b, bucket) = t.bucket(k);
-        t.get_in(b, bucket, k)
+        t.get_in(b, bucket, k, key)
     }
 
-    /// The record under `k` in `bucket` (of index `b` in this table), or in
-    /// the big bucket of that index.
-    fn get_in<'s>(&'s self, b: usize, bucket: &'s Bucket<V>, k: &HKey) -> Option<&'s V> {
-        match bucket.binary_search_by(|(e, _)| e.cmp(k)) {
+    /// The record of hash `k` and full key `key` in `bucket` (of index `b` in
+    /// this table), or in the big bucket of that index.
+    fn get_in<'s>(
+        &'s self,
+        b: usize,
+        bucket: &'s Bucket<V>,
+        k: &HKey,
+        key: &V::Key,
+    ) -> Option<&'s V> {
+        match bucket.binary_search_by(|(e, v)| order(e, v, k, key)) {
             Ok(at) => Some(&bucket[at].1),
             Err(_) if self.big.is_empty() => None,
-            Err(_) => self.big.get(&b)?.get(k),
+            Err(_) => self
+                .big
+                .get(&b)?
+                .get(k)?
+                .iter()
+                .find(|v| v.full_key() == key),
         }
     }
 
     /// The records of `keys`, in order, into `out` (`None` where there is
-    /// none): [`Records::get`] of each, level by level. Why: at 100k endpoints
-    /// a lookup is two cache misses in a row (the node above the bucket, then
+    /// none): [`Records::get`] of each, level by level, in a map whose hashes
+    /// are unique by construction (full key `()`). Why: at 100k endpoints a
+    /// lookup is two cache misses in a row (the node above the bucket, then
     /// the bucket). Looking every key up one level at a time leaves the
     /// misses of different keys independent of each other, so the processor
     /// overlaps them; one key after another, it waits for each in turn.
-    pub fn get_each<'s>(&'s self, keys: &[HKey], out: &mut Vec<Option<&'s V>>) {
+    pub fn get_each<'s>(&'s self, keys: &[HKey], out: &mut Vec<Option<&'s V>>)
+    where
+        V: FullKey<Key = ()>,
+    {
         let buckets: Vec<(&Self, usize, &Bucket<V>)> = keys
             .iter()
             .map(|k| {
@@ -310,32 +387,38 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
         out.extend(
             keys.iter()
                 .zip(buckets)
-                .map(|(k, (t, b, bucket))| t.get_in(b, bucket, k)),
+                .map(|(k, (t, b, bucket))| t.get_in(b, bucket, k, &())),
         );
     }
 
-    /// The record under `k`, to write in place: copies its path (root array,
-    /// node, bucket) where another map shares it, and only when `k` is present.
-    pub fn get_mut(&mut self, k: &HKey) -> Option<&mut V> {
+    /// The record of hash `k` and full key `key`, to write in place (the
+    /// write must leave its full key as it is): copies its path (root array,
+    /// node, bucket) where another map shares it, and only when it is present.
+    pub fn get_mut(&mut self, k: &HKey, key: &V::Key) -> Option<&mut V> {
         // Decided before borrowing: a borrow returned from one arm of a match
         // would hold `self` in the other.
         if self.moving.as_ref().is_some_and(|m| m.holds(k)) {
-            return self.moving.as_deref_mut()?.from.get_mut_here(k);
+            return self.moving.as_deref_mut()?.from.get_mut_here(k, key);
         }
-        self.get_mut_here(k)
+        self.get_mut_here(k, key)
     }
 
     /// [`Records::get_mut`] in this table.
-    fn get_mut_here(&mut self, k: &HKey) -> Option<&mut V> {
-        let (b, _, at) = self.find(k);
+    fn get_mut_here(&mut self, k: &HKey, key: &V::Key) -> Option<&mut V> {
+        let (b, _, at) = self.find(k, key);
         match at {
             Ok(at) => Some(&mut Arc::make_mut(self.bucket_mut(b))[at].1),
             Err(_) if self.big.is_empty() => None,
-            Err(_) => self.big_holding(b, k)?.get_mut(k),
+            Err(_) => self
+                .big_holding(b, k, key)?
+                .get_mut(k)?
+                .iter_mut()
+                .find(|v| v.full_key() == key),
         }
     }
 
-    /// Stores `v` under `k`, returning the record it replaces.
+    /// Stores `v` under hash `k` (the hash of its full key), returning the
+    /// record of the same full key it replaces.
     pub fn insert(&mut self, k: HKey, v: V) -> Option<V> {
         let replaced = match self.moving.as_deref_mut() {
             Some(m) if m.holds(&k) => m.from.put(k, v),
@@ -348,11 +431,11 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
         replaced
     }
 
-    /// Removes the record under `k`, returning it.
-    pub fn remove(&mut self, k: &HKey) -> Option<V> {
+    /// Removes the record of hash `k` and full key `key`, returning it.
+    pub fn remove(&mut self, k: &HKey, key: &V::Key) -> Option<V> {
         let gone = match self.moving.as_deref_mut() {
-            Some(m) if m.holds(k) => m.from.take(k),
-            _ => self.take(k),
+            Some(m) if m.holds(k) => m.from.take(k, key),
+            _ => self.take(k, key),
         };
         if gone.is_some() {
             self.len -= 1;
@@ -416,7 +499,7 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
     fn records_at(&self, b: usize) -> Vec<(HKey, V)> {
         let mut out: Vec<(HKey, V)> = self.bucket_at(b).to_vec();
         if let Some(big) = self.big.get(&b) {
-            out.extend(big.iter().map(|(k, v)| (*k, v.clone())));
+            out.extend(big_records(big).map(|(k, v)| (*k, v.clone())));
         }
         out
     }
@@ -425,7 +508,7 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
     /// that bucket).
     fn place(&mut self, b: usize, records: Vec<(HKey, V)>) {
         if records.len() > BIG {
-            self.big.insert(b, records.into_iter().collect());
+            self.big.insert(b, big_of(records));
         } else if !records.is_empty() {
             *self.bucket_mut(b) = records.into();
         }
@@ -433,16 +516,17 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
 
     /// [`Records::insert`] in this table, neither counting nor resizing.
     fn put(&mut self, k: HKey, v: V) -> Option<V> {
-        let (b, bucket, at) = self.find(&k);
+        let (b, bucket, at) = self.find(&k, v.full_key());
         match at {
             Ok(at) => {
                 let slot = &mut Arc::make_mut(self.bucket_mut(b))[at].1;
                 return Some(std::mem::replace(slot, v));
             }
             Err(_) if !self.big.is_empty() && self.big.contains_key(&b) => {
-                let old = self.big.get_mut(&b)?.insert(k, v);
-                if old.is_some() {
-                    return old;
+                let vs = self.big.get_mut(&b)?.entry(k).or_insert_with(Vec::new);
+                match vs.binary_search_by(|e| e.full_key().cmp(v.full_key())) {
+                    Ok(at) => return Some(std::mem::replace(&mut vs[at], v)),
+                    Err(at) => vs.insert(at, v),
                 }
             }
             Err(at) => {
@@ -454,7 +538,7 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
                 if bucket.len() < BIG {
                     *self.bucket_mut(b) = records.collect();
                 } else {
-                    self.big.insert(b, records.collect());
+                    self.big.insert(b, big_of(records));
                     *self.bucket_mut(b) = Bucket::from([]);
                 }
             }
@@ -463,8 +547,8 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
     }
 
     /// [`Records::remove`] in this table, neither counting nor resizing.
-    fn take(&mut self, k: &HKey) -> Option<V> {
-        let (b, bucket, at) = self.find(k);
+    fn take(&mut self, k: &HKey, key: &V::Key) -> Option<V> {
+        let (b, bucket, at) = self.find(k, key);
         let gone = match at {
             Ok(at) => {
                 let gone = bucket[at].1.clone();
@@ -478,10 +562,15 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
             }
             Err(_) if self.big.is_empty() => return None,
             Err(_) => {
-                let big = self.big_holding(b, k)?;
-                let gone = big.remove(k)?;
-                if big.len() < BIG / 2 {
-                    let small: Bucket<V> = big.iter().map(|(k, v)| (*k, v.clone())).collect();
+                let big = self.big_holding(b, k, key)?;
+                let vs = big.get_mut(k)?;
+                let at = vs.iter().position(|v| v.full_key() == key)?;
+                let gone = vs.remove(at);
+                if vs.is_empty() {
+                    big.remove(k);
+                }
+                if big_len(big) < BIG / 2 {
+                    let small: Bucket<V> = big_records(big).map(|(k, v)| (*k, v.clone())).collect();
                     self.big.remove(&b);
                     *self.bucket_mut(b) = small;
                 }
@@ -514,7 +603,7 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
 
     /// The records of buckets `from..to` of this table, in key order.
     fn iter_buckets(&self, from: usize, to: usize) -> impl Iterator<Item = (&HKey, &V)> + '_ {
-        let big = |i: usize| self.big.get(&i).into_iter().flatten();
+        let big = |i: usize| self.big.get(&i).into_iter().flat_map(big_records);
         self.tops
             .iter()
             .flat_map(|t| t.iter())
@@ -553,23 +642,23 @@ fn bucket_of<const SKIP: u32>(k: &HKey, bits: u32) -> usize {
     }
 }
 
-impl<V: Clone + PartialEq, const SKIP: u32> PartialEq for Records<V, SKIP> {
+impl<V: Clone + FullKey + PartialEq, const SKIP: u32> PartialEq for Records<V, SKIP> {
     /// Equal records in the same order, whatever the buckets.
     fn eq(&self, other: &Self) -> bool {
         self.len == other.len && self.iter().eq(other.iter())
     }
 }
 
-impl<V: Clone + Eq, const SKIP: u32> Eq for Records<V, SKIP> {}
+impl<V: Clone + FullKey + Eq, const SKIP: u32> Eq for Records<V, SKIP> {}
 
-impl<V: Clone + std::fmt::Debug, const SKIP: u32> std::fmt::Debug for Records<V, SKIP> {
+impl<V: Clone + FullKey + std::fmt::Debug, const SKIP: u32> std::fmt::Debug for Records<V, SKIP> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_map().entries(self.iter()).finish()
     }
 }
 
 #[cfg(test)]
-impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
+impl<V: Clone + FullKey, const SKIP: u32> Records<V, SKIP> {
     /// Panics unless every record is in its bucket, each bucket is sorted
     /// with no key twice, `len` counts them, and the mean bucket is within
     /// bounds (a map of one bucket may hold fewer). While a resize is in
@@ -603,7 +692,11 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
         let mut len = 0;
         for (i, b) in buckets.iter().enumerate() {
             assert!(b.iter().all(|(k, _)| bucket_of::<SKIP>(k, self.bits) == i));
-            assert!(b.windows(2).all(|w| w[0].0 < w[1].0), "bucket {i} unsorted");
+            assert!(
+                b.windows(2)
+                    .all(|w| order(&w[0].0, &w[0].1, &w[1].0, w[1].1.full_key()).is_lt()),
+                "bucket {i} unsorted"
+            );
             assert!(b.len() <= BIG, "bucket {i}: {} records", b.len());
             if (live..end).contains(&i) {
                 len += b.len();
@@ -614,13 +707,16 @@ impl<V: Clone, const SKIP: u32> Records<V, SKIP> {
         for (i, big) in &self.big {
             assert!(buckets[*i].is_empty(), "bucket {i} both big and small");
             assert!(
-                big.len() >= BIG / 2,
+                big_len(big) >= BIG / 2,
                 "big bucket {i}: {} records",
-                big.len()
+                big_len(big)
             );
             assert!(big.keys().all(|k| bucket_of::<SKIP>(k, self.bits) == *i));
+            assert!(big.values().all(|vs| {
+                !vs.is_empty() && vs.windows(2).all(|w| w[0].full_key() < w[1].full_key())
+            }));
             if (live..end).contains(i) {
-                len += big.len();
+                len += big_len(big);
             }
         }
         len

@@ -19,21 +19,43 @@
 //! deterministic (the same names always iterate in the same order) but not
 //! alphabetical. Whatever shows names to people sorts them itself.
 //!
-//! **Names** are told apart by their 128-bit hashes, as the state tells
-//! entity keys apart ([`HKey`]): the chance that two names of a mesh collide
-//! is far below the rate of undetected hardware errors.
+//! **Names** are compared by value: the hash only picks the bucket, and two
+//! names with one hash (xxh3 is not keyed, and registries choose the names)
+//! are two entries, each found by its own name (see `records`, "Full keys").
 
 use std::sync::{Arc, LazyLock};
 
 use super::Resource;
 use deltapilot_model::keys::HKey;
-use deltapilot_model::records::Records;
+use deltapilot_model::records::{FullKey, Records};
 
 /// Named resources of one type (or one flavour of a type); see the module doc.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ResourceMap {
     /// Name hash → resource; every key bit picks buckets (no shards).
-    records: Records<Arc<Resource>, 0>,
+    records: Records<Named, 0>,
+}
+
+/// A resource in the map, told apart from others of the same name hash by
+/// its name.
+#[derive(Clone, PartialEq, Eq)]
+struct Named(Arc<Resource>);
+
+/// The hash a name is stored under. Tests force names that begin with
+/// `same-hash/` onto one hash, to show two such names stay two resources.
+fn hash_of(name: &str) -> HKey {
+    #[cfg(test)]
+    if name.starts_with("same-hash/") {
+        return HKey::of("same-hash/");
+    }
+    HKey::of(name)
+}
+
+impl FullKey for Named {
+    type Key = str;
+    fn full_key(&self) -> &str {
+        &self.0.name
+    }
 }
 
 /// The empty map every new one starts as a clone of. Why: an empty map still
@@ -67,7 +89,7 @@ impl ResourceMap {
 
     /// The resource named `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<Resource>> {
-        self.records.get(&HKey::of(name))
+        self.records.get(&hash_of(name), name).map(|n| &n.0)
     }
 
     /// Whether a resource is named `name`.
@@ -77,27 +99,28 @@ impl ResourceMap {
 
     /// Stores `r` under its name, returning the resource it replaces.
     pub fn insert(&mut self, r: Arc<Resource>) -> Option<Arc<Resource>> {
-        self.records.insert(HKey::of(&r.name), r)
+        let k = hash_of(&r.name);
+        self.records.insert(k, Named(r)).map(|n| n.0)
     }
 
     /// Removes the resource named `name`, returning it.
     pub fn remove(&mut self, name: &str) -> Option<Arc<Resource>> {
-        self.records.remove(&HKey::of(name))
+        self.records.remove(&hash_of(name), name).map(|n| n.0)
     }
 
     /// Every resource with its name, in the order of the module doc.
     pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Arc<Resource>)> + '_ {
-        self.records.iter().map(|(_, r)| (&r.name, r))
+        self.records.iter().map(|(_, Named(r))| (&r.name, r))
     }
 
     /// Every name, in the order of [`ResourceMap::iter`].
     pub fn keys(&self) -> impl Iterator<Item = &Arc<str>> + '_ {
-        self.records.iter().map(|(_, r)| &r.name)
+        self.records.iter().map(|(_, Named(r))| &r.name)
     }
 
     /// Every resource, in the order of [`ResourceMap::iter`].
     pub fn values(&self) -> impl Iterator<Item = &Arc<Resource>> + '_ {
-        self.records.iter().map(|(_, r)| r)
+        self.records.iter().map(|(_, Named(r))| r)
     }
 
     /// Whether `other` is this map or a clone of it with no write since: true
@@ -198,6 +221,32 @@ mod tests {
         let mut other = backward.clone();
         other.insert(res("r7", "y"));
         assert_ne!(forward, other);
+    }
+
+    /// Two names forced onto one hash are two resources: each found by its
+    /// own name, a write of one leaves the other, a remove takes only one.
+    #[test]
+    fn two_names_of_one_hash_are_two_resources() {
+        let (a, b) = ("same-hash/a", "same-hash/b");
+        let mut map: ResourceMap = (0..100).map(|i| res(&format!("r{i}"), "x")).collect();
+        assert!(map.insert(res(a, "1")).is_none());
+        assert!(map.insert(res(b, "2")).is_none(), "b must not replace a");
+        assert_eq!(map.len(), 102);
+        assert_eq!(map.get(a).map(|r| r.bytes.clone()), Some("1".into()));
+        assert_eq!(map.get(b).map(|r| r.bytes.clone()), Some("2".into()));
+        assert!(map.get("same-hash/c").is_none());
+        let old = map.insert(res(a, "3")).expect("a replaces a");
+        assert_eq!(old.bytes, bytes::Bytes::from("1"));
+        assert_eq!(map.get(b).map(|r| r.bytes.clone()), Some("2".into()));
+        let gone = map.remove(b).expect("b is removed");
+        assert_eq!(&*gone.name, b);
+        assert!(map.remove(b).is_none());
+        assert_eq!(map.get(a).map(|r| r.bytes.clone()), Some("3".into()));
+        assert_eq!(map.len(), 101);
+        assert_eq!(
+            map.keys().filter(|n| n.starts_with("same-hash/")).count(),
+            1
+        );
     }
 
     /// `ptr_eq` holds for a clone until either side is written.

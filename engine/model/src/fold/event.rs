@@ -6,8 +6,10 @@
 //! [`super::fold_iter`]) or collect what was skipped.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+
+use nohash_hasher::{BuildNoHashHasher, IsEnabled};
 
 use deltapilot_proto::event::Payload;
 use deltapilot_proto::resync_marker::Phase;
@@ -33,29 +35,23 @@ pub(super) struct Cx {
     /// Why: the check read the shape's services and hashed their hostnames, two
     /// cache misses per event at 100k endpoints, while the endpoints of a run
     /// mostly share a few thousand shapes. At most one entry per event of a batch.
-    admitted: HashMap<u128, bool, BuildHasherDefault<DigestHasher>>,
+    admitted: HashMap<ShapeDigest, bool, BuildNoHashHasher<ShapeDigest>>,
 }
 
-/// A [`Hasher`] for keys that are already uniform digests: their low 64 bits.
-#[derive(Default)]
-struct DigestHasher(u64);
+/// A shape's 128-bit [`source_digest`] as a key of a map that does not hash
+/// again: the digest is already uniform, so its low 64 bits are the hash
+/// (`nohash-hasher` takes one `u64`, and has no `u128`); equality compares all
+/// 128 bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ShapeDigest(u128);
 
-impl Hasher for DigestHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Not used by u128 keys; kept correct for any other.
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-
-    fn write_u128(&mut self, n: u128) {
-        self.0 = n as u64;
+impl Hash for ShapeDigest {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0 as u64);
     }
 }
+
+impl IsEnabled for ShapeDigest {}
 
 impl Cx {
     /// Forgets the admission answers: the event about to be applied may change
@@ -67,7 +63,10 @@ impl Cx {
     /// Whether an endpoint whose shape has the digest `shape` names an existing
     /// service; `check` answers when this run has not seen the shape yet.
     fn admitted(&mut self, shape: u128, check: impl FnOnce() -> bool) -> bool {
-        *self.admitted.entry(shape).or_insert_with(check)
+        *self
+            .admitted
+            .entry(ShapeDigest(shape))
+            .or_insert_with(check)
     }
 
     fn source(&mut self, st: &ModelState, name: &str) -> Arc<str> {

@@ -7,8 +7,8 @@
 //! half of a restore, mostly inserts into the endpoint indexes at random places
 //! (a cache miss or two per level). Sorted first, each map is filled front to
 //! back, and every hostname's listing is built in one go. The store's two
-//! shards are independent, so each is built on a thread of its own (scoped, and
-//! joined here).
+//! shards are independent, so each is built on a thread of its own (rayon's
+//! pool, joined here).
 //!
 //! The result equals what `put_endpoint` in the same order gives: same raw map
 //! (the last write of a repeated key wins), same indexes, same hash (a test
@@ -25,7 +25,7 @@ use super::endpoints::{Cold, EndpointStore, HotRecords, Listing, SHARDS, shard};
 use super::{Claim, Claims, HKey, Hot, ModelState, ServiceSlot, ShapeFacts, Written};
 use crate::canon::{self, Kind};
 use crate::model::{Endpoint, Hostname, Service};
-use crate::par::joined;
+use crate::par;
 
 /// Of each run of items that `same` says share a key, keeps the last one: with
 /// the items sorted by key and then by place in the input, the last write wins,
@@ -266,15 +266,14 @@ impl ModelState {
 
         // Each shard's records are a contiguous run of the sorted records;
         // its index entries are taken out in order (so the parts' sorted runs
-        // stay runs). Shard 1 on another thread, shard 0 on this one.
+        // stay runs). The two shards on two of the pool's threads.
         let split = records.partition_point(|(hk, _, _)| shard(hk) == 0);
         let (low, high) = records.split_at(split);
         let [low_hosts, high_hosts] = by_host;
-        let ((hot0, index0), (hot1, index1)) = std::thread::scope(|scope| {
-            let other = scope.spawn(move || load_shard(high, high_hosts));
-            let this = load_shard(low, low_hosts);
-            (this, joined(other))
-        });
+        let ((hot0, index0), (hot1, index1)) = par::join(
+            move || load_shard(low, low_hosts),
+            move || load_shard(high, high_hosts),
+        );
         self.raw_endpoints = EndpointStore::from_parts([hot0, hot1], [index0, index1]);
         self.endpoints_by_addr.invalidate();
     }

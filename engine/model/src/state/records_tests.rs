@@ -98,11 +98,14 @@ fn churn(base: Hot, keys: &[HKey]) {
             let v = hot(base, step);
             assert_eq!(records.insert(k, v), model.insert(k, v));
         } else if roll < 8 {
-            assert_eq!(records.remove(&k), model.remove(&k));
+            assert_eq!(records.remove(&k, &()), model.remove(&k));
         } else {
-            assert_eq!(records.get_mut(&k).map(bump), model.get_mut(&k).map(bump));
+            assert_eq!(
+                records.get_mut(&k, &()).map(bump),
+                model.get_mut(&k).map(bump)
+            );
         }
-        assert_eq!(records.get(&k), model.get(&k));
+        assert_eq!(records.get(&k, &()), model.get(&k));
         if step % 5_000 == 0 {
             same(&records, &model);
             each_agrees(&records, keys, &model);
@@ -111,7 +114,7 @@ fn churn(base: Hot, keys: &[HKey]) {
     }
     // ...then remove all but a few (several halvings).
     for (i, k) in keys.iter().enumerate().skip(20) {
-        assert_eq!(records.remove(k), model.remove(k));
+        assert_eq!(records.remove(k, &()), model.remove(k));
         if i % 500 == 0 {
             same(&records, &model);
         }
@@ -143,7 +146,7 @@ fn a_resize_moves_a_few_buckets_per_write_and_answers_throughout() {
             let v = hot(base, i as u64);
             assert_eq!(records.insert(k, v), model.insert(k, v));
         } else {
-            assert_eq!(records.remove(&k), model.remove(&k));
+            assert_eq!(records.remove(&k, &()), model.remove(&k));
         }
         let mut started = false;
         if let Some(from) = records.resize_source() {
@@ -228,11 +231,14 @@ fn keys_sharing_their_top_bits_do_not_grow_one_slice() {
     asked.extend(&piled);
     each_agrees(&records, &asked, &model);
     for k in &piled {
-        assert_eq!(records.get_mut(k).map(bump), model.get_mut(k).map(bump));
+        assert_eq!(
+            records.get_mut(k, &()).map(bump),
+            model.get_mut(k).map(bump)
+        );
     }
     same(&records, &model);
     for k in &piled[..140] {
-        assert_eq!(records.remove(k), model.remove(k));
+        assert_eq!(records.remove(k, &()), model.remove(k));
     }
     same(&records, &model);
     assert_eq!(records.big_buckets(), 0, "back to a slice under 32");

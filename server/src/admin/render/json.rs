@@ -1,5 +1,5 @@
 //! An ordered JSON value: objects keep their keys in the order they were added (a
-//! message's fields in declaration order, as Envoy's `config_dump` prints them),
+//! message's fields in field-number order, as Envoy's `config_dump` prints them),
 //! which `serde_json::Value` does not without a feature this workspace does not
 //! enable. It implements `Serialize`, so it nests inside any serde output (JSON
 //! lines, YAML) and keeps its order there.
@@ -52,6 +52,19 @@ impl Json {
         match self {
             Json::Obj(fields) => fields.iter().find(|(k, _)| k == key).map(|(_, v)| v),
             _ => None,
+        }
+    }
+
+    /// Sorts every object's keys, at every depth (for values whose objects are
+    /// all maps, such as a `google.protobuf.Struct`).
+    pub fn sort_objects(&mut self) {
+        match self {
+            Json::Obj(fields) => {
+                fields.sort_by(|a, b| a.0.cmp(&b.0));
+                fields.iter_mut().for_each(|(_, v)| v.sort_objects());
+            }
+            Json::Arr(items) => items.iter_mut().for_each(Json::sort_objects),
+            _ => {}
         }
     }
 

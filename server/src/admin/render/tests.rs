@@ -86,6 +86,21 @@ fn has_unknown(j: &Json) -> Option<String> {
     }
 }
 
+/// The renderer falls back to an empty pool rather than failing; this says
+/// when the embedded set itself is the problem.
+#[test]
+fn the_descriptor_set_decodes_and_has_every_resource_type() {
+    let pool = DescriptorPool::decode(DESCRIPTORS).expect("envoy.fds decodes");
+    for t in [
+        ResourceType::Cluster,
+        ResourceType::Endpoint,
+        ResourceType::Listener,
+        ResourceType::Route,
+    ] {
+        assert!(pool.get_message_by_name(message_name(t)).is_some(), "{t:?}");
+    }
+}
+
 #[test]
 fn every_generated_resource_renders_with_known_fields_only() {
     let (set, errors) = build_all(&model(), &GenOptions::default());
@@ -208,4 +223,134 @@ fn config_dump_lists_resources_by_name() {
         .map(|l| l["name"].as_str().expect("name"))
         .collect();
     assert_eq!(listed, names);
+}
+
+mod envoy_forms {
+    //! Hand-built messages for the forms the generated resources do not all
+    //! exercise: field order, maps, well-known types inside `Any`, an `Any` of a
+    //! type the descriptors do not know.
+
+    use envoy_types::pb::envoy::config::cluster::v3::{Cluster, cluster::TransportSocketMatch};
+    use envoy_types::pb::envoy::config::core::v3::Metadata;
+    use envoy_types::pb::google::protobuf::{Any, Duration, Struct, Timestamp, Value, value};
+    use prost::Message;
+
+    use super::*;
+
+    fn text(c: &Cluster) -> String {
+        serde_json::to_string(&renderer().resource(ResourceType::Cluster, &c.encode_to_vec()))
+            .expect("json")
+    }
+
+    fn string(s: &str) -> Value {
+        Value {
+            kind: Some(value::Kind::StringValue(s.into())),
+        }
+    }
+
+    /// protobuf's C++ JSON printer (Envoy's `/config_dump`) sorts the fields it
+    /// writes by number; `Cluster` declares `transport_socket_matches` (43)
+    /// before `name` (1).
+    #[test]
+    fn fields_come_in_field_number_order() {
+        let c = Cluster {
+            transport_socket_matches: vec![TransportSocketMatch {
+                name: "m".into(),
+                ..Default::default()
+            }],
+            name: "c".into(),
+            connect_timeout: Some(Duration {
+                seconds: 0,
+                nanos: 250_000_000,
+            }),
+            ..Default::default()
+        };
+        let t = text(&c);
+        let at = |k: &str| t.find(k).unwrap_or_else(|| panic!("{k} in {t}"));
+        assert!(at(r#""name":"c""#) < at(r#""connect_timeout""#), "{t}");
+        assert!(
+            at(r#""connect_timeout""#) < at("transport_socket_matches"),
+            "{t}"
+        );
+        assert!(t.contains(r#""connect_timeout":"0.250s""#), "{t}");
+    }
+
+    /// Maps and `Struct`s come out in key order, the same text on every run
+    /// (prost-reflect holds them in hash maps).
+    #[test]
+    fn maps_and_structs_are_in_key_order() {
+        let fields = || {
+            ["zeta", "alpha", "mid"]
+                .into_iter()
+                .map(|k| (k.to_string(), string(k)))
+                .collect()
+        };
+        let meta = ["z.filter", "a.filter", "m.filter"]
+            .into_iter()
+            .map(|k| (k.to_string(), Struct { fields: fields() }))
+            .collect();
+        let c = Cluster {
+            name: "c".into(),
+            metadata: Some(Metadata {
+                filter_metadata: meta,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let t = text(&c);
+        let at = |k: &str| t.find(k).unwrap_or_else(|| panic!("{k} in {t}"));
+        assert!(
+            at("a.filter") < at("m.filter") && at("m.filter") < at("z.filter"),
+            "{t}"
+        );
+        assert!(at("alpha") < at("mid") && at("mid") < at("zeta"), "{t}");
+        for _ in 0..3 {
+            assert_eq!(text(&c), t, "the same text every time");
+        }
+    }
+
+    /// A well-known type packed in an `Any` is under `value`, in its JSON
+    /// form; an `Any` of a type the descriptors lack shows its bytes.
+    #[test]
+    fn any_of_a_well_known_or_an_unknown_type() {
+        let ts = Timestamp {
+            seconds: 1_700_000_000,
+            nanos: 5_000_000,
+        };
+        let c = Cluster {
+            name: "c".into(),
+            typed_extension_protocol_options: [
+                (
+                    "a.time".to_string(),
+                    Any {
+                        type_url: "type.googleapis.com/google.protobuf.Timestamp".into(),
+                        value: ts.encode_to_vec(),
+                    },
+                ),
+                (
+                    "b.unknown".to_string(),
+                    Any {
+                        type_url: "type.googleapis.com/example.NotInTheSet".into(),
+                        value: b"foo".to_vec(),
+                    },
+                ),
+            ]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        };
+        let t = text(&c);
+        assert!(
+            t.contains(
+                r#""a.time":{"@type":"type.googleapis.com/google.protobuf.Timestamp","value":"2023-11-14T22:13:20.005Z"}"#
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                r#""b.unknown":{"@type":"type.googleapis.com/example.NotInTheSet","value":"Zm9v"}"#
+            ),
+            "{t}"
+        );
+    }
 }
