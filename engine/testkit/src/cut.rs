@@ -37,8 +37,14 @@ impl Proxy {
                     let Ok((mut client, _)) = listener.accept().await else {
                         continue;
                     };
+                    // The check of `cut` and the push happen under the list's
+                    // lock, which `cut` takes after setting the flag: a
+                    // connection accepted as the cut begins is either refused
+                    // here or in the list the cut drains, never missed.
+                    let mut list = conns.lock().expect("conns");
                     let to = *target.lock().expect("target");
                     let Some(to) = to.filter(|_| !cut.load(Ordering::SeqCst)) else {
+                        drop(list);
                         drop(client); // cut (or no broker yet): close at once
                         continue;
                     };
@@ -47,7 +53,6 @@ impl Proxy {
                             let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
                         }
                     });
-                    let mut list = conns.lock().expect("conns");
                     list.retain(|t| !t.is_finished());
                     list.push(task);
                 }
