@@ -7,7 +7,8 @@
 //! | --- | --- |
 //! | service `H` (created, changed, removed) | for every port `P` `H` served before or serves now: cluster and assignment `outbound\|P\|\|H`, gRPC listener and route `H:P`, sidecar listener `0.0.0.0_P`, route `P` |
 //! | endpoints of `H` | the assignments of `H`'s EDS ports, nothing else |
-//! | configs | nothing yet (the traffic-rule seam is `rds::routes_for`) |
+//! | rule host `H` (its VirtualService or DestinationRule changed, or a host it routes to did; see `Touched::rule_hosts`) | as a touched service `H` whose ports stay: its per-port resources, its virtual host in route `P` and listener `0.0.0.0_P` |
+//! | configs of other kinds | nothing |
 //!
 //! A port's sidecar listener and route configuration depend on *every* service on
 //! that port number, so [`Generator`] keeps the index port → services (split HTTP
@@ -237,6 +238,9 @@ impl Generator {
             self.reindex(model, h, &mut dirty);
         }
         self.apply_route_ops(std::mem::take(&mut dirty.route_ops));
+        for h in &touched.rule_hosts {
+            self.mark_rule_host(h, &mut dirty);
+        }
         // Touched by key: a hostname without an entry has no assignment to
         // recompute, so it needs no name.
         let by_key = touched
@@ -244,7 +248,7 @@ impl Generator {
             .iter()
             .filter_map(|k| self.host_keys.get(k));
         for h in touched.endpoints.iter().chain(by_key) {
-            if touched.services.contains(h) {
+            if touched.services.contains(h) || dirty.host_ports.contains_key(h) {
                 continue;
             }
             let Some(entry) = self.hosts.get(h) else {
@@ -350,6 +354,31 @@ impl Generator {
         if let (Some(svc), false) = (svc, new.is_empty()) {
             self.hosts.insert(h.clone(), HostEntry { svc, ports: new });
             self.host_keys.insert(HKey::of(h.as_str()), h.clone());
+        }
+    }
+
+    /// Marks everything a host's rules feed as a touched service's: its
+    /// per-port resources, and its virtual host in each HTTP port's route
+    /// configuration (with that port's listener). A host without a served
+    /// service has nothing to recompute; when its service comes, the service
+    /// touch builds it with its rules.
+    fn mark_rule_host(&mut self, h: &Hostname, dirty: &mut Dirty) {
+        let Some(entry) = self.hosts.get(h) else {
+            return;
+        };
+        dirty
+            .host_ports
+            .entry(h.clone())
+            .or_default()
+            .extend(entry.ports.iter().map(|(p, _)| *p));
+        for &(p, http) in &entry.ports {
+            if !http {
+                continue;
+            }
+            if let Some(routes) = self.http.get_mut(&p) {
+                routes.mark_stale(h);
+            }
+            dirty.ports.insert(p);
         }
     }
 
