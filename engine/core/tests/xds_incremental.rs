@@ -76,6 +76,18 @@ const RULE_HOSTS: [&str; 8] = [
 ];
 const DESTS: [&str; 4] = ["a", "b", "api.example.com", "missing"];
 const SUBSETS: [&str; 3] = ["v1", "v2", "nope"];
+/// Endpoint labels: none, or the `v` label the subsets select on.
+const LABELS: [Option<&str>; 4] = [None, Some("v1"), Some("v2"), Some("v3")];
+/// Top-level traffic policies (`""`: none), with port-level overrides.
+const POLICIES: [&str; 5] = [
+    "",
+    r#","trafficPolicy":{"loadBalancer":{"consistentHash":{"httpHeaderName":"x-user"}}}"#,
+    r#","trafficPolicy":{"connectionPool":{"tcp":{"maxConnections":7,"connectTimeout":"2s"},"http":{"http2MaxRequests":9,"idleTimeout":"30s"}},"outlierDetection":{"consecutive5xxErrors":3,"interval":"1s","baseEjectionTime":"30s","maxEjectionPercent":50}}"#,
+    r#","trafficPolicy":{"loadBalancer":{"simple":"LEAST_REQUEST"},"portLevelSettings":[{"port":{"number":80},"loadBalancer":{"consistentHash":{"maglev":{"tableSize":65537},"useSourceIp":true}}}]}"#,
+    r#","trafficPolicy":{"tls":{"mode":"SIMPLE","caCertificates":"/etc/ca.pem","sni":"api.example.com"}}"#,
+];
+/// A subset-level override.
+const SUBSET_POLICY: &str = r#","trafficPolicy":{"loadBalancer":{"simple":"RANDOM"},"portLevelSettings":[{"port":{"number":9090},"outlierDetection":{"consecutiveGatewayErrors":2}}]}"#;
 const GATEWAYS: [&str; 3] = ["", r#","gateways":["mesh"]"#, r#","gateways":["gw"]"#];
 
 /// One step of a random history, in terms of indexes into the pools above.
@@ -102,6 +114,8 @@ enum Op {
         health: usize,
         loc: usize,
         target: bool,
+        /// Index into [`LABELS`].
+        label: usize,
     },
     EpDel {
         src: usize,
@@ -115,6 +129,8 @@ enum Op {
         addr: usize,
         weight: usize,
         health: usize,
+        /// Index into [`LABELS`]: the endpoint moves between subsets.
+        label: usize,
     },
     ResyncStart {
         src: usize,
@@ -139,6 +155,10 @@ enum Op {
         name: usize,
         host: usize,
         subsets: Vec<usize>,
+        /// Index into [`POLICIES`] (top level) and, per subset, whether it
+        /// overrides with [`SUBSET_POLICY`].
+        policy: usize,
+        subset_policy: bool,
     },
     /// A rule delete (`dr`: DestinationRule, else VirtualService).
     RuleDel {
@@ -166,11 +186,12 @@ fn op() -> impl Strategy<Value = Op> {
             0..HEALTHS.len(),
             0..LOCALITIES.len(),
             any::<bool>(),
+            0..LABELS.len(),
         )
-            .prop_map(|(src, key, addr, refs, weight, health, loc, target)| Op::Ep { src, key, addr, refs, weight, health, loc, target }),
+            .prop_map(|(src, key, addr, refs, weight, health, loc, target, label)| Op::Ep { src, key, addr, refs, weight, health, loc, target, label }),
         2 => (src.clone(), 0..6usize).prop_map(|(src, key)| Op::EpDel { src, key }),
-        6 => (0..6usize, 0..ADDRESSES.len(), 0..WEIGHTS.len(), 0..HEALTHS.len())
-            .prop_map(|(key, addr, weight, health)| Op::EpAgain { key, addr, weight, health }),
+        6 => (0..6usize, 0..ADDRESSES.len(), 0..WEIGHTS.len(), 0..HEALTHS.len(), 0..LABELS.len())
+            .prop_map(|(key, addr, weight, health, label)| Op::EpAgain { key, addr, weight, health, label }),
         1 => src.clone().prop_map(|src| Op::ResyncStart { src }),
         1 => src.clone().prop_map(|src| Op::ResyncDone { src }),
         3 => (
@@ -183,8 +204,8 @@ fn op() -> impl Strategy<Value = Op> {
             prop::bool::weighted(0.1),
         )
             .prop_map(|(src, ns, name, hosts, routes, gateways, broken)| Op::Vs { src, ns, name, hosts, routes, gateways, broken }),
-        2 => (src.clone(), ns.clone(), 0..RULE_NAMES.len(), 0..DESTS.len(), prop::collection::vec(0..SUBSETS.len(), 0..3))
-            .prop_map(|(src, ns, name, host, subsets)| Op::Dr { src, ns, name, host, subsets }),
+        3 => (src.clone(), ns.clone(), 0..RULE_NAMES.len(), 0..DESTS.len(), prop::collection::vec(0..SUBSETS.len(), 0..3), 0..POLICIES.len(), any::<bool>())
+            .prop_map(|(src, ns, name, host, subsets, policy, subset_policy)| Op::Dr { src, ns, name, host, subsets, policy, subset_policy }),
         2 => (src, ns, 0..RULE_NAMES.len(), any::<bool>())
             .prop_map(|(src, ns, name, dr)| Op::RuleDel { src, ns, name, dr }),
     ]
@@ -242,11 +263,12 @@ fn endpoint_op() -> impl Strategy<Value = Op> {
             0..HEALTHS.len(),
             0..LOCALITIES.len(),
             any::<bool>(),
+            0..LABELS.len(),
         )
-            .prop_map(|(src, key, addr, refs, weight, health, loc, target)| Op::Ep { src, key, addr, refs, weight, health, loc, target }),
+            .prop_map(|(src, key, addr, refs, weight, health, loc, target, label)| Op::Ep { src, key, addr, refs, weight, health, loc, target, label }),
         2 => (src, 0..40usize).prop_map(|(src, key)| Op::EpDel { src, key }),
-        6 => (0..40usize, 0..ADDRESSES.len(), 0..WEIGHTS.len(), 0..HEALTHS.len())
-            .prop_map(|(key, addr, weight, health)| Op::EpAgain { key, addr, weight, health }),
+        6 => (0..40usize, 0..ADDRESSES.len(), 0..WEIGHTS.len(), 0..HEALTHS.len(), 0..LABELS.len())
+            .prop_map(|(key, addr, weight, health, label)| Op::EpAgain { key, addr, weight, health, label }),
     ]
 }
 
@@ -264,6 +286,7 @@ fn events(ops: &[Op]) -> Vec<Event> {
                 addr,
                 weight,
                 health,
+                label,
             } => match last.get(key) {
                 Some(Op::Ep {
                     src,
@@ -281,6 +304,7 @@ fn events(ops: &[Op]) -> Vec<Event> {
                         health: *health,
                         loc: *loc,
                         target: *target,
+                        label: *label,
                     };
                     &again
                 }
@@ -327,6 +351,7 @@ fn events(ops: &[Op]) -> Vec<Event> {
                 health,
                 loc,
                 target,
+                label,
             } => {
                 let (ns, host) = refs[0];
                 let mut e = Ep::new(ADDRESSES[*addr], NAMESPACES[ns], HOSTS[host])
@@ -339,6 +364,9 @@ fn events(ops: &[Op]) -> Vec<Event> {
                     .collect();
                 if *target {
                     e = e.target("p80", 8080);
+                }
+                if let Some(v) = LABELS[*label] {
+                    e = e.label("v", v).label("app", "x");
                 }
                 e.upsert(
                     SOURCES[*src],
@@ -378,12 +406,20 @@ fn events(ops: &[Op]) -> Vec<Event> {
                 name,
                 host,
                 subsets,
+                policy,
+                subset_policy,
             } => {
                 let subsets: Vec<String> = subsets
                     .iter()
-                    .map(|s| {
+                    .enumerate()
+                    .map(|(i, s)| {
+                        let over = if *subset_policy && i == 0 {
+                            SUBSET_POLICY
+                        } else {
+                            ""
+                        };
                         format!(
-                            r#"{{"name":"{}","labels":{{"v":"{}"}}}}"#,
+                            r#"{{"name":"{}","labels":{{"v":"{}"}}{over}}}"#,
                             SUBSETS[*s], SUBSETS[*s]
                         )
                     })
@@ -395,9 +431,10 @@ fn events(ops: &[Op]) -> Vec<Event> {
                     NAMESPACES[*ns],
                     RULE_NAMES[*name],
                     &format!(
-                        r#"{{"host":"{}","subsets":[{}]}}"#,
+                        r#"{{"host":"{}","subsets":[{}]{}}}"#,
                         DESTS[*host],
-                        subsets.join(",")
+                        subsets.join(","),
+                        POLICIES[*policy]
                     ),
                 )
             }

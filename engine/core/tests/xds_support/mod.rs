@@ -123,6 +123,7 @@ pub struct Ep {
     pub weight: u32,
     pub health: Health,
     pub services: Vec<(String, String)>,
+    pub labels: BTreeMap<String, String>,
 }
 
 impl Ep {
@@ -135,7 +136,13 @@ impl Ep {
             weight: 1,
             health: Health::Healthy,
             services: vec![(ns.into(), host.into())],
+            labels: BTreeMap::new(),
         }
+    }
+
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
     }
 
     pub fn locality(mut self, region: &str, zone: &str) -> Self {
@@ -168,7 +175,11 @@ impl Ep {
                 endpoint: Some(pb::Endpoint {
                     address: self.address.clone(),
                     ports: self.ports.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-                    labels: Default::default(),
+                    labels: self
+                        .labels
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
                     locality: Some(pb::Locality {
                         region,
                         zone,

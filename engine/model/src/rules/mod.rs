@@ -26,6 +26,7 @@
 //! anything, or run async.
 
 mod dr;
+mod dr_check;
 mod host;
 mod index;
 mod parse;

@@ -437,6 +437,7 @@ fn bind_destination_rule(dr: &DestinationRule, rule: &mut Rule) {
         "workload selectors (needs per-proxy views; the rule applies to every workload)",
         &mut rule.problems,
     );
+    super::dr_check::check(dr, &mut rule.problems);
     let mut istio_mutual = Vec::new();
     collect_tls_modes(&raw, "", &mut istio_mutual);
     for path in istio_mutual {

@@ -15,6 +15,15 @@
 //! | `DP1040` | error | two subsets share a name | object rejected |
 //! | `DP1041` | error | a subset without a name | object rejected |
 //! | `DP1042` | warning | `tls.mode: ISTIO_MUTUAL` needs Istio's CA and SDS | the `tls` setting is ignored |
+//! | `DP1101` | warning | `loadBalancer.simple: PASSTHROUGH` cannot apply to an EDS cluster | round robin kept |
+//! | `DP1102` | warning | `localityLbSetting` needs per-proxy views | not applied (priority 0 for all) |
+//! | `DP1103` | warning | a connection pool field deltapilot does not implement | field ignored |
+//! | `DP1104` | warning | a duration that does not parse | field ignored |
+//! | `DP1105` | warning | an unknown `loadBalancer.simple` | round robin kept |
+//! | `DP1106` | warning | several consistent hash keys | the first is used |
+//! | `DP1110` | warning | `MUTUAL` without client certificate and key | no client certificate sent |
+//! | `DP1111` | warning | `SIMPLE`/`MUTUAL` without `caCertificates` | server not verified |
+//! | `DP1120` | warning | a setting proxyless gRPC would reject | left out on the host's `GRPC` ports |
 //!
 //! Route-level problems found when the rule is translated to Envoy config are
 //! reported by the xDS crate with codes from `DP2000` up.

@@ -209,7 +209,22 @@ fn a_full_destination_rule_parses_and_bad_subsets_reject() {
       "exportTo": ["*"]
     }"#;
     let r = parse(&dr("default", "reviews", full));
-    assert_eq!(codes(&r), []);
+    // What the translation cannot honour (see `dr_check`): locality needs
+    // per-proxy views; on GRPC ports the parts proxyless gRPC rejects.
+    assert_eq!(
+        codes(&r),
+        [
+            ("DP1102", "trafficPolicy.loadBalancer.localityLbSetting"),
+            ("DP1120", "subsets[1].trafficPolicy.loadBalancer.simple"),
+            ("DP1120", "trafficPolicy.connectionPool"),
+            (
+                "DP1120",
+                "trafficPolicy.portLevelSettings[0].loadBalancer.simple"
+            ),
+            ("DP1120", "trafficPolicy.tls"),
+        ]
+    );
+    assert!(r.problems.iter().all(|p| p.severity == Severity::Warning));
     assert_eq!(r.hosts, [h("reviews.default.svc.cluster.local")]);
     let d = r.destination_rule().expect("typed");
     assert_eq!(d.subsets.as_ref().map(Vec::len), Some(2));
