@@ -1,7 +1,10 @@
 //! Incremental generation equals rebuild-from-scratch, byte for byte, for random
 //! event sequences folded by the real fold: service and endpoint upserts and
 //! deletes, resyncs that sweep, and two sources (and two namespaces) writing the
-//! same hostnames. Also: change sets name exactly the resources whose bytes
+//! same hostnames; traffic rules (VirtualService and DestinationRule adds, edits
+//! and deletes, naming missing hosts and subsets, exact, short and wildcard
+//! hosts, hosts that appear after their rules). Also: `Touched::rule_hosts`
+//! names every host whose rules changed, change sets name exactly the resources whose bytes
 //! changed, and the O(changed) per-proxy diff equals the full diff.
 
 mod xds_support;
@@ -9,8 +12,10 @@ mod xds_support;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use deltapilot_model::ProxyType;
-use deltapilot_model::state::ModelState;
+use deltapilot_model::rules::{DestinationRule, VirtualService, resolve_host};
+use deltapilot_model::state::{ModelState, Touched};
+use deltapilot_model::{Hostname, ProxyType};
+use deltapilot_proto::ConfigKind;
 use deltapilot_proto::Event;
 use deltapilot_xds::generate::{GenOptions, Generator, build_all, changes_between};
 use deltapilot_xds::hash::resources_hash;
@@ -55,6 +60,35 @@ const HEALTHS: [Health; 5] = [
     Health::NotReady,
 ];
 const LOCALITIES: [(&str, &str); 3] = [("", ""), ("r1", "z1"), ("r2", "z1")];
+/// Rule names (per namespace), the hosts rules bind (short names resolve in
+/// the rule's namespace: `a` in `ns1` is a pool host, `a` in `ns2` another;
+/// `missing` names no service), destinations and subsets.
+const RULE_NAMES: [&str; 3] = ["r0", "r1", "r2"];
+const RULE_HOSTS: [&str; 8] = [
+    "a",
+    "b",
+    "api.example.com",
+    "a.ns1",
+    "*.example.com",
+    "*.wild.example.com",
+    "*",
+    "missing",
+];
+const DESTS: [&str; 4] = ["a", "b", "api.example.com", "missing"];
+const SUBSETS: [&str; 3] = ["v1", "v2", "nope"];
+/// Endpoint labels: none, or the `v` label the subsets select on.
+const LABELS: [Option<&str>; 4] = [None, Some("v1"), Some("v2"), Some("v3")];
+/// Top-level traffic policies (`""`: none), with port-level overrides.
+const POLICIES: [&str; 5] = [
+    "",
+    r#","trafficPolicy":{"loadBalancer":{"consistentHash":{"httpHeaderName":"x-user"}}}"#,
+    r#","trafficPolicy":{"connectionPool":{"tcp":{"maxConnections":7,"connectTimeout":"2s"},"http":{"http2MaxRequests":9,"idleTimeout":"30s"}},"outlierDetection":{"consecutive5xxErrors":3,"interval":"1s","baseEjectionTime":"30s","maxEjectionPercent":50}}"#,
+    r#","trafficPolicy":{"loadBalancer":{"simple":"LEAST_REQUEST"},"portLevelSettings":[{"port":{"number":80},"loadBalancer":{"consistentHash":{"maglev":{"tableSize":65537},"useSourceIp":true}}}]}"#,
+    r#","trafficPolicy":{"tls":{"mode":"SIMPLE","caCertificates":"/etc/ca.pem","sni":"api.example.com"}}"#,
+];
+/// A subset-level override.
+const SUBSET_POLICY: &str = r#","trafficPolicy":{"loadBalancer":{"simple":"RANDOM"},"portLevelSettings":[{"port":{"number":9090},"outlierDetection":{"consecutiveGatewayErrors":2}}]}"#;
+const GATEWAYS: [&str; 3] = ["", r#","gateways":["mesh"]"#, r#","gateways":["gw"]"#];
 
 /// One step of a random history, in terms of indexes into the pools above.
 #[derive(Debug, Clone)]
@@ -80,6 +114,8 @@ enum Op {
         health: usize,
         loc: usize,
         target: bool,
+        /// Index into [`LABELS`].
+        label: usize,
     },
     EpDel {
         src: usize,
@@ -93,12 +129,43 @@ enum Op {
         addr: usize,
         weight: usize,
         health: usize,
+        /// Index into [`LABELS`]: the endpoint moves between subsets.
+        label: usize,
     },
     ResyncStart {
         src: usize,
     },
     ResyncDone {
         src: usize,
+    },
+    /// A VirtualService upsert (`broken`: a spec that does not fit the schema).
+    Vs {
+        src: usize,
+        ns: usize,
+        name: usize,
+        hosts: Vec<usize>,
+        routes: Vec<(usize, usize, u32)>,
+        gateways: usize,
+        broken: bool,
+    },
+    /// A DestinationRule upsert; repeated subset names make it invalid.
+    Dr {
+        src: usize,
+        ns: usize,
+        name: usize,
+        host: usize,
+        subsets: Vec<usize>,
+        /// Index into [`POLICIES`] (top level) and, per subset, whether it
+        /// overrides with [`SUBSET_POLICY`].
+        policy: usize,
+        subset_policy: bool,
+    },
+    /// A rule delete (`dr`: DestinationRule, else VirtualService).
+    RuleDel {
+        src: usize,
+        ns: usize,
+        name: usize,
+        dr: bool,
     },
 }
 
@@ -119,14 +186,66 @@ fn op() -> impl Strategy<Value = Op> {
             0..HEALTHS.len(),
             0..LOCALITIES.len(),
             any::<bool>(),
+            0..LABELS.len(),
         )
-            .prop_map(|(src, key, addr, refs, weight, health, loc, target)| Op::Ep { src, key, addr, refs, weight, health, loc, target }),
+            .prop_map(|(src, key, addr, refs, weight, health, loc, target, label)| Op::Ep { src, key, addr, refs, weight, health, loc, target, label }),
         2 => (src.clone(), 0..6usize).prop_map(|(src, key)| Op::EpDel { src, key }),
-        6 => (0..6usize, 0..ADDRESSES.len(), 0..WEIGHTS.len(), 0..HEALTHS.len())
-            .prop_map(|(key, addr, weight, health)| Op::EpAgain { key, addr, weight, health }),
+        6 => (0..6usize, 0..ADDRESSES.len(), 0..WEIGHTS.len(), 0..HEALTHS.len(), 0..LABELS.len())
+            .prop_map(|(key, addr, weight, health, label)| Op::EpAgain { key, addr, weight, health, label }),
         1 => src.clone().prop_map(|src| Op::ResyncStart { src }),
-        1 => src.prop_map(|src| Op::ResyncDone { src }),
+        1 => src.clone().prop_map(|src| Op::ResyncDone { src }),
+        3 => (
+            src.clone(),
+            ns.clone(),
+            0..RULE_NAMES.len(),
+            prop::collection::vec(0..RULE_HOSTS.len(), 1..3),
+            prop::collection::vec((0..DESTS.len(), 0..SUBSETS.len() + 1, 0u32..3), 0..3),
+            0..GATEWAYS.len(),
+            prop::bool::weighted(0.1),
+        )
+            .prop_map(|(src, ns, name, hosts, routes, gateways, broken)| Op::Vs { src, ns, name, hosts, routes, gateways, broken }),
+        3 => (src.clone(), ns.clone(), 0..RULE_NAMES.len(), 0..DESTS.len(), prop::collection::vec(0..SUBSETS.len(), 0..3), 0..POLICIES.len(), any::<bool>())
+            .prop_map(|(src, ns, name, host, subsets, policy, subset_policy)| Op::Dr { src, ns, name, host, subsets, policy, subset_policy }),
+        2 => (src, ns, 0..RULE_NAMES.len(), any::<bool>())
+            .prop_map(|(src, ns, name, dr)| Op::RuleDel { src, ns, name, dr }),
     ]
+}
+
+/// The spec JSON of a VirtualService op.
+fn vs_spec(
+    hosts: &[usize],
+    routes: &[(usize, usize, u32)],
+    gateways: usize,
+    broken: bool,
+) -> String {
+    if broken {
+        return r#"{"hosts":"not-a-list"}"#.to_string();
+    }
+    let hosts: Vec<String> = hosts
+        .iter()
+        .map(|h| format!("{:?}", RULE_HOSTS[*h]))
+        .collect();
+    let dests: Vec<String> = routes
+        .iter()
+        .map(|(d, subset, w)| {
+            let subset = SUBSETS
+                .get(subset.wrapping_sub(1))
+                .filter(|_| *subset > 0)
+                .map(|s| format!(r#","subset":"{s}""#))
+                .unwrap_or_default();
+            format!(
+                r#"{{"destination":{{"host":"{}"{subset}}},"weight":{}}}"#,
+                DESTS[*d],
+                w * 50
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"hosts":[{}]{}, "http":[{{"route":[{}]}}]}}"#,
+        hosts.join(","),
+        GATEWAYS[gateways],
+        dests.join(",")
+    )
 }
 
 /// An endpoint op, over more keys than [`op`] uses, so that a long run holds
@@ -144,11 +263,12 @@ fn endpoint_op() -> impl Strategy<Value = Op> {
             0..HEALTHS.len(),
             0..LOCALITIES.len(),
             any::<bool>(),
+            0..LABELS.len(),
         )
-            .prop_map(|(src, key, addr, refs, weight, health, loc, target)| Op::Ep { src, key, addr, refs, weight, health, loc, target }),
+            .prop_map(|(src, key, addr, refs, weight, health, loc, target, label)| Op::Ep { src, key, addr, refs, weight, health, loc, target, label }),
         2 => (src, 0..40usize).prop_map(|(src, key)| Op::EpDel { src, key }),
-        6 => (0..40usize, 0..ADDRESSES.len(), 0..WEIGHTS.len(), 0..HEALTHS.len())
-            .prop_map(|(key, addr, weight, health)| Op::EpAgain { key, addr, weight, health }),
+        6 => (0..40usize, 0..ADDRESSES.len(), 0..WEIGHTS.len(), 0..HEALTHS.len(), 0..LABELS.len())
+            .prop_map(|(key, addr, weight, health, label)| Op::EpAgain { key, addr, weight, health, label }),
     ]
 }
 
@@ -166,6 +286,7 @@ fn events(ops: &[Op]) -> Vec<Event> {
                 addr,
                 weight,
                 health,
+                label,
             } => match last.get(key) {
                 Some(Op::Ep {
                     src,
@@ -183,6 +304,7 @@ fn events(ops: &[Op]) -> Vec<Event> {
                         health: *health,
                         loc: *loc,
                         target: *target,
+                        label: *label,
                     };
                     &again
                 }
@@ -229,6 +351,7 @@ fn events(ops: &[Op]) -> Vec<Event> {
                 health,
                 loc,
                 target,
+                label,
             } => {
                 let (ns, host) = refs[0];
                 let mut e = Ep::new(ADDRESSES[*addr], NAMESPACES[ns], HOSTS[host])
@@ -241,6 +364,9 @@ fn events(ops: &[Op]) -> Vec<Event> {
                     .collect();
                 if *target {
                     e = e.target("p80", 8080);
+                }
+                if let Some(v) = LABELS[*label] {
+                    e = e.label("v", v).label("app", "x");
                 }
                 e.upsert(
                     SOURCES[*src],
@@ -258,6 +384,74 @@ fn events(ops: &[Op]) -> Vec<Event> {
                 resync(SOURCES[*src], gens[*src], false)
             }
             Op::ResyncDone { src } => resync(SOURCES[*src], gens[*src], true),
+            Op::Vs {
+                src,
+                ns,
+                name,
+                hosts,
+                routes,
+                gateways,
+                broken,
+            } => rule(
+                SOURCES[*src],
+                gens[*src],
+                ConfigKind::VirtualService,
+                NAMESPACES[*ns],
+                RULE_NAMES[*name],
+                &vs_spec(hosts, routes, *gateways, *broken),
+            ),
+            Op::Dr {
+                src,
+                ns,
+                name,
+                host,
+                subsets,
+                policy,
+                subset_policy,
+            } => {
+                let subsets: Vec<String> = subsets
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        let over = if *subset_policy && i == 0 {
+                            SUBSET_POLICY
+                        } else {
+                            ""
+                        };
+                        format!(
+                            r#"{{"name":"{}","labels":{{"v":"{}"}}{over}}}"#,
+                            SUBSETS[*s], SUBSETS[*s]
+                        )
+                    })
+                    .collect();
+                rule(
+                    SOURCES[*src],
+                    gens[*src],
+                    ConfigKind::DestinationRule,
+                    NAMESPACES[*ns],
+                    RULE_NAMES[*name],
+                    &format!(
+                        r#"{{"host":"{}","subsets":[{}]{}}}"#,
+                        DESTS[*host],
+                        subsets.join(","),
+                        POLICIES[*policy]
+                    ),
+                )
+            }
+            Op::RuleDel { src, ns, name, dr } => {
+                let kind = if *dr {
+                    ConfigKind::DestinationRule
+                } else {
+                    ConfigKind::VirtualService
+                };
+                rule_del(
+                    SOURCES[*src],
+                    gens[*src],
+                    kind,
+                    NAMESPACES[*ns],
+                    RULE_NAMES[*name],
+                )
+            }
             Op::EpAgain { .. } => unreachable!("replaced by the Ep it repeats"),
         };
         out.push(ev);
@@ -290,6 +484,7 @@ fn check(ops: &[Op], batch_sizes: &[usize]) -> Result<(), TestCaseError> {
         let (batch, tail) = rest.split_at(n);
         rest = tail;
         let (next_state, touched, _) = fold_batch(&state, batch);
+        check_rule_hosts(&state, &next_state, &touched)?;
         let (next, changes, errors) = generator.regenerate(&set, &next_state, &touched);
         let (reference, ref_errors) = build_all(&next_state, &opts);
         assert_client_rules(&next);
@@ -331,6 +526,78 @@ fn check(ops: &[Op], batch_sizes: &[usize]) -> Result<(), TestCaseError> {
     let (rebuilt_generator, rebuilt, _) = Generator::build(&state, opts.clone());
     prop_assert_eq!(flatten(&rebuilt), flatten(&set));
     prop_assert_eq!(rebuilt_generator.resources_hash(), resources_hash(&set));
+    Ok(())
+}
+
+/// What a host's rules are in a state, compared across a batch: the winning
+/// VirtualService (key and spec) and DestinationRule.
+type HostRules = (
+    Option<(Arc<str>, Arc<VirtualService>)>,
+    Option<Arc<DestinationRule>>,
+);
+
+/// The [`HostRules`] of `h` in `st`.
+fn rules_of(st: &ModelState, h: &Hostname) -> HostRules {
+    let vs = st
+        .rules()
+        .virtual_service_for(h)
+        .map(|b| (b.rule.key.clone(), b.spec.clone()));
+    (vs, st.rules().destination_rule_for(h))
+}
+
+/// `Touched::rule_hosts` (with `services`) names every served host whose
+/// winning rules changed, and every host whose VirtualService routes to a host
+/// whose service or DestinationRule changed; and the index equals the one a
+/// rebuild from the raw configs makes.
+fn check_rule_hosts(
+    before: &ModelState,
+    after: &ModelState,
+    touched: &Touched,
+) -> Result<(), TestCaseError> {
+    let rebuilt = after.rebuild();
+    prop_assert_eq!(after.rules(), rebuilt.rules(), "rule index != rebuilt");
+    let named = |h: &Hostname| touched.rule_hosts.contains(h) || touched.services.contains(h);
+    for svc in after.services() {
+        let h = &svc.hostname;
+        let (vs0, dr0) = rules_of(before, h);
+        let (vs1, dr1) = rules_of(after, h);
+        if vs0 != vs1 || dr0 != dr1 {
+            prop_assert!(
+                named(h),
+                "rules of {} changed but it is not touched: {:?}",
+                h,
+                touched
+            );
+        }
+        if let Some((_, vs)) = &vs1 {
+            let ns = &after
+                .rules()
+                .virtual_service_for(h)
+                .map(|b| b.rule.namespace.clone())
+                .unwrap_or_default();
+            for d in vs
+                .http
+                .iter()
+                .flatten()
+                .flat_map(|r| r.route.iter().flatten())
+            {
+                let Some(dh) = d.destination.as_ref().and_then(|d| d.host.as_deref()) else {
+                    continue;
+                };
+                let dh = resolve_host(dh, ns);
+                let dest_changed = touched.services.contains(&dh)
+                    || rules_of(before, &dh).1 != rules_of(after, &dh).1;
+                if dest_changed {
+                    prop_assert!(
+                        named(h),
+                        "{} routes to {} which changed, but is not touched",
+                        h,
+                        dh
+                    );
+                }
+            }
+        }
+    }
     Ok(())
 }
 

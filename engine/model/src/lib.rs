@@ -4,6 +4,8 @@
 //!   registry-neutral language everything downstream of the log speaks;
 //! - [`state`]: the folded registry state, in persistent maps consecutive snapshots
 //!   share;
+//! - [`rules`]: VirtualService and DestinationRule, typed, bound to hosts and
+//!   indexed (the fold keeps the index in the state);
 //! - [`fold`]: the pure function from (state, batch of events) to the next state and
 //!   what it touched;
 //! - the ground floor both use: [`keys`] (the hash keys of the large maps),
@@ -20,6 +22,7 @@ pub mod keys;
 mod model;
 pub mod par;
 pub mod records;
+pub mod rules;
 pub mod state;
 
 pub use model::*;

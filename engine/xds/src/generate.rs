@@ -37,6 +37,7 @@ mod common;
 mod eds;
 mod incremental;
 mod lds;
+mod policy;
 mod rds;
 mod reference;
 mod source;
@@ -45,6 +46,7 @@ mod wire;
 use std::sync::Arc;
 
 pub use incremental::Generator;
+pub use policy::hash_policies;
 pub use reference::{AssignmentSlot, build_all, build_assignments};
 pub use source::ModelRead;
 

@@ -21,6 +21,22 @@ fn rich_state() -> ModelState {
         ep_labeled("a", 3, "ep/2", "10.0.0.2", &["gone"], &[("app", "x")]),
         svc_del("a", 3, "ns", "gone"),
         cfg("b", 0, "vs", r#"{"hosts":["h1"]}"#),
+        rule(
+            "b",
+            0,
+            deltapilot_proto::ConfigKind::VirtualService,
+            "other",
+            "wild",
+            r#"{"hosts":["*.case"],"http":[{"route":[{"destination":{"host":"h1"}}]}]}"#,
+        ),
+        rule(
+            "b",
+            0,
+            deltapilot_proto::ConfigKind::DestinationRule,
+            "ns",
+            "dr",
+            r#"{"host":"h1","subsets":[{"name":"v1","labels":{"app":"x"}}]}"#,
+        ),
     ])
 }
 
@@ -48,6 +64,14 @@ fn round_trip_equals_the_original_state() {
     assert_eq!(
         cp.model, st,
         "restored state equals the original, merged view included"
+    );
+    assert_eq!(cp.model.rules().len(), 3, "traffic rules are indexed again");
+    assert_eq!(cp.model.rules().statuses(), st.rules().statuses());
+    assert!(
+        cp.model
+            .rules()
+            .virtual_service_for(&deltapilot_model::Hostname::new("upper.case"))
+            .is_some()
     );
     assert_eq!(cp.model.hash(), cp.model.recompute_hash());
     assert_eq!(

@@ -209,12 +209,17 @@ impl Replayer {
                 self.resources_hash = g.resources_hash();
                 errors.len()
             }
-            None if touched.services.is_empty() && !touched.configs => reuse::rebuild_assignments(
-                &mut self.resources,
-                &mut self.resources_hash,
-                &self.model,
-                &touched.endpoint_names(&self.model),
-            ),
+            None if touched.services.is_empty()
+                && !touched.configs
+                && touched.rule_hosts.is_empty() =>
+            {
+                reuse::rebuild_assignments(
+                    &mut self.resources,
+                    &mut self.resources_hash,
+                    &self.model,
+                    &touched.endpoint_names(&self.model),
+                )
+            }
             None => self.build_generator(),
         };
         self.stats.gen_errors += errors as u64;

@@ -73,6 +73,47 @@ pub fn svc_del(source: &str, generation: u64, ns: &str, host: &str) -> Event {
     )
 }
 
+/// An upsert of a config object (a traffic rule) with this spec JSON.
+pub fn rule(
+    source: &str,
+    generation: u64,
+    kind: pb::ConfigKind,
+    ns: &str,
+    name: &str,
+    spec: &str,
+) -> Event {
+    event(
+        source,
+        generation,
+        Payload::ConfigUpsert(pb::ConfigUpsert {
+            config: Some(pb::ConfigObject {
+                kind: kind as i32,
+                namespace: ns.into(),
+                name: name.into(),
+                spec_json: spec.into(),
+                ..Default::default()
+            }),
+        }),
+    )
+}
+
+/// A delete of a config object.
+pub fn rule_del(
+    source: &str,
+    generation: u64,
+    kind: pb::ConfigKind,
+    ns: &str,
+    name: &str,
+) -> Event {
+    event(
+        source,
+        generation,
+        Payload::ConfigDelete(pb::EntityDelete {
+            key: pb::config_key(kind, ns, name),
+        }),
+    )
+}
+
 /// Everything about an endpoint the generator reads.
 #[derive(Debug, Clone)]
 pub struct Ep {
@@ -82,6 +123,7 @@ pub struct Ep {
     pub weight: u32,
     pub health: Health,
     pub services: Vec<(String, String)>,
+    pub labels: BTreeMap<String, String>,
 }
 
 impl Ep {
@@ -94,7 +136,13 @@ impl Ep {
             weight: 1,
             health: Health::Healthy,
             services: vec![(ns.into(), host.into())],
+            labels: BTreeMap::new(),
         }
+    }
+
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
     }
 
     pub fn locality(mut self, region: &str, zone: &str) -> Self {
@@ -127,7 +175,11 @@ impl Ep {
                 endpoint: Some(pb::Endpoint {
                     address: self.address.clone(),
                     ports: self.ports.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-                    labels: Default::default(),
+                    labels: self
+                        .labels
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
                     locality: Some(pb::Locality {
                         region,
                         zone,

@@ -330,7 +330,7 @@ fn fold_from<'a>(
     } = f;
     skipped.sort_by_key(|(index, _)| *index);
     out.skipped = skipped.into_iter().map(|(_, s)| s).collect();
-    out.touched = touched.finish();
+    out.touched = touched.finish(&out.state);
     // A hostname whose merged service changed back within the batch is not touched.
     if let Some(state) = before {
         out.touched

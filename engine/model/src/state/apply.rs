@@ -449,6 +449,10 @@ impl ModelState {
         }
         if !content_same {
             touched.configs();
+            let value = &self.raw_configs[&key].value;
+            if let Some(t) = self.rules.upsert(value) {
+                touched.rules(&t);
+            }
         }
     }
 
@@ -459,6 +463,9 @@ impl ModelState {
         };
         self.hash_sub(old.entity_hash());
         touched.configs();
+        if let Some(t) = self.rules.remove(key) {
+            touched.rules(&t);
+        }
         true
     }
 

@@ -127,6 +127,47 @@ pub fn cfg_del(source: &str, generation: u64, name: &str) -> Event {
     )
 }
 
+/// An upsert of a config object of any kind (`kind` as in `pb::ConfigKind`).
+pub fn rule(
+    source: &str,
+    generation: u64,
+    kind: pb::ConfigKind,
+    ns: &str,
+    name: &str,
+    spec: &str,
+) -> Event {
+    event(
+        source,
+        generation,
+        Payload::ConfigUpsert(pb::ConfigUpsert {
+            config: Some(pb::ConfigObject {
+                kind: kind as i32,
+                namespace: ns.into(),
+                name: name.into(),
+                spec_json: spec.into(),
+                ..Default::default()
+            }),
+        }),
+    )
+}
+
+/// A delete of a config object of any kind.
+pub fn rule_del(
+    source: &str,
+    generation: u64,
+    kind: pb::ConfigKind,
+    ns: &str,
+    name: &str,
+) -> Event {
+    event(
+        source,
+        generation,
+        Payload::ConfigDelete(pb::EntityDelete {
+            key: pb::config_key(kind, ns, name),
+        }),
+    )
+}
+
 /// A resync marker.
 pub fn resync(source: &str, generation: u64, completed: bool) -> Event {
     let phase = if completed {

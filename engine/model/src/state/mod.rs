@@ -23,6 +23,8 @@
 //!     of the endpoints that list it, in key order, each with the parts of the
 //!     endpoint that change only with its shape (a rewrite of address, weight
 //!     or health leaves this index untouched);
+//!   - the traffic rules among the configs, parsed and indexed by host
+//!     ([`ModelState::rules`], see `rules`), a function of the raw configs;
 //!   - endpoint keys by address, for [`ModelState::proxy_service_instances`] and
 //!     [`ModelState::management_ports`], built when first asked for (see
 //!     `addr_index`).
@@ -72,6 +74,7 @@ pub mod mk;
 mod query;
 #[cfg(test)]
 mod records_tests;
+mod rule_touch;
 #[cfg(test)]
 mod tests;
 
@@ -84,6 +87,7 @@ use imbl::OrdMap;
 use crate::canon;
 pub use crate::keys::HKey;
 use crate::model::{Config, Endpoint, EndpointShape, Hostname, Service};
+use crate::rules::{RuleIndex, RuleTouch};
 
 use addr_index::AddrIndex;
 pub(crate) use apply::Rewrite;
@@ -274,6 +278,9 @@ pub struct ModelState {
     /// (address, endpoint key hash) of every endpoint, built on first use
     /// (see `addr_index`).
     endpoints_by_addr: AddrIndex,
+    /// The VirtualServices and DestinationRules among `raw_configs`, parsed and
+    /// indexed (a function of `raw_configs`, so not hashed separately).
+    rules: RuleIndex,
     hash: u64,
 }
 
@@ -298,8 +305,16 @@ pub struct Touched {
     /// by key, names those from its own index and skips the others (a hostname
     /// without a service has no assignment).
     pub endpoint_keys: Vec<HKey>,
-    /// Whether any config object changed (traffic rules may affect any resource).
+    /// Whether any config object changed.
     pub configs: bool,
+    /// Hostnames whose VirtualService or DestinationRule may have changed: the
+    /// hosts the old and new versions of each changed rule bind (wildcards
+    /// expanded against the services that exist after the batch; exact hosts as
+    /// written, with or without a service), and the hosts whose VirtualService
+    /// routes to a host whose service or DestinationRule changed. The generator
+    /// recomputes them as it does a touched service. (A [`Touched`] used as a
+    /// plain [`Touch`] sink holds the patterns unexpanded.)
+    pub rule_hosts: BTreeSet<Hostname>,
 }
 
 impl Touched {
@@ -309,6 +324,7 @@ impl Touched {
             && self.endpoints.is_empty()
             && self.endpoint_keys.is_empty()
             && !self.configs
+            && self.rule_hosts.is_empty()
     }
 
     /// Every hostname whose endpoints changed, by name: `endpoints` and the
@@ -330,6 +346,7 @@ impl Touched {
         self.endpoint_keys.sort_unstable();
         self.endpoint_keys.dedup();
         self.configs |= later.configs;
+        self.rule_hosts.extend(later.rule_hosts);
     }
 }
 
@@ -348,6 +365,8 @@ pub trait Touch {
     }
     /// A config object changed.
     fn configs(&mut self);
+    /// A traffic rule binding these patterns changed.
+    fn rules(&mut self, t: &RuleTouch);
 }
 
 impl Touch for Touched {
@@ -361,6 +380,11 @@ impl Touch for Touched {
 
     fn configs(&mut self) {
         self.configs = true;
+    }
+
+    fn rules(&mut self, t: &RuleTouch) {
+        self.rule_hosts
+            .extend(t.virtual_service.iter().chain(&t.destination_rule).cloned());
     }
 }
 
@@ -378,6 +402,8 @@ pub(crate) struct TouchLog {
     /// Hostnames touched by key (see [`TouchLog::endpoints_by_key`]).
     keys: Vec<HKey>,
     configs: bool,
+    /// Patterns of changed rules, expanded by [`TouchLog::finish`].
+    rules: RuleTouch,
 }
 
 impl Touch for TouchLog {
@@ -400,6 +426,15 @@ impl Touch for TouchLog {
     fn configs(&mut self) {
         self.configs = true;
     }
+
+    fn rules(&mut self, t: &RuleTouch) {
+        self.rules
+            .virtual_service
+            .extend(t.virtual_service.iter().cloned());
+        self.rules
+            .destination_rule
+            .extend(t.destination_rule.iter().cloned());
+    }
 }
 
 impl TouchLog {
@@ -413,8 +448,9 @@ impl TouchLog {
         }
     }
 
-    /// The touches, sorted and without repeats.
-    pub(crate) fn finish(mut self) -> Touched {
+    /// The touches, sorted and without repeats; rule patterns expanded against
+    /// `st`, the state after the batch (see [`Touched::rule_hosts`]).
+    pub(crate) fn finish(mut self, st: &ModelState) -> Touched {
         self.services.sort_unstable();
         self.shapes
             .sort_unstable_by_key(|s| Arc::as_ptr(s) as usize);
@@ -431,11 +467,14 @@ impl TouchLog {
         self.endpoints.sort_unstable();
         self.keys.sort_unstable();
         self.keys.dedup();
+        let services: BTreeSet<Hostname> = self.services.into_iter().collect();
+        let rule_hosts = st.rule_hosts(&self.rules, &services);
         Touched {
-            services: self.services.into_iter().collect(),
+            services,
             endpoints: self.endpoints.into_iter().collect(),
             endpoint_keys: self.keys,
             configs: self.configs,
+            rule_hosts,
         }
     }
 }
@@ -445,6 +484,11 @@ impl ModelState {
     /// hashes regardless of the history that built them.
     pub fn hash(&self) -> u64 {
         self.hash
+    }
+
+    /// The traffic rules (VirtualService, DestinationRule), parsed and indexed.
+    pub fn rules(&self) -> &RuleIndex {
+        &self.rules
     }
 
     /// The raw service definitions, by `(key, source)`.

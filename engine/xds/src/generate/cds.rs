@@ -15,12 +15,11 @@
 //!   authoritative, and Envoy's default would send traffic to endpoints the
 //!   registry reports as down once fewer than half are healthy.
 //!
-//! What it does NOT do: decide which ports are served (see `served_ports`), traffic
-//! policy from DestinationRules (TLS, outlier detection, circuit breakers) — later.
+//! What it does NOT do: decide which ports are served (see `served_ports`), or
+//! apply DestinationRule traffic policy and subsets (see `policy`).
 
 use std::collections::HashMap;
 
-use bytes::Bytes;
 use envoy_types::pb::envoy::config::cluster::v3::{
     Cluster,
     cluster::{ClusterDiscoveryType, CommonLbConfig, DiscoveryType, EdsClusterConfig, LbPolicy},
@@ -39,16 +38,22 @@ use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::UInt32Value;
 
 use super::GenOptions;
-use super::common::{ads_config_source, cluster_name, duration, encode, to_any};
+use super::common::{ads_config_source, duration, to_any};
 use super::eds::socket_endpoint;
 use deltapilot_model::{Port, Resolution, Service};
 
 /// The key Envoy looks up upstream HTTP protocol options under.
-const HTTP_PROTOCOL_OPTIONS_KEY: &str = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+pub(crate) const HTTP_PROTOCOL_OPTIONS_KEY: &str =
+    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
 
-/// Builds and encodes the cluster for one served port of `svc`.
-pub(crate) fn cluster(svc: &Service, port: &Port, opts: &GenOptions) -> Result<Bytes, String> {
-    let name = cluster_name(port.number, &svc.hostname).to_string();
+/// The cluster `name` for one served port of `svc`, before any
+/// DestinationRule policy (see `policy`) is applied to it.
+pub(crate) fn build(
+    svc: &Service,
+    port: &Port,
+    name: String,
+    opts: &GenOptions,
+) -> Result<Cluster, String> {
     let mut c = Cluster {
         name: name.clone(),
         connect_timeout: Some(duration(opts.connect_timeout)),
@@ -117,5 +122,5 @@ pub(crate) fn cluster(svc: &Service, port: &Port, opts: &GenOptions) -> Result<B
         c.typed_extension_protocol_options =
             HashMap::from([(HTTP_PROTOCOL_OPTIONS_KEY.to_string(), to_any(&options))]);
     }
-    Ok(encode(&c))
+    Ok(c)
 }

@@ -19,8 +19,12 @@
 //! - a cluster without endpoints still gets an assignment with an empty list, so
 //!   Envoy finishes warming the cluster instead of waiting for it.
 //!
+//! - a DestinationRule subset's assignment (`outbound|<port>|<subset>|<host>`)
+//!   holds only the endpoints whose labels include the subset's labels, chosen
+//!   before the socket dedup ([`load_assignment_matching`]).
+//!
 //! What it does NOT do: priorities or locality-aware failover (everything is
-//! priority 0), subset metadata. Those come with DestinationRule support.
+//! priority 0: locality settings need per-proxy views), subset metadata.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -114,6 +118,8 @@ pub(crate) struct HostEndpoints<'a> {
     shapes: Vec<(&'a EndpointShape, u32)>,
     /// Per shape, its target port for the port being built.
     target: Vec<u16>,
+    /// Per shape, whether its labels match the subset being built.
+    keep: Vec<bool>,
     /// Scratch for grouping by shape: (shape pointer, endpoint index).
     by_shape: Vec<(*const EndpointShape, u32)>,
     /// Scratch for ranking the shapes: shape indexes in locality order.
@@ -143,6 +149,7 @@ impl<'a> HostEndpoints<'a> {
             shape_of: Vec::new(),
             shapes: Vec::new(),
             target: Vec::new(),
+            keep: Vec::new(),
             by_shape: Vec::new(),
             order: Vec::new(),
             members: Vec::new(),
@@ -206,17 +213,28 @@ impl<'a> HostEndpoints<'a> {
     /// wins), grouped by locality in locality order, socket order within a
     /// group. (After the dedup every socket is unique, so the second sort is
     /// the old stable sort by locality of the socket-sorted list.)
-    fn members(&mut self, port: &Port) {
+    ///
+    /// With a subset's `labels`, only the endpoints whose labels include them
+    /// all are members (chosen before the socket dedup, so a matching endpoint
+    /// is never hidden by a non-matching one on the same socket).
+    fn members(&mut self, port: &Port, labels: Option<&SubsetLabels>) {
         self.target.clear();
         let target = self.shapes.iter().map(|(shape, _)| shape.target_port(port));
         self.target.extend(target);
+        self.keep.clear();
+        let keep = self
+            .shapes
+            .iter()
+            .map(|(shape, _)| labels.is_none_or(|l| labels_match(l, shape)));
+        self.keep.extend(keep);
         let eps = &self.eps;
-        let (shapes, target) = (&self.shapes, &self.target);
+        let (shapes, target, keep) = (&self.shapes, &self.target, &self.keep);
         self.members.clear();
         self.members.extend(
             eps.iter()
                 .zip(&self.shape_of)
                 .enumerate()
+                .filter(|(_, (_, s))| keep[**s as usize])
                 .map(|(i, (e, &s))| Member {
                     rank: shapes[s as usize].1,
                     address: e.address,
@@ -245,7 +263,28 @@ pub(crate) fn load_assignment(
     name: &str,
     port: &Port,
 ) -> Result<Bytes, String> {
-    eps.members(port);
+    load_assignment_matching(eps, name, port, None)
+}
+
+/// A subset's label selector: every pair must be among an endpoint's labels.
+pub(crate) type SubsetLabels = std::collections::BTreeMap<String, String>;
+
+/// Whether an endpoint of `shape` carries every label of `labels`.
+pub(crate) fn labels_match(labels: &SubsetLabels, shape: &EndpointShape) -> bool {
+    labels
+        .iter()
+        .all(|(k, v)| shape.labels.get(k.as_str()).is_some_and(|x| **x == **v))
+}
+
+/// [`load_assignment`] holding only the endpoints whose labels match `labels`
+/// (a subset's assignment); `None` holds them all.
+pub(crate) fn load_assignment_matching(
+    eps: &mut HostEndpoints<'_>,
+    name: &str,
+    port: &Port,
+    labels: Option<&SubsetLabels>,
+) -> Result<Bytes, String> {
+    eps.members(port, labels);
     let HostEndpoints {
         eps,
         members,

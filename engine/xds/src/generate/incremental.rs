@@ -6,8 +6,14 @@
 //! | touched | recomputed |
 //! | --- | --- |
 //! | service `H` (created, changed, removed) | for every port `P` `H` served before or serves now: cluster and assignment `outbound\|P\|\|H`, gRPC listener and route `H:P`, sidecar listener `0.0.0.0_P`, route `P` |
-//! | endpoints of `H` | the assignments of `H`'s EDS ports, nothing else |
-//! | configs | nothing yet (the traffic-rule seam is `rds::routes_for`) |
+//! | endpoints of `H` | the assignments of `H`'s EDS ports, its subsets' included (`outbound\|P\|S\|H`), nothing else |
+//! | rule host `H` (its VirtualService or DestinationRule changed, or a host it routes to did; see `Touched::rule_hosts`) | as a touched service `H` whose ports stay: its per-port resources, its virtual host in route `P` and listener `0.0.0.0_P` |
+//! | configs of other kinds | nothing |
+//!
+//! Each subset `S` of `H`'s DestinationRule has, per served port, a cluster and
+//! an assignment `outbound|P|S|H` (see `policy`), decided with `H`'s own; the
+//! generator keeps the subsets it built per host, so a subset that disappears
+//! (rule edited or deleted, service gone) is removed.
 //!
 //! A port's sidecar listener and route configuration depend on *every* service on
 //! that port number, so [`Generator`] keeps the index port → services (split HTTP
@@ -26,7 +32,7 @@ use bytes::Bytes;
 
 use super::common::{cluster_name, grpc_name, port_route_name, sidecar_listener_name};
 use super::rds::PortRoutes;
-use super::{GenError, GenOptions, ModelRead, cds, eds, lds, rds, served_ports};
+use super::{GenError, GenOptions, ModelRead, eds, lds, policy, rds, served_ports};
 use crate::{
     ChangeSet, Resource, ResourceKind, ResourceSet, ResourceType, TypeChanges, entry_hash,
 };
@@ -42,6 +48,9 @@ struct HostEntry {
     svc: Arc<Service>,
     /// Served port numbers with whether each is HTTP-like.
     ports: Vec<(u16, bool)>,
+    /// The subsets of its DestinationRule as of the last batch that touched
+    /// its service or rules (each has a cluster, and an assignment, per port).
+    subsets: BTreeSet<Arc<str>>,
 }
 
 /// The incremental xDS generator: the indexes that let a batch recompute only
@@ -76,6 +85,9 @@ struct Dirty {
     host_ports: BTreeMap<Hostname, BTreeSet<u16>>,
     /// Per host (not in `host_ports`), the ports whose assignment only must be.
     assignments: BTreeMap<Hostname, BTreeSet<u16>>,
+    /// Per host of either map, the subsets whose per-port resources must be
+    /// decided: the ones it had and the ones it has (a gone one is removed).
+    subsets: BTreeMap<Hostname, BTreeSet<Arc<str>>>,
     /// Sidecar listener and route configuration of a port.
     ports: BTreeSet<u16>,
     /// Per port, hosts put on (`true`) or taken off its route configuration, in
@@ -95,8 +107,14 @@ const MAX_THREADS: usize = 4;
 /// calling thread; above, each port's on a thread of its own.
 const ROUTES_PARALLEL_MIN: usize = 512;
 
-/// One host to rebuild: its name, the ports, and whether only assignments are.
-type HostJob<'a> = (&'a Hostname, &'a BTreeSet<u16>, bool);
+/// One host to rebuild: its name, the ports, its subsets, and whether only
+/// assignments are.
+type HostJob<'a> = (
+    &'a Hostname,
+    &'a BTreeSet<u16>,
+    Option<&'a BTreeSet<Arc<str>>>,
+    bool,
+);
 
 /// What a rebuild decided for one resource, applied to [`Out`] in order.
 struct Decision {
@@ -237,6 +255,9 @@ impl Generator {
             self.reindex(model, h, &mut dirty);
         }
         self.apply_route_ops(std::mem::take(&mut dirty.route_ops));
+        for h in &touched.rule_hosts {
+            self.mark_rule_host(model, h, &mut dirty);
+        }
         // Touched by key: a hostname without an entry has no assignment to
         // recompute, so it needs no name.
         let by_key = touched
@@ -244,7 +265,7 @@ impl Generator {
             .iter()
             .filter_map(|k| self.host_keys.get(k));
         for h in touched.endpoints.iter().chain(by_key) {
-            if touched.services.contains(h) {
+            if touched.services.contains(h) || dirty.host_ports.contains_key(h) {
                 continue;
             }
             let Some(entry) = self.hosts.get(h) else {
@@ -253,6 +274,9 @@ impl Generator {
             if entry.svc.resolution == Resolution::StaticEndpoints {
                 let ports = entry.ports.iter().map(|(p, _)| *p).collect();
                 dirty.assignments.insert(h.clone(), ports);
+                if !entry.subsets.is_empty() {
+                    dirty.subsets.insert(h.clone(), entry.subsets.clone());
+                }
             }
         }
 
@@ -262,8 +286,10 @@ impl Generator {
             errors: Vec::new(),
             hash: self.hash,
         };
-        let jobs: Vec<HostJob<'_>> = (dirty.host_ports.iter().map(|(h, p)| (h, p, false)))
-            .chain(dirty.assignments.iter().map(|(h, p)| (h, p, true)))
+        let subsets = &dirty.subsets;
+        let jobs: Vec<HostJob<'_>> = (dirty.host_ports.iter())
+            .map(|(h, p)| (h, p, subsets.get(h), false))
+            .chain((dirty.assignments.iter()).map(|(h, p)| (h, p, subsets.get(h), true)))
             .collect();
         for d in self.decide_all(model, &jobs) {
             out.apply(d.kind, d.grpc, d.name, d.desired);
@@ -302,6 +328,13 @@ impl Generator {
         let old = match self.hosts.remove(h) {
             Some(e) => {
                 self.host_keys.remove(&HKey::of(h.as_str()));
+                if !e.subsets.is_empty() {
+                    dirty
+                        .subsets
+                        .entry(h.clone())
+                        .or_default()
+                        .extend(e.subsets);
+                }
                 e.ports
             }
             None => Vec::new(),
@@ -348,8 +381,57 @@ impl Generator {
             }
         }
         if let (Some(svc), false) = (svc, new.is_empty()) {
-            self.hosts.insert(h.clone(), HostEntry { svc, ports: new });
+            let subsets = current_subsets(model, h);
+            if !subsets.is_empty() {
+                let d = dirty.subsets.entry(h.clone()).or_default();
+                d.extend(subsets.iter().cloned());
+            }
+            let entry = HostEntry {
+                svc,
+                ports: new,
+                subsets,
+            };
+            self.hosts.insert(h.clone(), entry);
             self.host_keys.insert(HKey::of(h.as_str()), h.clone());
+        }
+    }
+
+    /// Marks everything a host's rules feed as a touched service's: its
+    /// per-port resources, and its virtual host in each HTTP port's route
+    /// configuration (with that port's listener). A host without a served
+    /// service has nothing to recompute; when its service comes, the service
+    /// touch builds it with its rules. Its subsets move from the ones it had
+    /// to the ones its DestinationRule names now, both decided.
+    fn mark_rule_host<M: ModelRead + ?Sized>(
+        &mut self,
+        model: &M,
+        h: &Hostname,
+        dirty: &mut Dirty,
+    ) {
+        let Some(entry) = self.hosts.get_mut(h) else {
+            return;
+        };
+        let subsets = current_subsets(model, h);
+        let old = std::mem::replace(&mut entry.subsets, subsets);
+        if !old.is_empty() || !entry.subsets.is_empty() {
+            let d = dirty.subsets.entry(h.clone()).or_default();
+            d.extend(old);
+            d.extend(entry.subsets.iter().cloned());
+        }
+        let entry = &*entry;
+        dirty
+            .host_ports
+            .entry(h.clone())
+            .or_default()
+            .extend(entry.ports.iter().map(|(p, _)| *p));
+        for &(p, http) in &entry.ports {
+            if !http {
+                continue;
+            }
+            if let Some(routes) = self.http.get_mut(&p) {
+                routes.mark_stale(h);
+            }
+            dirty.ports.insert(p);
         }
     }
 
@@ -412,8 +494,9 @@ impl Generator {
         let one = |chunk: &[HostJob<'_>]| {
             let mut out = Vec::with_capacity(chunk.len() * 4);
             let mut buffers = eds::HostEndpoints::new();
-            for &(h, ports, assignments_only) in chunk {
-                self.decide_host(model, h, ports, assignments_only, &mut buffers, &mut out);
+            for &(h, ports, subsets, assignments_only) in chunk {
+                let job = (h, ports, subsets, assignments_only);
+                self.decide_host(model, job, &mut buffers, &mut out);
             }
             out
         };
@@ -428,17 +511,18 @@ impl Generator {
     /// assignment, gRPC listener and route, or only the assignment. The service is
     /// the indexed one (absent: it serves nothing now); its endpoints are read
     /// from the model once for all its ports, into `buffers` (which every host
-    /// of a chunk reuses).
+    /// of a chunk reuses). Each of the job's subsets gets the same, under its
+    /// own name; a subset the DestinationRule no longer has is removed.
     fn decide_host<'m, M: ModelRead + ?Sized>(
         &self,
         model: &'m M,
-        h: &Hostname,
-        ports: &BTreeSet<u16>,
-        assignments_only: bool,
+        (h, ports, subsets, assignments_only): HostJob<'_>,
         buffers: &mut eds::HostEndpoints<'m>,
         out: &mut Vec<Decision>,
     ) {
         let svc = self.hosts.get(h).map(|e| &e.svc);
+        let dr = svc.and_then(|_| policy::rule_for(model, h));
+        let dr = dr.as_deref();
         let mut eps = svc
             .map(|s| &**s)
             .filter(|s| s.resolution == Resolution::StaticEndpoints)
@@ -462,10 +546,22 @@ impl Generator {
                 name.clone(),
                 assignment,
             ));
+            for sub in subsets.into_iter().flatten() {
+                let built = found.and_then(|(s, port)| {
+                    policy::subset_resources(s, port, sub, dr, eps.as_deref_mut(), &self.opts)
+                });
+                let (cluster, assignment) = built.map_or((None, None), |(c, a)| (Some(c), a));
+                let name = policy::subset_cluster_name(p, sub, h);
+                let t = ResourceType::Endpoint;
+                out.push(Decision::new(t, false, name.clone(), assignment));
+                if !assignments_only {
+                    out.push(Decision::new(ResourceType::Cluster, false, name, cluster));
+                }
+            }
             if assignments_only {
                 continue;
             }
-            let cluster = found.map(|(s, port)| cds::cluster(s, port, &self.opts));
+            let cluster = found.map(|(s, port)| policy::cluster(s, port, None, dr, &self.opts));
             out.push(Decision::new(ResourceType::Cluster, false, name, cluster));
             let http = found.is_some_and(|(_, port)| port.protocol.is_http());
             let listener = http.then(|| Ok(lds::grpc_listener(h, p)));
@@ -484,4 +580,10 @@ impl Generator {
             ));
         }
     }
+}
+
+/// The subsets of the DestinationRule that applies to `h` now.
+fn current_subsets<M: ModelRead + ?Sized>(model: &M, h: &Hostname) -> BTreeSet<Arc<str>> {
+    let dr = policy::rule_for(model, h);
+    policy::subset_names(dr.as_deref()).into_iter().collect()
 }

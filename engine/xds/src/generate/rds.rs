@@ -259,6 +259,14 @@ impl PortRoutes {
         self.stale.insert(host.clone());
     }
 
+    /// Marks `host`'s virtual host for re-encoding (its routes changed; no-op
+    /// if it is not on this port).
+    pub(crate) fn mark_stale(&mut self, host: &Hostname) {
+        if self.vhosts.contains_key(host) {
+            self.stale.insert(host.clone());
+        }
+    }
+
     /// Takes `host` off this port (no-op if it is not there).
     pub(crate) fn remove(&mut self, host: &Hostname) {
         let Some(v) = self.vhosts.remove(host) else {

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 
 use super::common::{cluster_name, grpc_name, port_route_name, sidecar_listener_name};
-use super::{GenError, GenOptions, ModelRead, cds, eds, lds, rds, served_ports};
+use super::{GenError, GenOptions, ModelRead, eds, lds, policy, rds, served_ports};
 use crate::{Resource, ResourceMap, ResourceSet, ResourceType};
 use deltapilot_model::{Hostname, Resolution};
 
@@ -48,6 +48,9 @@ pub fn build_all<M: ModelRead + ?Sized>(
             buffers.refill(model, h);
             &mut buffers
         });
+        let dr = policy::rule_for(model, h);
+        let dr = dr.as_deref();
+        let subsets = policy::subset_names(dr);
         for port in served_ports(svc) {
             let p = port.number;
             let t = ResourceType::Cluster;
@@ -57,12 +60,26 @@ pub fn build_all<M: ModelRead + ?Sized>(
                 &mut errors,
                 t,
                 name.clone(),
-                cds::cluster(svc, port, opts),
+                policy::cluster(svc, port, None, dr, opts),
             );
             if let Some(eps) = &mut eps {
                 let t = ResourceType::Endpoint;
                 let built = eds::load_assignment(eps, &name, port);
                 put(&mut set.endpoints, &mut errors, t, name, built);
+            }
+            for s in &subsets {
+                let Some((cluster, assignment)) =
+                    policy::subset_resources(svc, port, s, dr, eps.as_deref_mut(), opts)
+                else {
+                    continue;
+                };
+                let name = policy::subset_cluster_name(p, s, h);
+                let t = ResourceType::Cluster;
+                put(&mut set.clusters, &mut errors, t, name.clone(), cluster);
+                if let Some(built) = assignment {
+                    let t = ResourceType::Endpoint;
+                    put(&mut set.endpoints, &mut errors, t, name, built);
+                }
             }
             if port.protocol.is_http() {
                 let t = ResourceType::Listener;
@@ -125,7 +142,7 @@ pub type AssignmentSlot = (std::sync::Arc<str>, Option<std::sync::Arc<Resource>>
 const ASSIGNMENTS_PARALLEL_MIN: usize = 256;
 
 /// Builds only the assignments (EDS) of the services of `hosts`, one slot per
-/// served port, on both cores for many hosts; in the order of `hosts`, then of
+/// served port and per subset of the host's DestinationRule, on both cores for many hosts; in the order of `hosts`, then of
 /// ports. Why: a replay that reuses stored resources and then folds endpoint
 /// churn needs exactly these, and [`build_all`] over the same hosts also built
 /// their clusters, listeners and routes only to drop them (two thirds of its
@@ -146,6 +163,9 @@ pub fn build_assignments<M: ModelRead + Sync + ?Sized>(
                 buffers.refill(model, h);
                 &mut buffers
             });
+            let dr = policy::rule_for(model, h);
+            let dr = dr.as_deref();
+            let subsets = policy::subset_names(dr);
             for port in served_ports(&svc) {
                 let name = cluster_name(port.number, h);
                 let built = eps.as_mut().map(|eps| {
@@ -153,6 +173,17 @@ pub fn build_assignments<M: ModelRead + Sync + ?Sized>(
                         .map(|bytes| std::sync::Arc::new(Resource::new(name.clone(), bytes)))
                 });
                 out.push((name, built));
+                for s in &subsets {
+                    let Some(labels) = policy::subset_labels(dr, s) else {
+                        continue;
+                    };
+                    let name = policy::subset_cluster_name(port.number, s, h);
+                    let built = eps.as_mut().map(|eps| {
+                        eds::load_assignment_matching(eps, &name, port, Some(labels))
+                            .map(|bytes| std::sync::Arc::new(Resource::new(name.clone(), bytes)))
+                    });
+                    out.push((name, built));
+                }
             }
         }
         out

@@ -11,6 +11,8 @@
 
 use std::sync::Arc;
 
+use deltapilot_model::rules::RuleIndex;
+use deltapilot_model::state::ModelState;
 use deltapilot_model::{EndpointRef, Hostname, Service};
 
 /// Read access to the merged registry model, as the xDS generator needs it.
@@ -29,11 +31,17 @@ pub trait ModelRead: Sync {
     /// order), borrowed from the model. An endpoint serving several services is
     /// listed for each of them.
     fn host_endpoints<'a>(&'a self, host: &Hostname) -> Vec<EndpointRef<'a>>;
+
+    /// The traffic rules, if the model has any (a model without rules, such as
+    /// a small test model, answers `None`: every host gets its default routes).
+    fn rules(&self) -> Option<&RuleIndex> {
+        None
+    }
 }
 
 /// The folded state, as the generator reads it: its merged view (one service per
 /// hostname; endpoints as the union over sources).
-impl ModelRead for deltapilot_model::state::ModelState {
+impl ModelRead for ModelState {
     fn service(&self, host: &Hostname) -> Option<Arc<Service>> {
         self.get_service(host)
     }
@@ -46,5 +54,9 @@ impl ModelRead for deltapilot_model::state::ModelState {
 
     fn host_endpoints<'a>(&'a self, host: &Hostname) -> Vec<EndpointRef<'a>> {
         self.endpoint_refs_of(host)
+    }
+
+    fn rules(&self) -> Option<&RuleIndex> {
+        Some(ModelState::rules(self))
     }
 }

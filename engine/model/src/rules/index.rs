@@ -1,0 +1,330 @@
+//! [`RuleIndex`]: every VirtualService and DestinationRule, parsed, with the
+//! indexes that answer "which rule applies to this host" and "which hosts does a
+//! change affect".
+//!
+//! ## Precedence (several rules for one host)
+//! For a host `H`, the candidate rules of a kind are those bound to `H` exactly;
+//! if there are none, those bound to the most specific wildcard matching `H`
+//! (`*.b.example.com` before `*.example.com` before `*`). Among the candidates of
+//! one pattern, **one wins and nothing is merged**, as Istio's sidecars do: Istio
+//! takes the oldest by creation time, then orders by name, then namespace. The
+//! model carries no creation time (no adapter writes one), so the order is
+//! `(name, namespace)`, compared as byte strings: a pure function of the set of
+//! rules, so replay and checkpoint restore pick the same winner. The losers are
+//! reported `DP1030` in [`RuleIndex::statuses`].
+//!
+//! DestinationRules follow the same rule (Istio merges several DestinationRules
+//! of one host only in special cases; deltapilot does not merge).
+//!
+//! What it does NOT do: look at services (an unknown host is kept: its service may
+//! come later) or translate anything to Envoy config.
+
+use std::sync::Arc;
+
+use imbl::{OrdMap, OrdSet};
+
+use super::host::{host_matches, wildcards_of};
+use super::parse::{Rule, is_rule_kind, parse};
+use super::problem::{Problem, RuleStatus, Severity};
+use super::{DestinationRule, VirtualService};
+use crate::model::{Config, Hostname};
+
+/// The precedence order of rules bound to one pattern (see the module doc).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Claim {
+    name: Arc<str>,
+    namespace: Arc<str>,
+    key: Arc<str>,
+}
+
+impl Claim {
+    fn of(rule: &Rule) -> Self {
+        Claim {
+            name: rule.name.clone(),
+            namespace: rule.namespace.clone(),
+            key: rule.key.clone(),
+        }
+    }
+}
+
+/// Hosts whose rules an upsert or delete may have changed, before wildcard
+/// expansion: the patterns of the old and the new version of the object.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleTouch {
+    /// Patterns of VirtualServices.
+    pub virtual_service: Vec<Hostname>,
+    /// Patterns of DestinationRules (callers also touch the hosts whose
+    /// VirtualService routes to them).
+    pub destination_rule: Vec<Hostname>,
+}
+
+impl RuleTouch {
+    fn add(&mut self, rule: &Rule) {
+        let to = if rule.is_virtual_service() {
+            &mut self.virtual_service
+        } else {
+            &mut self.destination_rule
+        };
+        to.extend(rule.hosts.iter().cloned());
+    }
+}
+
+/// A VirtualService that applies to a host, with where it comes from.
+#[derive(Debug, Clone, Copy)]
+pub struct BoundVirtualService<'a> {
+    /// The object.
+    pub rule: &'a Arc<Rule>,
+    /// Its spec.
+    pub spec: &'a Arc<VirtualService>,
+    /// The pattern that bound it (the host itself, or a wildcard).
+    pub pattern: &'a Hostname,
+}
+
+/// Every VirtualService and DestinationRule, parsed and indexed. Persistent maps
+/// throughout, so that cloning a snapshot's state stays O(1). A pure function of
+/// the set of objects stored (see the module doc), so two states with the same
+/// objects have equal indexes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleIndex {
+    rules: OrdMap<Arc<str>, Arc<Rule>>,
+    /// Bound pattern → the VirtualServices bound to it, in precedence order.
+    vs_hosts: OrdMap<Hostname, OrdSet<Claim>>,
+    /// Bound pattern → the DestinationRules bound to it, in precedence order.
+    dr_hosts: OrdMap<Hostname, OrdSet<Claim>>,
+    /// Destination host → the VirtualServices (by key) whose routes name it.
+    routes_to: OrdMap<Hostname, OrdSet<Arc<str>>>,
+}
+
+impl RuleIndex {
+    /// Whether no rule is stored.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// How many rule objects are stored (rejected ones included).
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Stores (or replaces) `cfg` if it is a rule kind; returns the patterns the
+    /// old and new versions bound, or `None` for other kinds.
+    pub fn upsert(&mut self, cfg: &Config) -> Option<RuleTouch> {
+        if !is_rule_kind(cfg.kind) {
+            return None;
+        }
+        let mut touch = self.remove(&cfg.key).unwrap_or_default();
+        let rule = Arc::new(parse(cfg));
+        touch.add(&rule);
+        let claim = Claim::of(&rule);
+        let by_host = if rule.is_virtual_service() {
+            &mut self.vs_hosts
+        } else {
+            &mut self.dr_hosts
+        };
+        for h in &rule.hosts {
+            by_host.entry(h.clone()).or_default().insert(claim.clone());
+        }
+        for d in &rule.destinations {
+            self.routes_to
+                .entry(d.clone())
+                .or_default()
+                .insert(rule.key.clone());
+        }
+        self.rules.insert(rule.key.clone(), rule);
+        Some(touch)
+    }
+
+    /// Forgets the rule under `key`; returns the patterns it bound, or `None`
+    /// when no rule is stored under it.
+    pub fn remove(&mut self, key: &str) -> Option<RuleTouch> {
+        let rule = self.rules.remove(key)?;
+        let claim = Claim::of(&rule);
+        let by_host = if rule.is_virtual_service() {
+            &mut self.vs_hosts
+        } else {
+            &mut self.dr_hosts
+        };
+        for h in &rule.hosts {
+            drop_member(by_host, h, &claim);
+        }
+        for d in &rule.destinations {
+            drop_member(&mut self.routes_to, d, &rule.key);
+        }
+        let mut touch = RuleTouch::default();
+        touch.add(&rule);
+        Some(touch)
+    }
+
+    /// The rule object stored under `key`.
+    pub fn rule(&self, key: &str) -> Option<&Arc<Rule>> {
+        self.rules.get(key)
+    }
+
+    /// Every rule object, by key.
+    pub fn rules(&self) -> impl Iterator<Item = &Arc<Rule>> + '_ {
+        self.rules.values()
+    }
+
+    /// The VirtualService that applies to `host` for sidecars and proxyless
+    /// clients (see the module doc for precedence).
+    pub fn virtual_service_for(&self, host: &Hostname) -> Option<BoundVirtualService<'_>> {
+        let (pattern, claim) = winner(&self.vs_hosts, host)?;
+        let rule = self.rules.get(&claim.key)?;
+        let spec = rule.virtual_service()?;
+        Some(BoundVirtualService {
+            rule,
+            spec,
+            pattern,
+        })
+    }
+
+    /// The DestinationRule that applies to `host`.
+    pub fn destination_rule_for(&self, host: &Hostname) -> Option<Arc<DestinationRule>> {
+        self.destination_rule_entry_for(host)
+            .and_then(|r| r.destination_rule().cloned())
+    }
+
+    /// The DestinationRule object that applies to `host`, with its name and
+    /// namespace.
+    pub fn destination_rule_entry_for(&self, host: &Hostname) -> Option<&Arc<Rule>> {
+        let (_, claim) = winner(&self.dr_hosts, host)?;
+        self.rules.get(&claim.key)
+    }
+
+    /// The keys of every rule bound to a pattern matching `host` (winners and
+    /// shadowed ones, both kinds), sorted.
+    pub fn rule_keys_for(&self, host: &Hostname) -> Vec<Arc<str>> {
+        let mut keys: Vec<Arc<str>> = [&self.vs_hosts, &self.dr_hosts]
+            .into_iter()
+            .flat_map(|m| {
+                std::iter::once(host.as_str().to_string())
+                    .chain(wildcards_of(host.as_str()))
+                    .filter_map(|p| m.get(p.as_str()))
+                    .flat_map(|set| set.iter().map(|c| c.key.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    /// The patterns of the VirtualServices whose routes or mirrors name `dest`
+    /// (sorted, each once): those hosts' routes change when `dest`'s service or
+    /// DestinationRule does.
+    pub fn hosts_routing_to(&self, dest: &Hostname) -> Vec<Hostname> {
+        let Some(keys) = self.routes_to.get(dest) else {
+            return Vec::new();
+        };
+        let mut out: Vec<Hostname> = keys
+            .iter()
+            .filter_map(|k| self.rules.get(k))
+            .flat_map(|r| r.hosts.iter().cloned())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Whether any VirtualService routes to some host (so a service change may
+    /// touch other hosts' routes).
+    pub fn has_routes(&self) -> bool {
+        !self.routes_to.is_empty()
+    }
+
+    /// The status of every rule object, by key: its own problems, plus `DP1030`
+    /// for each host it is bound to where another rule takes precedence.
+    pub fn statuses(&self) -> Vec<(Arc<str>, RuleStatus)> {
+        self.rules
+            .values()
+            .map(|rule| (rule.key.clone(), self.status_of(rule)))
+            .collect()
+    }
+
+    /// The status of one rule object (see [`RuleIndex::statuses`]).
+    pub fn status(&self, key: &str) -> Option<RuleStatus> {
+        self.rules.get(key).map(|r| self.status_of(r))
+    }
+
+    fn status_of(&self, rule: &Rule) -> RuleStatus {
+        let mut problems = rule.problems.clone();
+        let by_host = if rule.is_virtual_service() {
+            &self.vs_hosts
+        } else {
+            &self.dr_hosts
+        };
+        let me = Claim::of(rule);
+        let mut shadowed = 0;
+        for h in &rule.hosts {
+            let Some(first) = by_host.get(h).and_then(|s| s.get_min()) else {
+                continue;
+            };
+            if *first != me {
+                shadowed += 1;
+                problems.push(Problem::warning(
+                    "DP1030",
+                    "",
+                    format!(
+                        "for host {h}, {}/{} takes precedence (ordered by name, then \
+                         namespace; no merge): this rule is ignored there",
+                        first.namespace, first.name
+                    ),
+                ));
+            }
+        }
+        let nowhere = rule.hosts.is_empty() || shadowed == rule.hosts.len();
+        if rule.rejected || (problems.iter().any(|p| p.severity == Severity::Error) && nowhere) {
+            RuleStatus::Rejected(problems)
+        } else if problems.is_empty() {
+            RuleStatus::Applied
+        } else {
+            RuleStatus::AppliedWithWarnings(problems)
+        }
+    }
+
+    /// Whether `pattern` binds any rule of either kind.
+    pub fn binds(&self, pattern: &Hostname) -> bool {
+        self.vs_hosts.contains_key(pattern) || self.dr_hosts.contains_key(pattern)
+    }
+
+    /// Every bound wildcard pattern matching `host` (for tests and tools).
+    pub fn wildcards_matching(&self, host: &Hostname) -> Vec<Hostname> {
+        [&self.vs_hosts, &self.dr_hosts]
+            .into_iter()
+            .flat_map(|m| m.keys())
+            .filter(|p| p.as_str().starts_with('*') && host_matches(p.as_str(), host.as_str()))
+            .cloned()
+            .collect()
+    }
+}
+
+/// The first claim on the most specific pattern matching `host`.
+fn winner<'a>(
+    by_host: &'a OrdMap<Hostname, OrdSet<Claim>>,
+    host: &Hostname,
+) -> Option<(&'a Hostname, &'a Claim)> {
+    if by_host.is_empty() {
+        return None;
+    }
+    if let Some((k, set)) = by_host.get_key_value(host.as_str()) {
+        return set.get_min().map(|c| (k, c));
+    }
+    wildcards_of(host.as_str()).find_map(|p| {
+        let (k, set) = by_host.get_key_value(p.as_str())?;
+        set.get_min().map(|c| (k, c))
+    })
+}
+
+/// Removes `member` from the set under `key`, dropping the set when empty.
+fn drop_member<K: Ord + Clone, V: Ord + Clone>(
+    map: &mut OrdMap<K, OrdSet<V>>,
+    key: &K,
+    member: &V,
+) {
+    if let Some(set) = map.get_mut(key) {
+        set.remove(member);
+        if set.is_empty() {
+            map.remove(key);
+        }
+    }
+}
