@@ -273,7 +273,7 @@ impl Generator {
             out.apply(d.kind, d.grpc, d.name, d.desired);
         }
         let empty = BTreeSet::new();
-        let mut encoded = self.encode_routes(&dirty.ports);
+        let mut encoded = self.encode_routes(model, &dirty.ports);
         for p in &dirty.ports {
             let any_http = self.http.get(p).is_some_and(|r| !r.is_empty());
             let route_config = encoded.remove(p).flatten().map(Ok);
@@ -413,7 +413,11 @@ impl Generator {
     /// The route configuration of each of `ports` that has HTTP routes,
     /// re-encoding its stale virtual hosts; ports on several threads when many
     /// are stale (see [`Generator::apply_route_ops`]).
-    fn encode_routes(&mut self, ports: &BTreeSet<u16>) -> BTreeMap<u16, Option<Bytes>> {
+    fn encode_routes<M: ModelRead + ?Sized>(
+        &mut self,
+        model: &M,
+        ports: &BTreeSet<u16>,
+    ) -> BTreeMap<u16, Option<Bytes>> {
         let mut work: Vec<(u16, &mut PortRoutes, Option<Bytes>)> = self
             .http
             .iter_mut()
@@ -422,7 +426,7 @@ impl Generator {
             .collect();
         let many = work.iter().map(|(_, r, _)| r.stale_len()).sum::<usize>() >= ROUTES_PARALLEL_MIN;
         deltapilot_model::par::for_each_mut(&mut work, many, MAX_THREADS, |(_, routes, out)| {
-            *out = routes.encode();
+            *out = routes.encode(model);
         });
         work.into_iter().map(|(p, _, out)| (p, out)).collect()
     }
@@ -504,7 +508,7 @@ impl Generator {
                 grpc_name(h, p),
                 listener,
             ));
-            let route = http.then(|| Ok(rds::grpc_route_config(h, p)));
+            let route = http.then(|| Ok(rds::grpc_route_config(model, h, p)));
             out.push(Decision::new(
                 ResourceType::Route,
                 false,

@@ -79,7 +79,7 @@ pub fn build_all<M: ModelRead + ?Sized>(
                     &mut errors,
                     t,
                     grpc_name(h, p),
-                    Ok(rds::grpc_route_config(h, p)),
+                    Ok(rds::grpc_route_config(model, h, p)),
                 );
                 http.entry(p).or_default().insert(h.clone());
             } else {
@@ -110,7 +110,7 @@ pub fn build_all<M: ModelRead + ?Sized>(
                 &mut errors,
                 t,
                 port_route_name(p),
-                Ok(rds::port_route_config(p, hosts)),
+                Ok(rds::port_route_config(model, p, hosts)),
             );
         }
     }
