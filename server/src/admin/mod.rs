@@ -25,6 +25,7 @@ pub mod dump;
 pub mod events;
 pub mod registry_view;
 pub mod render;
+pub mod rules_view;
 pub mod syncz;
 
 pub use debug::DebugState;
