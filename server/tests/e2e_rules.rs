@@ -222,6 +222,20 @@ fn scenario(example: &str) {
         "{report}"
     );
     is(get_with(svc, "/", "x-who: two"), 200, "v2").expect("the good rule still routes");
+    expect("/metrics to count the problems by code", || {
+        let m = dp.metrics();
+        let dp2003 = metric(&m, "deltapilot_rule_problems", &["code=\"DP2003\""]);
+        let applied = metric(&m, "deltapilot_rules", &["status=\"applied\""]);
+        if dp2003 >= 1.0 && applied >= 1.0 {
+            Ok(())
+        } else {
+            Err(m
+                .lines()
+                .filter(|l| l.contains("rule"))
+                .collect::<Vec<_>>()
+                .join("\n"))
+        }
+    });
 
     write_rule(&watch, RULE_V2);
     expect("the edited rule to route /only to v2", || {

@@ -6,7 +6,7 @@
 //! What it does NOT do: change anything, or know file and line (the adapters
 //! carry the object's name and namespace, which name the file's object).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use deltapilot_model::rules::{Problem, RuleStatus, Severity, host_matches, is_wildcard};
 use deltapilot_model::state::ModelState;
@@ -55,11 +55,31 @@ fn problem_json(p: &Problem, host: Option<(&Hostname, u16, bool)>) -> Value {
     v
 }
 
+/// How many rules have each status, and how many problems each code has.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleCounts {
+    /// Rules by status (`applied`, `applied_with_warnings`, `rejected`).
+    pub by_status: BTreeMap<&'static str, u64>,
+    /// Problems by code.
+    pub by_code: BTreeMap<&'static str, u64>,
+}
+
 /// The status report of every rule, by key, and the count of problems by code.
 pub fn rules_report(model: &ModelState) -> Value {
+    let (rules, counts) = collect(model);
+    json!({ "rules": rules, "problems_by_code": counts.by_code, "rules_by_status": counts.by_status })
+}
+
+/// The counts of [`rules_report`], for `/metrics`.
+pub fn rule_counts(model: &ModelState) -> RuleCounts {
+    collect(model).1
+}
+
+fn collect(model: &ModelState) -> (Vec<Value>, RuleCounts) {
     let idx = model.rules();
     let mut rules = Vec::new();
-    let mut by_code: std::collections::BTreeMap<&'static str, u64> = Default::default();
+    let mut counts = RuleCounts::default();
+    let by_code = &mut counts.by_code;
     for rule in idx.rules() {
         let status = idx.status(&rule.key).unwrap_or(RuleStatus::Applied);
         let mut problems: Vec<Value> = Vec::new();
@@ -96,6 +116,7 @@ pub fn rules_report(model: &ModelState) -> Value {
         } else {
             status_name
         };
+        *counts.by_status.entry(status_name).or_default() += 1;
         rules.push(json!({
             "key": rule.key.as_ref(),
             "kind": if rule.is_virtual_service() { "VirtualService" } else { "DestinationRule" },
@@ -106,5 +127,5 @@ pub fn rules_report(model: &ModelState) -> Value {
             "problems": problems,
         }));
     }
-    json!({ "rules": rules, "problems_by_code": by_code })
+    (rules, counts)
 }
