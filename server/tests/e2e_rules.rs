@@ -1,7 +1,8 @@
 //! End to end with a real Envoy 1.40 (`DELTAPILOT_ENVOY`), delta and SotW: a
 //! VirtualService file beside three ServiceEntries → `deltapilot run` → Envoy →
 //! real HTTP backends that answer with who they are. Header and path matches
-//! route as written, a redirect and a direct response answer from Envoy, a
+//! route as written, a redirect, a direct response and a fault abort answer
+//! from Envoy, a
 //! 70/30 split lands within a statistical tolerance, a bad rule for another host
 //! loses only its bad routes and is reported at `/debug/rules`, an edit of the rule is
 //! followed within seconds (and a request no route matches gets 404), and Envoy
@@ -49,6 +50,17 @@ spec:
     - match:
         - uri:
             prefix: /one
+      route:
+        - destination:
+            host: v1.test.local
+    - match:
+        - uri:
+            prefix: /boom
+      fault:
+        abort:
+          httpStatus: 503
+          percentage:
+            value: 100
       route:
         - destination:
             host: v1.test.local
@@ -163,6 +175,7 @@ fn scenario(example: &str) {
     });
     is(get(svc, "/one/more"), 200, "v1").expect("path prefix match");
     is(get(svc, "/old"), 302, "").expect("redirect");
+    is(get(svc, "/boom"), 503, "fault filter abort").expect("fault abort");
     is(get(svc, "/teapot"), 418, "short and stout").expect("direct response");
     is(get(svc, "/tea"), 418, "short and stout").expect("regex match");
 

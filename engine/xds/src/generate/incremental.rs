@@ -61,6 +61,9 @@ pub struct Generator {
     host_keys: HashMap<HKey, Hostname>,
     tcp: BTreeMap<u16, BTreeSet<Hostname>>,
     http: BTreeMap<u16, PortRoutes>,
+    /// Whether the sidecar listeners carry the fault filter (see
+    /// `lds::sidecar_listener`): while any rule injects faults.
+    fault: bool,
     /// The resources hash of the set this generator describes, kept current
     /// resource by resource as each regeneration writes it. Why here: the
     /// writer holds both the entry it replaces and the new one, so the snapshot
@@ -193,6 +196,7 @@ impl Generator {
             host_keys: HashMap::new(),
             tcp: BTreeMap::new(),
             http: BTreeMap::new(),
+            fault: false,
             hash: 0,
         }
     }
@@ -241,6 +245,11 @@ impl Generator {
         for h in &touched.rule_hosts {
             self.mark_rule_host(h, &mut dirty);
         }
+        let fault = model.rules().is_some_and(|r| r.uses_fault());
+        if fault != self.fault {
+            self.fault = fault;
+            dirty.ports.extend(self.http.keys().copied());
+        }
         // Touched by key: a hostname without an entry has no assignment to
         // recompute, so it needs no name.
         let by_key = touched
@@ -278,7 +287,7 @@ impl Generator {
             let any_http = self.http.get(p).is_some_and(|r| !r.is_empty());
             let route_config = encoded.remove(p).flatten().map(Ok);
             let tcp = self.tcp.get(p).unwrap_or(&empty);
-            let listener = lds::sidecar_listener(*p, any_http, tcp, &self.opts);
+            let listener = lds::sidecar_listener(*p, any_http, tcp, &self.opts, self.fault);
             out.apply(
                 ResourceType::Listener,
                 false,

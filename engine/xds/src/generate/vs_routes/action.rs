@@ -185,8 +185,12 @@ pub(super) fn action<M: ModelRead + ?Sized>(
             format!("{why}; left out of this route"),
         ));
     };
-    if r.fault.is_some() {
-        left_out(problems, "fault", "fault injection is not yet implemented");
+    if r.fault.is_some() && grpc {
+        left_out(
+            problems,
+            "fault",
+            "fault injection for proxyless gRPC is not yet implemented",
+        );
     }
     if r.cors_policy.is_some() {
         left_out(problems, "corsPolicy", "CORS is not yet implemented");
@@ -561,4 +565,78 @@ pub(super) fn route_headers<M: ModelRead + ?Sized>(
         edits.response_remove.extend(more.response_remove);
     }
     edits
+}
+
+/// The route's fault injection as the fault filter's per-route config, or
+/// `None`; a delay that does not parse drops the route.
+pub(super) fn fault_config<M: ModelRead + ?Sized>(
+    cx: &Cx<'_, M>,
+    r: &HttpRoute,
+    path: &str,
+) -> Result<Option<envoy_types::pb::google::protobuf::Any>, Problem> {
+    use envoy_types::pb::envoy::extensions::filters::common::fault::v3::{
+        FaultDelay as EnvoyDelay, fault_delay::FaultDelaySecifier,
+    };
+    use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{
+        FaultAbort as EnvoyAbort, HttpFault, fault_abort::ErrorType,
+    };
+    let Some(f) = r.fault.as_ref().filter(|_| cx.flavor == Flavor::Sidecar) else {
+        return Ok(None);
+    };
+    let pct = |p: &Option<Percent>, legacy: Option<u32>| {
+        p.clone()
+            .or_else(|| {
+                legacy.map(|v| Percent {
+                    value: Some(deltapilot_model::rules::F64(f64::from(v))),
+                })
+            })
+            .map_or(
+                FractionalPercent {
+                    numerator: 100,
+                    denominator: DenominatorType::Hundred as i32,
+                },
+                |p| fraction(&p),
+            )
+    };
+    let delay = match &f.delay {
+        Some(d) => {
+            let fixed = d.fixed_delay.as_deref().ok_or_else(|| {
+                Problem::error(
+                    "DP2008",
+                    format!("{path}.fault.delay.fixedDelay"),
+                    "a delay needs fixedDelay; route dropped",
+                )
+            })?;
+            Some(EnvoyDelay {
+                percentage: Some(pct(&d.percentage, d.percent)),
+                fault_delay_secifier: Some(FaultDelaySecifier::FixedDelay(duration_at(
+                    fixed,
+                    &format!("{path}.fault.delay.fixedDelay"),
+                )?)),
+            })
+        }
+        None => None,
+    };
+    let abort = match &f.abort {
+        Some(a) => match a.http_status {
+            Some(code) if (200..600).contains(&code) => Some(EnvoyAbort {
+                percentage: Some(pct(&a.percentage, None)),
+                error_type: Some(ErrorType::HttpStatus(code)),
+                ..Default::default()
+            }),
+            _ => {
+                return Err(Problem::error(
+                    "DP2010",
+                    format!("{path}.fault.abort"),
+                    "only httpStatus aborts (200..599) are implemented; route dropped",
+                ));
+            }
+        },
+        None => None,
+    };
+    Ok(Some(to_any(&HttpFault {
+        delay,
+        abort,
+        ..Default::default()
+    })))
 }

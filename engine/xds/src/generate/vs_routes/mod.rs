@@ -35,8 +35,13 @@
 //!   has no retry policy (unlike Istio's), so that resources without rules stay
 //!   exactly what they were.
 //!
+//! Fault injection: `fault` (fixed delay, HTTP abort, percentages) becomes the
+//! fault filter's per-route config; the sidecar listeners carry the filter
+//! ahead of the router while any rule injects faults.
+//!
 //! What it does NOT do: gateways, `tcp`/`tls` routes, source-based matching
-//! (reported by the model), fault injection and CORS (reported, `DP2010`).
+//! (reported by the model), CORS and faults for proxyless gRPC (reported,
+//! `DP2010`).
 
 mod action;
 mod matching;
@@ -163,6 +168,7 @@ fn one_route<M: ModelRead + ?Sized>(
     problems: &mut Vec<Problem>,
 ) -> Result<Vec<Route>, Problem> {
     let action = action::action(cx, route, path, problems)?;
+    let fault = action::fault_config(cx, route, path)?;
     let edits = action::route_headers(cx, route, path, problems);
     let mut out = Vec::new();
     let blocks: Vec<_> = match &route.matches {
@@ -189,6 +195,11 @@ fn one_route<M: ModelRead + ?Sized>(
             ..Default::default()
         };
         edits.apply(&mut r);
+        if let Some(f) = &fault {
+            // One entry only, so the map's order cannot make the bytes vary.
+            r.typed_per_filter_config
+                .insert(super::lds::FAULT_FILTER.to_string(), f.clone());
+        }
         out.push(r);
     }
     Ok(out)
