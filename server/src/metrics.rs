@@ -49,6 +49,9 @@
 //! - `adapter_append_backlog{adapter}` — events an in-process adapter has planned
 //!   but not yet durably appended (an upper bound); grows while the log refuses
 //!   appends.
+//! - `rules{status}`, `rule_problems{code}` — traffic rules by status and their
+//!   problems by stable code, as `/debug/rules` reports them (refreshed at most
+//!   second while rules exist, and on every rule change).
 //! - `engine_events_applied_total` — events folded into the state (held
 //!   endpoint events are counted apart, below).
 //! - `engine_events_skipped_total{reason}` — log records the fold could not
@@ -145,6 +148,10 @@ pub struct Metrics {
     pub endpoints_held: Gauge,
     /// See the module docs.
     pub ready: Gauge,
+    /// Traffic rules by status.
+    pub rules: Family<Labels<1>, Gauge>,
+    /// Traffic-rule problems by code.
+    pub rule_problems: Family<Labels<1>, Gauge>,
     /// See the module docs.
     pub engine_applied: Counter,
     /// See the module docs.
@@ -219,6 +226,8 @@ impl Metrics {
             resyncs_pending: Gauge::default(),
             endpoints_held: Gauge::default(),
             ready: Gauge::default(),
+            rules: Family::default(),
+            rule_problems: Family::default(),
             engine_applied: Counter::default(),
             engine_skipped: Family::default(),
             engine_held: Counter::default(),
@@ -306,6 +315,16 @@ impl Metrics {
             "ready",
             "1 once the engine has caught up with the log head",
             m.ready.clone(),
+        );
+        registry.register(
+            "rules",
+            "VirtualServices and DestinationRules by status (applied, applied_with_warnings, rejected)",
+            m.rules.clone(),
+        );
+        registry.register(
+            "rule_problems",
+            "Problems found in traffic rules, by stable code (see /debug/rules)",
+            m.rule_problems.clone(),
         );
         registry.register(
             "engine_events_applied",

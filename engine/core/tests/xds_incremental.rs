@@ -240,8 +240,15 @@ fn vs_spec(
             )
         })
         .collect();
+    // Two destinations also inject a fault: the sidecar listeners then carry
+    // the fault filter, and lose it when no such rule is left.
+    let fault = if routes.len() == 2 {
+        r#","fault":{"abort":{"httpStatus":503,"percentage":{"value":50}}}"#
+    } else {
+        ""
+    };
     format!(
-        r#"{{"hosts":[{}]{}, "http":[{{"route":[{}]}}]}}"#,
+        r#"{{"hosts":[{}]{}, "http":[{{"route":[{}]{fault}}}]}}"#,
         hosts.join(","),
         GATEWAYS[gateways],
         dests.join(",")

@@ -28,9 +28,11 @@
 //! A resource that fails to build is reported as a [`GenError`] and left out of the
 //! set (removed if it was there), so the set stays a pure function of the model.
 //!
-//! What it does NOT do: traffic rules (VirtualService, DestinationRule — the seam
-//! is `rds::routes_for` and `Touched::configs`), inbound listeners, gateways, TLS,
-//! or per-proxy filtering (see `view`).
+//! Traffic rules: a host's VirtualService shapes its routes (`vs_routes`); a
+//! rule change reaches the generator as `Touched::rule_hosts`.
+//!
+//! What it does NOT do: DestinationRule policies and subset clusters, inbound
+//! listeners, gateways, TLS, or per-proxy filtering (see `view`).
 
 mod cds;
 mod common;
@@ -41,6 +43,7 @@ mod policy;
 mod rds;
 mod reference;
 mod source;
+mod vs_routes;
 mod wire;
 
 use std::sync::Arc;
@@ -49,6 +52,7 @@ pub use incremental::Generator;
 pub use policy::hash_policies;
 pub use reference::{AssignmentSlot, build_all, build_assignments};
 pub use source::ModelRead;
+pub use vs_routes::route_problems;
 
 use deltapilot_model::state::{ModelState, Touched};
 use deltapilot_model::{Port, Protocol, Resolution, Service};

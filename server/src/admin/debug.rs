@@ -7,6 +7,7 @@
 //! | `/debug/snapshot` | the current snapshot: seq, position, hash, entity and resource counts |
 //! | `/debug/events?from=POS&limit=N` | log records as `deltapilot log read` prints them (see `events`) |
 //! | `/debug/registry[?host=H[&port=P[&labels=k=v]]][?ip=A]` | the ServiceDiscovery query API (see `registry_view`) |
+//! | `/debug/rules` | every VirtualService and DestinationRule: status and problems with stable codes (see `rules_view`) |
 //!
 //! Every answer is computed on request from the current snapshot and the stream
 //! registry; nothing here changes state. An unknown proxy id is a 404 naming the
@@ -33,6 +34,7 @@ use serde::Deserialize;
 use super::dump::config_dump;
 use super::events::{EventsError, read_lines};
 use super::registry_view::{RegistryQuery, query};
+use super::rules_view::rules_report;
 use super::syncz::syncz;
 use crate::xds::registry::StreamRegistry;
 
@@ -63,6 +65,7 @@ pub fn routes(state: DebugState) -> Router {
         .route("/debug/snapshot", get(snapshot_route))
         .route("/debug/events", get(events_route))
         .route("/debug/registry", get(registry_route))
+        .route("/debug/rules", get(rules_route))
         .with_state(state)
 }
 
@@ -227,4 +230,9 @@ async fn registry_route(State(s): State<DebugState>, Query(q): Query<RegistryQue
         Err((true, m)) => error(StatusCode::NOT_FOUND, m),
         Err((false, m)) => error(StatusCode::BAD_REQUEST, m),
     }
+}
+
+async fn rules_route(State(s): State<DebugState>) -> Response {
+    let snap = s.snapshots.load();
+    json_response(StatusCode::OK, &rules_report(&snap.model))
 }

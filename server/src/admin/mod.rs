@@ -28,6 +28,7 @@ pub mod events;
 mod listen;
 pub mod registry_view;
 pub mod render;
+pub mod rules_view;
 pub mod syncz;
 
 pub use debug::DebugState;

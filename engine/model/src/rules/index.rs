@@ -93,6 +93,17 @@ pub struct RuleIndex {
     dr_hosts: OrdMap<Hostname, OrdSet<Claim>>,
     /// Destination host → the VirtualServices (by key) whose routes name it.
     routes_to: OrdMap<Hostname, OrdSet<Arc<str>>>,
+    /// How many bound VirtualServices have a route with `fault` (the sidecar
+    /// HCMs carry the fault filter while any does).
+    faults: usize,
+}
+
+/// Whether `rule` is a bound VirtualService with a `fault` in some route.
+fn has_fault(rule: &Rule) -> bool {
+    !rule.hosts.is_empty()
+        && rule
+            .virtual_service()
+            .is_some_and(|v| v.http.iter().flatten().any(|r| r.fault.is_some()))
 }
 
 impl RuleIndex {
@@ -130,6 +141,9 @@ impl RuleIndex {
                 .or_default()
                 .insert(rule.key.clone());
         }
+        if has_fault(&rule) {
+            self.faults += 1;
+        }
         self.rules.insert(rule.key.clone(), rule);
         Some(touch)
     }
@@ -138,6 +152,9 @@ impl RuleIndex {
     /// when no rule is stored under it.
     pub fn remove(&mut self, key: &str) -> Option<RuleTouch> {
         let rule = self.rules.remove(key)?;
+        if has_fault(&rule) {
+            self.faults -= 1;
+        }
         let claim = Claim::of(&rule);
         let by_host = if rule.is_virtual_service() {
             &mut self.vs_hosts
@@ -224,6 +241,12 @@ impl RuleIndex {
         out.sort();
         out.dedup();
         out
+    }
+
+    /// Whether any bound VirtualService injects faults: sidecar HTTP
+    /// connection managers then carry the fault filter ahead of the router.
+    pub fn uses_fault(&self) -> bool {
+        self.faults > 0
     }
 
     /// Whether any VirtualService routes to some host (so a service change may

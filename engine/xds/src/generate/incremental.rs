@@ -69,6 +69,9 @@ pub struct Generator {
     host_keys: HashMap<HKey, Hostname>,
     tcp: BTreeMap<u16, BTreeSet<Hostname>>,
     http: BTreeMap<u16, PortRoutes>,
+    /// Whether the sidecar listeners carry the fault filter (see
+    /// `lds::sidecar_listener`): while any rule injects faults.
+    fault: bool,
     /// The resources hash of the set this generator describes, kept current
     /// resource by resource as each regeneration writes it. Why here: the
     /// writer holds both the entry it replaces and the new one, so the snapshot
@@ -210,6 +213,7 @@ impl Generator {
             host_keys: HashMap::new(),
             tcp: BTreeMap::new(),
             http: BTreeMap::new(),
+            fault: false,
             hash: 0,
         }
     }
@@ -258,6 +262,11 @@ impl Generator {
         for h in &touched.rule_hosts {
             self.mark_rule_host(model, h, &mut dirty);
         }
+        let fault = model.rules().is_some_and(|r| r.uses_fault());
+        if fault != self.fault {
+            self.fault = fault;
+            dirty.ports.extend(self.http.keys().copied());
+        }
         // Touched by key: a hostname without an entry has no assignment to
         // recompute, so it needs no name.
         let by_key = touched
@@ -295,12 +304,12 @@ impl Generator {
             out.apply(d.kind, d.grpc, d.name, d.desired);
         }
         let empty = BTreeSet::new();
-        let mut encoded = self.encode_routes(&dirty.ports);
+        let mut encoded = self.encode_routes(model, &dirty.ports);
         for p in &dirty.ports {
             let any_http = self.http.get(p).is_some_and(|r| !r.is_empty());
             let route_config = encoded.remove(p).flatten().map(Ok);
             let tcp = self.tcp.get(p).unwrap_or(&empty);
-            let listener = lds::sidecar_listener(*p, any_http, tcp, &self.opts);
+            let listener = lds::sidecar_listener(*p, any_http, tcp, &self.opts, self.fault);
             out.apply(
                 ResourceType::Listener,
                 false,
@@ -466,7 +475,11 @@ impl Generator {
     /// The route configuration of each of `ports` that has HTTP routes,
     /// re-encoding its stale virtual hosts; ports on several threads when many
     /// are stale (see [`Generator::apply_route_ops`]).
-    fn encode_routes(&mut self, ports: &BTreeSet<u16>) -> BTreeMap<u16, Option<Bytes>> {
+    fn encode_routes<M: ModelRead + ?Sized>(
+        &mut self,
+        model: &M,
+        ports: &BTreeSet<u16>,
+    ) -> BTreeMap<u16, Option<Bytes>> {
         let mut work: Vec<(u16, &mut PortRoutes, Option<Bytes>)> = self
             .http
             .iter_mut()
@@ -475,7 +488,7 @@ impl Generator {
             .collect();
         let many = work.iter().map(|(_, r, _)| r.stale_len()).sum::<usize>() >= ROUTES_PARALLEL_MIN;
         deltapilot_model::par::for_each_mut(&mut work, many, MAX_THREADS, |(_, routes, out)| {
-            *out = routes.encode();
+            *out = routes.encode(model);
         });
         work.into_iter().map(|(p, _, out)| (p, out)).collect()
     }
@@ -571,7 +584,7 @@ impl Generator {
                 grpc_name(h, p),
                 listener,
             ));
-            let route = http.then(|| Ok(rds::grpc_route_config(h, p)));
+            let route = http.then(|| Ok(rds::grpc_route_config(model, h, p)));
             out.push(Decision::new(
                 ResourceType::Route,
                 false,

@@ -61,6 +61,10 @@ const HCM_FILTER: &str = "envoy.filters.network.http_connection_manager";
 const TCP_PROXY_FILTER: &str = "envoy.filters.network.tcp_proxy";
 const ROUTER_FILTER: &str = "envoy.filters.http.router";
 
+/// The HTTP fault filter's name (routes carry their faults as its per-route
+/// config).
+pub(crate) const FAULT_FILTER: &str = "envoy.filters.http.fault";
+
 /// An HCM that fetches `route_name` over ADS and ends in the router filter.
 fn hcm(stat_prefix: String, route_name: String) -> HttpConnectionManager {
     HttpConnectionManager {
@@ -104,17 +108,34 @@ fn outbound_listener(port: u16, opts: &GenOptions, filter: Filter) -> Bytes {
 
 /// The sidecar listener for `port`, given which services are on it (see module
 /// docs for the rules); `None` when no service serves the port.
+///
+/// `fault`: put the fault filter (empty: it acts only where a route's per-route
+/// config says so) ahead of the router, while any rule injects faults; without
+/// rules the listener stays exactly what it was.
 pub(crate) fn sidecar_listener(
     port: u16,
     any_http: bool,
     tcp: &BTreeSet<Hostname>,
     opts: &GenOptions,
+    fault: bool,
 ) -> Option<Result<Bytes, String>> {
     if any_http {
-        let h = hcm(
+        let mut h = hcm(
             format!("outbound_0.0.0.0_{port}"),
             port_route_name(port).to_string(),
         );
+        if fault {
+            h.http_filters.insert(
+                0,
+                HttpFilter {
+                    name: FAULT_FILTER.to_string(),
+                    config_type: Some(HttpFilterConfig::TypedConfig(to_any(
+                        &envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault::default(),
+                    ))),
+                    ..Default::default()
+                },
+            );
+        }
         let filter = Filter {
             name: HCM_FILTER.to_string(),
             config_type: Some(FilterConfig::TypedConfig(to_any(&h))),

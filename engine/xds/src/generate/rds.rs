@@ -28,13 +28,12 @@
 //! short name is served only while it is unique across namespaces. The rule depends
 //! only on the set of services on the port, never on their order.
 //!
-//! ## Routes (the seam for traffic rules)
-//! Every virtual host has one route, prefix `/` → `outbound|<port>||<hostname>`,
-//! with `timeout: 0s` (disabled) as Istio does, so long-lived gRPC streams are not
-//! cut by Envoy's 15 s default. VirtualService support replaces [`routes_for`]:
-//! it will take the configs bound to the host, and the generator will mark those
-//! hosts' virtual hosts stale when such a config changes (`Touched::configs` plus a
-//! config → hostnames index). Nothing else here has to change.
+//! ## Routes
+//! A virtual host without a VirtualService has one route, prefix `/` →
+//! `outbound|<port>||<hostname>`, with `timeout: 0s` (disabled) as Istio does, so
+//! long-lived gRPC streams are not cut by Envoy's 15 s default. With one, it has
+//! the rule's routes (see `vs_routes`); the generator marks a virtual host stale
+//! when its rules change (`Touched::rule_hosts`).
 //!
 //! What it does NOT do: decide which services are on a port (see `incremental`).
 
@@ -42,13 +41,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use envoy_types::pb::envoy::config::route::v3::{
-    Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost, route::Action,
-    route_action::ClusterSpecifier, route_match::PathSpecifier,
-};
-use envoy_types::pb::google::protobuf::Duration;
+use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 
-use super::common::{cluster_name, encode, grpc_name, port_route_name};
+use super::ModelRead;
+use super::common::{encode, grpc_name, port_route_name};
+use super::vs_routes::{Flavor, routes_for};
 use deltapilot_model::Hostname;
 
 /// How strongly a service claims a domain; lower wins.
@@ -89,49 +86,44 @@ pub(crate) fn candidates(host: &Hostname, port: u16) -> Candidates {
     out
 }
 
-/// The routes of a service's virtual host: today the default route to its
-/// cluster. The seam where traffic rules will shape routes (see module docs).
-pub(crate) fn routes_for(host: &Hostname, port: u16) -> Vec<Route> {
-    vec![Route {
-        name: "default".to_string(),
-        r#match: Some(RouteMatch {
-            path_specifier: Some(PathSpecifier::Prefix("/".to_string())),
-            ..Default::default()
-        }),
-        action: Some(Action::Route(RouteAction {
-            cluster_specifier: Some(ClusterSpecifier::Cluster(
-                cluster_name(port, host).to_string(),
-            )),
-            timeout: Some(Duration::default()),
-            ..Default::default()
-        })),
-        ..Default::default()
-    }]
-}
-
-/// The virtual host of `host` on `port` with the given domains.
-pub(crate) fn virtual_host(host: &Hostname, port: u16, domains: Vec<String>) -> VirtualHost {
+/// The virtual host of `host` on `port` with the given domains and the routes
+/// its rules give it for `flavor` (see `vs_routes`).
+pub(crate) fn virtual_host<M: ModelRead + ?Sized>(
+    model: &M,
+    host: &Hostname,
+    port: u16,
+    domains: Vec<String>,
+    flavor: Flavor,
+) -> VirtualHost {
     VirtualHost {
         name: grpc_name(host, port).to_string(),
         domains,
-        routes: routes_for(host, port),
+        routes: routes_for(model, host, port, flavor),
         ..Default::default()
     }
 }
 
 /// The dedicated route configuration of a proxyless gRPC listener.
-pub(crate) fn grpc_route_config(host: &Hostname, port: u16) -> Bytes {
+pub(crate) fn grpc_route_config<M: ModelRead + ?Sized>(
+    model: &M,
+    host: &Hostname,
+    port: u16,
+) -> Bytes {
     let domains = vec![host.to_string(), format!("{host}:{port}")];
     encode(&RouteConfiguration {
         name: grpc_name(host, port).to_string(),
-        virtual_hosts: vec![virtual_host(host, port, domains)],
+        virtual_hosts: vec![virtual_host(model, host, port, domains, Flavor::Grpc)],
         ..Default::default()
     })
 }
 
 /// From-scratch route configuration `<port>` for `hosts` (the reference path):
 /// counts every claim, then gives each domain to its single lowest-rank claimant.
-pub(crate) fn port_route_config(port: u16, hosts: &BTreeSet<Hostname>) -> Bytes {
+pub(crate) fn port_route_config<M: ModelRead + ?Sized>(
+    model: &M,
+    port: u16,
+    hosts: &BTreeSet<Hostname>,
+) -> Bytes {
     let all: Vec<(&Hostname, Candidates)> =
         hosts.iter().map(|h| (h, candidates(h, port))).collect();
     // domain -> (lowest rank, claimants at that rank)
@@ -154,7 +146,7 @@ pub(crate) fn port_route_config(port: u16, hosts: &BTreeSet<Hostname>) -> Bytes 
                 .filter(|(d, r)| best.get(d) == Some(&(*r, 1)))
                 .map(|(d, _)| d.to_string())
                 .collect();
-            virtual_host(h, port, domains)
+            virtual_host(model, h, port, domains, Flavor::Sidecar)
         })
         .collect();
     encode(&RouteConfiguration {
@@ -278,9 +270,10 @@ impl PortRoutes {
         self.stale.remove(host);
     }
 
-    /// Re-encodes stale virtual hosts and assembles the configuration, or `None`
-    /// when the port has no HTTP service.
-    pub(crate) fn encode(&mut self) -> Option<Bytes> {
+    /// Re-encodes stale virtual hosts (with their routes as `model`'s rules
+    /// shape them) and assembles the configuration, or `None` when the port
+    /// has no HTTP service.
+    pub(crate) fn encode<M: ModelRead + ?Sized>(&mut self, model: &M) -> Option<Bytes> {
         for host in std::mem::take(&mut self.stale) {
             let Some(v) = self.vhosts.get(&host) else {
                 continue;
@@ -291,7 +284,13 @@ impl PortRoutes {
                 .filter(|(d, _)| Self::owner(self.claims.get(d)) == Some(&host))
                 .map(|(d, _)| d.to_string())
                 .collect();
-            let field = vhost_field(virtual_host(&host, self.port, domains));
+            let field = vhost_field(virtual_host(
+                model,
+                &host,
+                self.port,
+                domains,
+                Flavor::Sidecar,
+            ));
             if let Some(v) = self.vhosts.get_mut(&host) {
                 v.field = field;
             }
@@ -327,6 +326,7 @@ fn vhost_field(vh: VirtualHost) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use deltapilot_model::state::ModelState;
     use prost::Message;
 
     fn hosts(names: &[&str]) -> BTreeSet<Hostname> {
@@ -381,7 +381,7 @@ mod tests {
             "a.ns2.svc.cluster.local",
             "a.ns1",
         ]);
-        let vhosts = domains_of(&port_route_config(80, &set));
+        let vhosts = domains_of(&port_route_config(&ModelState::default(), 80, &set));
         let by_name: BTreeMap<_, _> = vhosts.into_iter().collect();
         let ns1 = &by_name["a.ns1.svc.cluster.local:80"];
         assert!(
@@ -426,8 +426,9 @@ mod tests {
                 pr.remove(&h);
                 set.remove(&h);
             }
-            let expect = (!set.is_empty()).then(|| port_route_config(80, &set));
-            assert_eq!(pr.encode(), expect, "after {steps:?}");
+            let expect =
+                (!set.is_empty()).then(|| port_route_config(&ModelState::default(), 80, &set));
+            assert_eq!(pr.encode(&ModelState::default()), expect, "after {steps:?}");
         }
         assert!(pr.claims.is_empty());
     }

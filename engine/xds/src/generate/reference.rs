@@ -96,7 +96,7 @@ pub fn build_all<M: ModelRead + ?Sized>(
                     &mut errors,
                     t,
                     grpc_name(h, p),
-                    Ok(rds::grpc_route_config(h, p)),
+                    Ok(rds::grpc_route_config(model, h, p)),
                 );
                 http.entry(p).or_default().insert(h.clone());
             } else {
@@ -105,12 +105,13 @@ pub fn build_all<M: ModelRead + ?Sized>(
         }
     });
     let empty = BTreeSet::new();
+    let fault = model.rules().is_some_and(|r| r.uses_fault());
     let ports: BTreeSet<u16> = http.keys().chain(tcp.keys()).copied().collect();
     for p in ports {
         let hosts = http.get(&p);
         let any_http = hosts.is_some_and(|h| !h.is_empty());
         let tcp_hosts = tcp.get(&p).unwrap_or(&empty);
-        if let Some(built) = lds::sidecar_listener(p, any_http, tcp_hosts, opts) {
+        if let Some(built) = lds::sidecar_listener(p, any_http, tcp_hosts, opts, fault) {
             let t = ResourceType::Listener;
             put(
                 &mut set.sidecar_listeners,
@@ -127,7 +128,7 @@ pub fn build_all<M: ModelRead + ?Sized>(
                 &mut errors,
                 t,
                 port_route_name(p),
-                Ok(rds::port_route_config(p, hosts)),
+                Ok(rds::port_route_config(model, p, hosts)),
             );
         }
     }

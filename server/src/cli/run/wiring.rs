@@ -317,10 +317,19 @@ async fn publish_clock(
     metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    let mut counted: Option<(std::time::Instant, deltapilot_model::rules::RuleIndex)> = None;
     loop {
         tokio::select! {
             snap = reader.changed() => match snap {
                 Some(snap) => {
+                    let rules = snap.model.rules();
+                    let stale = counted.as_ref().is_none_or(|(at, seen)| {
+                        seen != rules || (!rules.is_empty() && at.elapsed() >= RULE_COUNTS_EVERY)
+                    });
+                    if stale {
+                        set_rule_counts(&metrics, &snap.model);
+                        counted = Some((std::time::Instant::now(), rules.clone()));
+                    }
                     // Convergence is measured from when the registry change
                     // was observed; events without that time fall back to
                     // when this server first saw the snapshot.
@@ -337,6 +346,30 @@ async fn publish_clock(
             },
             _ = shutdown.wait_for(|s| *s) => return Ok(()),
         }
+    }
+}
+
+/// How often the rule gauges are recomputed while rules exist and nothing in
+/// them changed (a service change can still change a route's problems): the
+/// translation check is O(rules × ports), too much for every snapshot.
+const RULE_COUNTS_EVERY: Duration = Duration::from_secs(1);
+
+/// Sets the `rules` and `rule_problems` gauges from `model`.
+fn set_rule_counts(metrics: &Metrics, model: &deltapilot_model::state::ModelState) {
+    let counts = deltapilot_server::admin::rules_view::rule_counts(model);
+    metrics.rules.clear();
+    metrics.rule_problems.clear();
+    for (status, n) in counts.by_status {
+        metrics
+            .rules
+            .get_or_create(&[("status", status)])
+            .set(n as i64);
+    }
+    for (code, n) in counts.by_code {
+        metrics
+            .rule_problems
+            .get_or_create(&[("code", code)])
+            .set(n as i64);
     }
 }
 

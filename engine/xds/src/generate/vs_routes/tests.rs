@@ -1,0 +1,207 @@
+use envoy_types::pb::envoy::config::route::v3::{
+    header_matcher::HeaderMatchSpecifier, route_action::ClusterSpecifier,
+};
+use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
+
+use super::*;
+use deltapilot_model::state::ModelState;
+use deltapilot_model::state::mk::{rule, svc};
+use deltapilot_proto::ConfigKind;
+
+const NS: &str = "ns";
+
+fn model(vs: &str, extra: &[deltapilot_proto::Event]) -> ModelState {
+    let mut events = vec![
+        svc("k", 0, NS, "a.ns.svc.cluster.local", &[80]),
+        svc("k", 0, NS, "b.ns.svc.cluster.local", &[80, 81]),
+        rule("k", 0, ConfigKind::VirtualService, NS, "vs", vs),
+    ];
+    events.extend_from_slice(extra);
+    ModelState::from_events(&events)
+}
+
+fn routes(m: &ModelState, flavor: Flavor) -> Vec<Route> {
+    routes_for(m, &Hostname::new("a.ns.svc.cluster.local"), 80, flavor)
+}
+
+fn cluster(r: &Route) -> Option<&str> {
+    match &r.action {
+        Some(Action::Route(RouteAction {
+            cluster_specifier: Some(ClusterSpecifier::Cluster(c)),
+            ..
+        })) => Some(c),
+        _ => None,
+    }
+}
+
+#[test]
+fn without_a_rule_the_default_route_stays() {
+    let m = ModelState::from_events(&[svc("k", 0, NS, "a.ns.svc.cluster.local", &[80])]);
+    let r = routes(&m, Flavor::Sidecar);
+    assert_eq!(
+        r,
+        vec![default_route(&Hostname::new("a.ns.svc.cluster.local"), 80)]
+    );
+}
+
+#[test]
+fn one_route_per_match_block_in_order_with_no_catch_all() {
+    let m = model(
+        r#"{"hosts":["a"],"http":[
+          {"match":[{"uri":{"prefix":"/x"},"headers":{"X-User":{"exact":"j"}}},{"uri":{"regex":"/y.*"}}],
+           "route":[{"destination":{"host":"b","port":{"number":81}}}]},
+          {"match":[{"port":8080}], "route":[{"destination":{"host":"b"}}]},
+          {"route":[{"destination":{"host":"a"},"weight":70},{"destination":{"host":"b","port":{"number":80}},"weight":30}]}
+        ]}"#,
+        &[],
+    );
+    let r = routes(&m, Flavor::Sidecar);
+    assert_eq!(
+        r.len(),
+        3,
+        "two match blocks, the port-8080 block left out, one catch-all"
+    );
+    assert_eq!(cluster(&r[0]), Some("outbound|81||b.ns.svc.cluster.local"));
+    let h = &r[0].r#match.as_ref().expect("match").headers[0];
+    assert_eq!(h.name, "x-user");
+    assert!(matches!(
+        &h.header_match_specifier,
+        Some(HeaderMatchSpecifier::StringMatch(s)) if s.match_pattern == Some(MatchPattern::Exact("j".into()))
+    ));
+    assert!(matches!(
+        r[1].r#match.as_ref().and_then(|m| m.path_specifier.clone()),
+        Some(PathSpecifier::SafeRegex(_))
+    ));
+    match &r[2].action {
+        Some(Action::Route(RouteAction {
+            cluster_specifier: Some(ClusterSpecifier::WeightedClusters(w)),
+            retry_policy: Some(retry),
+            ..
+        })) => {
+            let names: Vec<(&str, u32)> = w
+                .clusters
+                .iter()
+                .map(|c| (c.name.as_str(), c.weight.as_ref().map_or(0, |w| w.value)))
+                .collect();
+            assert_eq!(
+                names,
+                [
+                    ("outbound|80||a.ns.svc.cluster.local", 70),
+                    ("outbound|80||b.ns.svc.cluster.local", 30)
+                ]
+            );
+            assert_eq!(
+                retry.retry_on,
+                action::DEFAULT_RETRY_ON,
+                "Istio's default retries"
+            );
+        }
+        other => panic!("weighted route expected, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_routes_are_dropped_and_reported_while_good_ones_stay() {
+    let vs = r#"{"hosts":["a"],"http":[
+      {"match":[{"uri":{"regex":"(?=look)"}}],"route":[{"destination":{"host":"a"}}]},
+      {"route":[{"destination":{"host":"a"},"weight":50},{"destination":{"host":"b","port":{"number":80}},"weight":40}]},
+      {"route":[{"destination":{"host":"nowhere"}}]},
+      {"route":[{"destination":{"host":"a","subset":"v9"}}]},
+      {"route":[{"destination":{"host":"b"}}]},
+      {"timeout":"soon","route":[{"destination":{"host":"a"}}]},
+      {"route":[{"destination":{"host":"a"}}]}
+    ]}"#;
+    let m = model(vs, &[]);
+    let r = routes(&m, Flavor::Sidecar);
+    assert_eq!(r.len(), 2, "only the last two routes are valid");
+    assert_eq!(
+        cluster(&r[0]),
+        Some("outbound|80||b.ns.svc.cluster.local"),
+        "the route port picks b's port"
+    );
+    let codes: Vec<&str> = route_problems(&m, &Hostname::new("a.ns.svc.cluster.local"), 80, false)
+        .iter()
+        .map(|p| p.code)
+        .collect();
+    assert_eq!(codes, ["DP2001", "DP2003", "DP2004", "DP2005", "DP2008"]);
+}
+
+#[test]
+fn a_known_subset_names_its_cluster() {
+    let m = model(
+        r#"{"hosts":["a"],"http":[{"route":[{"destination":{"host":"a","subset":"v1"}}]}]}"#,
+        &[rule(
+            "k",
+            0,
+            ConfigKind::DestinationRule,
+            NS,
+            "dr",
+            r#"{"host":"a","subsets":[{"name":"v1","labels":{"v":"1"}}]}"#,
+        )],
+    );
+    assert_eq!(
+        cluster(&routes(&m, Flavor::Sidecar)[0]),
+        Some("outbound|80|v1|a.ns.svc.cluster.local")
+    );
+}
+
+#[test]
+fn actions_translate_and_grpc_gets_only_what_it_supports() {
+    let vs = r#"{"hosts":["a"],"http":[
+      {"match":[{"uri":{"prefix":"/r"}}],"redirect":{"uri":"/new","authority":"x","redirectCode":302}},
+      {"match":[{"uri":{"prefix":"/d"}}],"directResponse":{"status":418,"body":{"string":"tea"}}},
+      {"match":[{"queryParams":{"q":{"exact":"1"}}}],"route":[{"destination":{"host":"a"}}]},
+      {"route":[{"destination":{"host":"a"}}],"timeout":"1.5s","retries":{"attempts":0},
+       "rewrite":{"uri":"/","authority":"up"},"mirror":{"host":"b","port":{"number":80}},
+       "mirrorPercentage":{"value":25},"headers":{"request":{"set":{"x-a":"1"},"remove":["x-b"]}}}
+    ]}"#;
+    let m = model(vs, &[]);
+    let side = routes(&m, Flavor::Sidecar);
+    assert_eq!(side.len(), 4);
+    assert!(
+        matches!(&side[0].action, Some(Action::Redirect(r)) if r.host_redirect == "x" && r.response_code == 1)
+    );
+    assert!(matches!(&side[1].action, Some(Action::DirectResponse(d)) if d.status == 418));
+    let Some(Action::Route(ra)) = &side[3].action else {
+        panic!("route")
+    };
+    assert_eq!(
+        ra.timeout,
+        Some(Duration {
+            seconds: 1,
+            nanos: 500_000_000
+        })
+    );
+    assert_eq!(ra.retry_policy, None, "attempts 0 turns retries off");
+    assert_eq!(ra.prefix_rewrite, "/");
+    assert_eq!(
+        ra.request_mirror_policies[0].cluster,
+        "outbound|80||b.ns.svc.cluster.local"
+    );
+    assert_eq!(side[3].request_headers_to_remove, ["x-b"]);
+
+    let grpc = routes(&m, Flavor::Grpc);
+    assert_eq!(
+        grpc.len(),
+        1,
+        "redirect, direct response and query matches are not for gRPC"
+    );
+    let Some(Action::Route(ra)) = &grpc[0].action else {
+        panic!("route")
+    };
+    assert_eq!(ra.timeout, None);
+    assert!(ra.max_stream_duration.is_some());
+    assert!(ra.request_mirror_policies.is_empty() && ra.prefix_rewrite.is_empty());
+    assert!(grpc[0].request_headers_to_add.is_empty());
+}
+
+#[test]
+fn durations_parse_as_istio_writes_them() {
+    let d = |s| parse_duration(s).map(|d| (d.seconds, d.nanos));
+    assert_eq!(d("5s"), Some((5, 0)));
+    assert_eq!(d("250ms"), Some((0, 250_000_000)));
+    assert_eq!(d("1m30s"), Some((90, 0)));
+    assert_eq!(d("1h"), Some((3600, 0)));
+    assert_eq!(d("soon"), None);
+    assert_eq!(d("5"), None);
+}
