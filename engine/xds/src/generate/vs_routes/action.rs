@@ -11,7 +11,8 @@ use envoy_types::pb::envoy::config::route::v3::{
     retry_policy::{RetryHostPredicate, retry_host_predicate},
     route::Action,
     route_action::{
-        ClusterSpecifier, HostRewriteSpecifier, MaxStreamDuration, RequestMirrorPolicy,
+        ClusterSpecifier, HashPolicy, HostRewriteSpecifier, MaxStreamDuration, RequestMirrorPolicy,
+        hash_policy::PolicySpecifier,
     },
     weighted_cluster::ClusterWeight,
 };
@@ -28,6 +29,7 @@ use super::matching::check_regex;
 use super::{Cx, Flavor, service_of};
 use crate::generate::ModelRead;
 use crate::generate::common::to_any;
+use crate::generate::policy::hash_policies;
 
 /// Istio's default `retry_on` (also used when `retries.retryOn` is empty).
 pub(crate) const DEFAULT_RETRY_ON: &str =
@@ -169,6 +171,47 @@ fn destination_cluster<M: ModelRead + ?Sized>(
     Ok(format!("outbound|{port}|{subset}|{fqdn}"))
 }
 
+/// The hash policies a route to `d` carries: those of the consistent hash its
+/// DestinationRule gives the (port, subset) cluster, as Istio sets them on a
+/// route with one destination. Proxyless gRPC implements only header hashing
+/// (gRFC A42), so it gets only those.
+fn destination_hash_policies<M: ModelRead + ?Sized>(
+    cx: &Cx<'_, M>,
+    d: &Destination,
+) -> Vec<HashPolicy> {
+    let Some(host) = d.host.as_deref().filter(|h| !h.trim().is_empty()) else {
+        return Vec::new();
+    };
+    let fqdn = resolve_host(host, cx.namespace);
+    let Some(svc) = service_of(cx.model, &fqdn) else {
+        return Vec::new();
+    };
+    let port = match d.port.as_ref().and_then(|p| p.number) {
+        Some(n) => u16::try_from(n).ok(),
+        None if svc.ports.len() == 1 => Some(svc.ports[0].number),
+        None => Some(cx.port),
+    };
+    let (Some(port), Some(dr)) = (
+        port,
+        cx.model.rules().and_then(|r| r.destination_rule_for(&fqdn)),
+    ) else {
+        return Vec::new();
+    };
+    let subset = d.subset.as_deref().filter(|s| !s.is_empty());
+    for_flavor(hash_policies(&dr, port, subset), cx.flavor)
+}
+
+/// `policies` as `flavor` may receive them.
+pub(crate) fn for_flavor(policies: Vec<HashPolicy>, flavor: Flavor) -> Vec<HashPolicy> {
+    match flavor {
+        Flavor::Sidecar => policies,
+        Flavor::Grpc => policies
+            .into_iter()
+            .filter(|h| matches!(h.policy_specifier, Some(PolicySpecifier::Header(_))))
+            .collect(),
+    }
+}
+
 /// The route's action, or the problem that drops the route. Warnings about
 /// parts left out go to `problems`.
 pub(super) fn action<M: ModelRead + ?Sized>(
@@ -286,6 +329,7 @@ pub(super) fn action<M: ModelRead + ?Sized>(
         ra.cluster_specifier = Some(ClusterSpecifier::Cluster(destination_cluster(
             cx, &d, &dpath,
         )?));
+        ra.hash_policy = destination_hash_policies(cx, &d);
     } else {
         let total: i64 = dests.iter().map(|d| d.weight.unwrap_or(0)).sum();
         if total != 100 || dests.iter().any(|d| d.weight.unwrap_or(0) < 0) {

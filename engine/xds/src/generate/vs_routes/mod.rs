@@ -57,6 +57,7 @@ use deltapilot_model::{Hostname, Service};
 
 use super::ModelRead;
 use super::common::cluster_name;
+use super::policy::hash_policies;
 
 #[cfg(test)]
 use action::parse_duration;
@@ -82,7 +83,15 @@ pub(crate) fn routes_for<M: ModelRead + ?Sized>(
 ) -> Vec<Route> {
     match model.rules().and_then(|r| r.virtual_service_for(host)) {
         Some(vs) => translate(model, &vs, port, flavor, &mut Vec::new()),
-        None => vec![default_route(host, port)],
+        None => {
+            let mut route = default_route(host, port);
+            if let Some(dr) = model.rules().and_then(|r| r.destination_rule_for(host))
+                && let Some(Action::Route(ra)) = route.action.as_mut()
+            {
+                ra.hash_policy = action::for_flavor(hash_policies(&dr, port, None), flavor);
+            }
+            vec![route]
+        }
     }
 }
 

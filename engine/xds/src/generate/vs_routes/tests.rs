@@ -1,5 +1,6 @@
 use envoy_types::pb::envoy::config::route::v3::{
-    header_matcher::HeaderMatchSpecifier, route_action::ClusterSpecifier,
+    header_matcher::HeaderMatchSpecifier,
+    route_action::{ClusterSpecifier, hash_policy::PolicySpecifier},
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 
@@ -204,4 +205,71 @@ fn durations_parse_as_istio_writes_them() {
     assert_eq!(d("1h"), Some((3600, 0)));
     assert_eq!(d("soon"), None);
     assert_eq!(d("5"), None);
+}
+
+fn hash_headers(r: &Route) -> Vec<String> {
+    match &r.action {
+        Some(Action::Route(ra)) => ra
+            .hash_policy
+            .iter()
+            .map(|h| match &h.policy_specifier {
+                Some(PolicySpecifier::Header(h)) => format!("header:{}", h.header_name),
+                Some(PolicySpecifier::Cookie(c)) => format!("cookie:{}", c.name),
+                other => format!("{other:?}"),
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn consistent_hash_dr(host: &str, key: &str) -> deltapilot_proto::Event {
+    rule(
+        "k",
+        0,
+        ConfigKind::DestinationRule,
+        NS,
+        &format!("dr-{host}"),
+        &format!(
+            r#"{{"host":"{host}","trafficPolicy":{{"loadBalancer":{{"consistentHash":{key}}}}}}}"#
+        ),
+    )
+}
+
+/// A consistent hash needs the route's hash policy as well as the cluster's
+/// ring: the default route of the host and a VirtualService route with one
+/// destination both carry it; proxyless gRPC gets header hashing only.
+#[test]
+fn a_consistent_hash_puts_its_hash_policy_on_the_routes_to_the_host() {
+    let m = ModelState::from_events(&[
+        svc("k", 0, NS, "a.ns.svc.cluster.local", &[80]),
+        consistent_hash_dr("a", r#"{"httpHeaderName":"x-user"}"#),
+    ]);
+    assert_eq!(
+        hash_headers(&routes(&m, Flavor::Sidecar)[0]),
+        ["header:x-user"]
+    );
+    assert_eq!(
+        hash_headers(&routes(&m, Flavor::Grpc)[0]),
+        ["header:x-user"]
+    );
+
+    let m = model(
+        r#"{"hosts":["a"],"http":[{"route":[{"destination":{"host":"b","port":{"number":81}}}]}]}"#,
+        &[consistent_hash_dr(
+            "b",
+            r#"{"httpCookie":{"name":"sticky","ttl":"0s"}}"#,
+        )],
+    );
+    assert_eq!(
+        hash_headers(&routes(&m, Flavor::Sidecar)[0]),
+        ["cookie:sticky"]
+    );
+    assert!(hash_headers(&routes(&m, Flavor::Grpc)[0]).is_empty());
+
+    // Without a consistent hash, no hash policy.
+    let m = model(
+        r#"{"hosts":["a"],"http":[{"route":[{"destination":{"host":"b","port":{"number":81}}}]}]}"#,
+        &[],
+    );
+    assert!(hash_headers(&routes(&m, Flavor::Sidecar)[0]).is_empty());
 }
