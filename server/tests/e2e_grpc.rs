@@ -34,25 +34,38 @@ const CLIENT_PY: &str = r#"
 import sys
 import grpc
 
+# argv: target [n [key=value ...]]: n calls, one line per call.
+n = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+md = [tuple(kv.split("=", 1)) for kv in sys.argv[3:]]
 with grpc.insecure_channel("xds:///" + sys.argv[1]) as ch:
     hello = ch.unary_unary("/demo.Greeter/Hello")
-    print(hello(b"hi", timeout=20, wait_for_ready=True).decode(), flush=True)
+    for _ in range(n):
+        print(hello(b"hi", timeout=20, wait_for_ready=True, metadata=md).decode(), flush=True)
 "#;
 
 /// A Python gRPC backend, a ServiceEntry naming it, `deltapilot run` serving
 /// it, and a bootstrap file for proxyless clients.
 struct Mesh {
     tmp: tempfile::TempDir,
+    /// The directory `deltapilot run` watches.
+    watch: std::path::PathBuf,
     python: std::path::PathBuf,
     dp: Deltapilot,
     bootstrap: std::path::PathBuf,
     /// `host:port` of the service, for an `xds:///` target.
     target: String,
-    _backend: Proc,
+    _backends: Vec<Proc>,
 }
 
 impl Mesh {
     fn start(node_id: &str) -> Mesh {
+        Self::start_with(node_id, 1)
+    }
+
+    /// `backends` Python servers answering `hello from backend-<i>`; the
+    /// service `HOST` reaches backend-1, and `greeter-v<i>.test.local` (same
+    /// port) reaches backend-i, for rules to route between.
+    fn start_with(node_id: &str, backends: usize) -> Mesh {
         let python = tool("DELTAPILOT_GRPC_PYTHON");
         let tmp = tempfile::tempdir().expect("tmp");
         let (data, watch) = (tmp.path().join("data"), tmp.path().join("watch"));
@@ -60,29 +73,41 @@ impl Mesh {
         std::fs::write(tmp.path().join("server.py"), SERVER_PY).expect("server.py");
         std::fs::write(tmp.path().join("client.py"), CLIENT_PY).expect("client.py");
 
-        let backend_port = free_port();
-        let mut cmd = Command::new("timeout");
-        cmd.arg("600")
-            .arg(&python)
-            .arg(tmp.path().join("server.py"))
-            .arg(backend_port.to_string())
-            .arg("backend-1");
-        let backend = Proc::spawn("grpc-server", cmd, tmp.path().join("server.log"));
-        wait_for("the gRPC backend", Duration::from_secs(30), || {
-            std::net::TcpStream::connect(("127.0.0.1", backend_port))
-                .map(|_| ())
-                .map_err(|e| format!("{e}: {}", backend.output()))
-        });
-
         let svc_port = free_port();
-        write_service_entry(
-            &watch,
-            "greeter.yaml",
-            HOST,
-            svc_port,
-            "GRPC",
-            &[backend_port],
-        );
+        let mut procs = Vec::new();
+        let mut ports = Vec::new();
+        for i in 1..=backends {
+            let backend_port = free_port();
+            let mut cmd = Command::new("timeout");
+            cmd.arg("600")
+                .arg(&python)
+                .arg(tmp.path().join("server.py"))
+                .arg(backend_port.to_string())
+                .arg(format!("backend-{i}"));
+            let backend = Proc::spawn(
+                "grpc-server",
+                cmd,
+                tmp.path().join(format!("server-{i}.log")),
+            );
+            wait_for("the gRPC backend", Duration::from_secs(30), || {
+                std::net::TcpStream::connect(("127.0.0.1", backend_port))
+                    .map(|_| ())
+                    .map_err(|e| format!("{e}: {}", backend.output()))
+            });
+            if backends > 1 {
+                write_service_entry(
+                    &watch,
+                    &format!("greeter-v{i}.yaml"),
+                    &format!("greeter-v{i}.test.local"),
+                    svc_port,
+                    "GRPC",
+                    &[backend_port],
+                );
+            }
+            procs.push(backend);
+            ports.push(backend_port);
+        }
+        write_service_entry(&watch, "greeter.yaml", HOST, svc_port, "GRPC", &ports[..1]);
         let (xds_port, admin_port) = (free_port(), free_port());
         let dp = Deltapilot::start(tmp.path(), &data, &watch, xds_port, admin_port);
 
@@ -94,21 +119,32 @@ impl Mesh {
         std::fs::write(&bootstrap_path, bootstrap).expect("bootstrap");
         Mesh {
             target: format!("{HOST}:{svc_port}"),
+            watch,
             tmp,
             python,
             dp,
             bootstrap: bootstrap_path,
-            _backend: backend,
+            _backends: procs,
         }
     }
 
     /// Runs `client` (with the bootstrap set) until it succeeds; its stdout.
-    fn call_until_ok(&self, what: &str, mut client: Command) -> String {
+    fn call_until_ok(&self, what: &str, client: Command) -> String {
+        self.call_until(what, client, |out| Ok(out.to_string()))
+    }
+
+    /// Runs `client` until it succeeds and `accept` takes its stdout.
+    fn call_until<T>(
+        &self,
+        what: &str,
+        mut client: Command,
+        accept: impl Fn(&str) -> Result<T, String>,
+    ) -> T {
         client.env("GRPC_XDS_BOOTSTRAP", &self.bootstrap);
         wait_for(what, Duration::from_secs(90), || {
             let out = client.output().map_err(|e| e.to_string())?;
             if out.status.success() {
-                Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+                accept(&String::from_utf8_lossy(&out.stdout))
             } else {
                 Err(format!(
                     "{}\n{}\ndeltapilot:\n{}",
@@ -169,4 +205,103 @@ fn grpc_go_calls_through_deltapilot_resources() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines, ["hello from backend-1"; 3], "{out}");
     mesh.assert_acked();
+}
+
+/// A VirtualService on `HOST` for proxyless clients: `x-canary: yes` goes to
+/// v2, everything else splits 70/30 between v1 and v2 (gRPC picks a weighted
+/// cluster per call).
+const SPLIT_VS: &str = "apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: greeter-split
+  namespace: test
+spec:
+  hosts: [greeter.test.local]
+  http:
+    - match: [{headers: {x-canary: {exact: \"yes\"}}}]
+      route: [{destination: {host: greeter-v2.test.local}}]
+    - route:
+        - {destination: {host: greeter-v1.test.local}, weight: 70}
+        - {destination: {host: greeter-v2.test.local}, weight: 30}
+";
+
+/// How many of `out`'s lines are each backend's; an error if any line is not.
+fn tally(out: &str) -> Result<(usize, usize), String> {
+    let (mut v1, mut v2) = (0, 0);
+    for line in out.lines() {
+        match line.trim() {
+            "hello from backend-1" => v1 += 1,
+            "hello from backend-2" => v2 += 1,
+            other => return Err(format!("unexpected answer {other:?} in\n{out}")),
+        }
+    }
+    Ok((v1, v2))
+}
+
+/// Runs the split rule against one proxyless client: `client(n, canary)` is
+/// its command for `n` calls, with the canary header or without.
+fn weighted_split_and_header_match(mesh: &Mesh, client: impl Fn(usize, bool) -> Command) {
+    let tmp = mesh.watch.join(".vs.tmp");
+    std::fs::write(&tmp, SPLIT_VS).expect("write rule");
+    std::fs::rename(&tmp, mesh.watch.join("greeter-split.yaml")).expect("rename rule");
+
+    // The header match: once the rule has arrived, every canary call is v2.
+    mesh.call_until(
+        "canary calls reach v2",
+        client(20, true),
+        |out| match tally(out)? {
+            (0, 20) => Ok(()),
+            other => Err(format!("canary calls landed {other:?}")),
+        },
+    );
+    // The split: 200 calls, 70/30 within four standard deviations (about 26).
+    let (v1, v2) = mesh.call_until("the split", client(200, false), tally);
+    assert_eq!(v1 + v2, 200);
+    assert!(
+        (34..=86).contains(&v2),
+        "v1 {v1}, v2 {v2}: not a 70/30 split"
+    );
+    mesh.assert_acked();
+}
+
+#[test]
+fn grpcio_follows_a_weighted_split_and_a_header_match() {
+    let mesh = Mesh::start_with("grpc-rules-1", 2);
+    let (python, script, target) = (
+        mesh.python.clone(),
+        mesh.tmp.path().join("client.py"),
+        mesh.target.clone(),
+    );
+    weighted_split_and_header_match(&mesh, |n, canary| {
+        let mut c = Command::new("timeout");
+        c.arg("60")
+            .arg(&python)
+            .arg(&script)
+            .arg(&target)
+            .arg(n.to_string());
+        if canary {
+            c.arg("x-canary=yes");
+        }
+        c
+    });
+}
+
+#[test]
+fn grpc_go_follows_a_weighted_split_and_a_header_match() {
+    let go_client = tool("DELTAPILOT_GRPC_GO");
+    let mesh = Mesh::start_with("grpc-go-rules-1", 2);
+    let target = format!("xds:///{}", mesh.target);
+    weighted_split_and_header_match(&mesh, |n, canary| {
+        let mut c = Command::new("timeout");
+        c.arg("60")
+            .arg(&go_client)
+            .arg("-target")
+            .arg(&target)
+            .arg("-n")
+            .arg(n.to_string());
+        if canary {
+            c.arg("-header").arg("x-canary=yes");
+        }
+        c
+    });
 }
