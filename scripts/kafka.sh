@@ -96,9 +96,18 @@ free_port() {
 }
 
 # A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (what
-# `kafka-storage random-uuid` prints), without paying a JVM start for it.
+# `kafka-storage random-uuid` prints), without paying a JVM start for it. Like
+# Kafka's own Uuid.randomUuid, never one that starts with '-': the storage
+# tool's argument parser would take it for an option (one run in 64 failed so).
 cluster_id() {
-    python3 -c 'import base64, os; print(base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("="))'
+    python3 -c '
+import base64, os
+while True:
+    cid = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+    if not cid.startswith("-"):
+        print(cid)
+        break
+'
 }
 
 # write_props PORT CONTROLLER_PORT ADVERTISED_PORT
