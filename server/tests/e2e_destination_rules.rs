@@ -46,7 +46,8 @@ spec:
 "#;
 
 /// A ring hash on the `x-user` header, no VirtualService: the default route
-/// carries the hash policy.
+/// carries the hash policy. The connection pool and outlier detection are
+/// there for Envoy to validate (a cluster it NACKs fails the test).
 const STICKY: &str = r#"apiVersion: networking.istio.io/v1
 kind: DestinationRule
 metadata:
@@ -58,6 +59,10 @@ spec:
     loadBalancer:
       consistentHash:
         httpHeaderName: x-user
+    connectionPool:
+      tcp: {maxConnections: 100, connectTimeout: 2s, tcpKeepalive: {time: 60s, interval: 10s}}
+      http: {http1MaxPendingRequests: 100, http2MaxRequests: 100, maxRequestsPerConnection: 10, maxRetries: 3, idleTimeout: 30s}
+    outlierDetection: {consecutive5xxErrors: 5, interval: 10s, baseEjectionTime: 30s, maxEjectionPercent: 50, minHealthPercent: 10}
 "#;
 
 fn write_rules(dir: &Path, yaml: &str) {

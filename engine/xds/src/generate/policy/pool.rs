@@ -34,7 +34,7 @@ use envoy_types::pb::envoy::config::cluster::v3::{
     cluster::CommonLbConfig,
 };
 use envoy_types::pb::envoy::config::core::v3::{
-    Http2ProtocolOptions, HttpProtocolOptions as CommonHttp, TcpKeepalive,
+    Http1ProtocolOptions, Http2ProtocolOptions, HttpProtocolOptions as CommonHttp, TcpKeepalive,
 };
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
     HttpProtocolOptions,
@@ -124,13 +124,17 @@ pub(super) fn apply_pool(c: &mut Cluster, pool: &ConnectionPool, port: &Port, gr
     }
     let options = HttpProtocolOptions {
         common_http_protocol_options: has_common.then_some(common),
-        upstream_protocol_options: (port.protocol.is_http2() || upgrade).then(|| {
-            UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
-                protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(
-                    Http2ProtocolOptions::default(),
-                )),
-            })
-        }),
+        // Envoy requires the upstream protocol whenever the options are set
+        // (a cluster with only common options is NACKed).
+        upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+            ExplicitHttpConfig {
+                protocol_config: Some(if port.protocol.is_http2() || upgrade {
+                    ProtocolConfig::Http2ProtocolOptions(Http2ProtocolOptions::default())
+                } else {
+                    ProtocolConfig::HttpProtocolOptions(Http1ProtocolOptions::default())
+                }),
+            },
+        )),
         ..Default::default()
     };
     // A single entry, as in `cds` (deterministic encoding).
