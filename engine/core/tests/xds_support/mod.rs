@@ -73,46 +73,9 @@ pub fn svc_del(source: &str, generation: u64, ns: &str, host: &str) -> Event {
     )
 }
 
-/// An upsert of a config object (a traffic rule) with this spec JSON.
-pub fn rule(
-    source: &str,
-    generation: u64,
-    kind: pb::ConfigKind,
-    ns: &str,
-    name: &str,
-    spec: &str,
-) -> Event {
-    event(
-        source,
-        generation,
-        Payload::ConfigUpsert(pb::ConfigUpsert {
-            config: Some(pb::ConfigObject {
-                kind: kind as i32,
-                namespace: ns.into(),
-                name: name.into(),
-                spec_json: spec.into(),
-                ..Default::default()
-            }),
-        }),
-    )
-}
-
-/// A delete of a config object.
-pub fn rule_del(
-    source: &str,
-    generation: u64,
-    kind: pb::ConfigKind,
-    ns: &str,
-    name: &str,
-) -> Event {
-    event(
-        source,
-        generation,
-        Payload::ConfigDelete(pb::EntityDelete {
-            key: pb::config_key(kind, ns, name),
-        }),
-    )
-}
+/// Rule events, from the model's own builders (not every suite uses them).
+#[allow(unused_imports)]
+pub use deltapilot_model::state::mk::{rule, rule_del};
 
 /// Everything about an endpoint the generator reads.
 #[derive(Debug, Clone)]

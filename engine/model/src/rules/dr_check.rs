@@ -41,34 +41,6 @@ fn places<'a>(tp: &'a TrafficPolicy, path: &str, out: &mut Vec<Parts<'a>>) {
     }
 }
 
-/// Whether `s` is a duration the translation reads (see the xDS crate's
-/// `policy::parse_duration`: `<number><unit>` runs, units h, m, s, ms, us, ns).
-fn duration_ok(s: &str) -> bool {
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return false;
-    }
-    while !rest.is_empty() {
-        let n = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (num, tail) = rest.split_at(n);
-        let u = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(u);
-        if num
-            .parse::<f64>()
-            .map_or(true, |v| !v.is_finite() || v < 0.0)
-            || !matches!(unit, "h" | "m" | "s" | "ms" | "us" | "µs" | "ns")
-        {
-            return false;
-        }
-        rest = tail;
-    }
-    true
-}
-
 /// Appends the problems of `dr`'s traffic policies (see the module doc).
 pub(super) fn check(dr: &DestinationRule, problems: &mut Vec<Problem>) {
     let mut all = Vec::new();
@@ -104,7 +76,7 @@ pub(super) fn check(dr: &DestinationRule, problems: &mut Vec<Problem>) {
 
 fn bad_duration(v: Option<&str>, path: &str, problems: &mut Vec<Problem>) {
     if let Some(v) = v
-        && !duration_ok(v)
+        && super::parse_duration(v).is_none()
     {
         problems.push(Problem::warning(
             "DP1104",

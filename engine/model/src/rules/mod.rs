@@ -27,6 +27,7 @@
 
 mod dr;
 mod dr_check;
+mod duration;
 mod host;
 mod index;
 mod parse;
@@ -39,6 +40,7 @@ pub use dr::{
     LocalityDistribute, LocalityFailover, LocalityLb, Maglev, OutlierDetection, PortTrafficPolicy,
     RingHash, Subset, TcpKeepalive, TcpPool, TrafficPolicy,
 };
+pub use duration::parse_duration;
 pub use host::{DOMAIN_SUFFIX, host_error, host_matches, is_wildcard, resolve_host, wildcards_of};
 pub use index::{BoundVirtualService, RuleIndex, RuleTouch};
 pub use parse::{Rule, RuleSpec, is_rule_kind, parse};

@@ -29,7 +29,7 @@ use super::matching::check_regex;
 use super::{Cx, Flavor, service_of};
 use crate::generate::ModelRead;
 use crate::generate::common::to_any;
-use crate::generate::policy::hash_policies;
+use crate::generate::policy::{hash_policies, parse_duration};
 
 /// Istio's default `retry_on` (also used when `retries.retryOn` is empty).
 pub(crate) const DEFAULT_RETRY_ON: &str =
@@ -47,44 +47,6 @@ const GRPC_RETRY_ON: [&str; 5] = [
     "resource-exhausted",
     "unavailable",
 ];
-
-/// A protobuf JSON / Go duration (`"5s"`, `"1.5s"`, `"100ms"`, `"1m30s"`), or
-/// `None` when it does not parse.
-pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
-    let t = text.trim();
-    if t.is_empty() {
-        return None;
-    }
-    let mut nanos: u128 = 0;
-    let mut rest = t;
-    while !rest.is_empty() {
-        let n = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .filter(|&n| n > 0)?;
-        let (num, tail) = rest.split_at(n);
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let scale: f64 = match unit {
-            "h" => 3.6e12,
-            "m" => 6e10,
-            "s" => 1e9,
-            "ms" => 1e6,
-            "us" | "µs" => 1e3,
-            "ns" => 1.0,
-            _ => return None,
-        };
-        let v: f64 = num.parse().ok()?;
-        nanos += (v * scale).round() as u128;
-        rest = tail;
-    }
-    let seconds = i64::try_from(nanos / 1_000_000_000).ok()?;
-    Some(Duration {
-        seconds,
-        nanos: (nanos % 1_000_000_000) as i32,
-    })
-}
 
 fn duration_at(text: &str, path: &str) -> Result<Duration, Problem> {
     parse_duration(text).ok_or_else(|| {

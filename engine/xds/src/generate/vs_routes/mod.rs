@@ -60,7 +60,7 @@ use super::common::cluster_name;
 use super::policy::hash_policies;
 
 #[cfg(test)]
-use action::parse_duration;
+use super::policy::parse_duration;
 
 /// Which client a route configuration is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
