@@ -93,10 +93,14 @@ fn an_outage_shows_in_readyz_and_metrics_and_recovers() {
     let mut dp = Proc::spawn("deltapilot", cmd, dir.path().join("deltapilot.log"));
 
     // Before: caught up, connected, nothing waiting.
+    // Alpha served too: `caught_up` is judged against a head measured up to
+    // one probe ago, so it can precede the fold of the adapter's first resync.
     let before = wait_for("caught up before the outage", WAIT, || {
         let (code, r) = readyz(admin)?;
         let m = metrics(admin)?;
+        let served = registry(admin)?.contains("alpha.test.local");
         let ok = code == 200
+            && served
             && r["state"] == "caught_up"
             && metric(&m, "deltapilot_log_connected", &[]) == 1.0
             && metric(&m, "deltapilot_adapter_append_backlog", &["file"]) == 0.0
