@@ -10,7 +10,7 @@
 #   - grpcio 1.85 (+ protobuf, grpcio-tools), in another venv, as the
 #     proxyless-gRPC xDS client;
 #   - the go-control-plane peer of the load generator (load-tests/peers/
-#     build.sh, Go >= 1.26 and the Go module proxy; about 1.5 min cold);
+#     build.sh, Go >= 1.26 and the Go module proxy);
 #   - the grpc-go proxyless client of the end-to-end tests (server/tests/
 #     grpc-go, google.golang.org/grpc 1.85 with its xds package).
 # Everything goes under $DELTAPILOT_TOOLS (default ~/.cache/deltapilot-tools),
@@ -293,7 +293,7 @@ step_grpc() {
 
 # The go-control-plane peer (`deltapilot loadgen --peer go-control-plane` and
 # load-tests/tests/peer_gcp.rs). Rebuilt only when a file of its module is newer
-# than the binary; a cold build (empty Go caches) took 95 s on a 2-core machine.
+# than the binary; a cold build (empty Go caches) is the slowest step here.
 step_gcp_peer() {
     local out="$BIN/dp-gcp-peer" src="$SCRIPT_DIR/../load-tests/peers"
     if [ -x "$out" ] && [ -z "$(find "$src" -type f -newer "$out" -print -quit)" ]; then

@@ -66,7 +66,7 @@ read_pid() { cat "$PIDFILE" 2>/dev/null || true; }
 
 clear_state() { rm -f "$PIDFILE" "$PORTFILE" "$LOGPATHFILE"; }
 
-# kill_and_wait PID : TERM (a controlled shutdown, ~1-3 s here), wait up to
+# kill_and_wait PID : TERM (a controlled shutdown), wait up to
 # 30 s, then KILL, wait up to 10 s.
 kill_and_wait() {
     local pid="$1"

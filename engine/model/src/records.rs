@@ -6,9 +6,9 @@
 //! Why not `imbl::OrdMap`: a fold writes a batch of up to 4,096 rewrites into a
 //! state that shares its map with the last published snapshot, and the keys are
 //! uniform hashes, so the batch lands all over the map. In a B+tree of 16-entry
-//! nodes that copied about a third of the ~9,000 leaves (each built on the
-//! stack and then moved to the heap: two copies of a 1.5 KiB node, for ~11
-//! records) and every branch above them, with a binary search over 16-byte keys
+//! nodes that copied a large share of the leaves (each built on the stack and
+//! then moved to the heap, two copies of a whole node for a few records) and
+//! every branch above them, with a binary search over 16-byte keys
 //! at each of four levels on the way down. Path copies were the bulk of the
 //! fold at 100k endpoints.
 //!
