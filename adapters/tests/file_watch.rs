@@ -105,6 +105,12 @@ async fn watched_changes_reach_the_log_as_entity_events() {
         s.resync_completed && s.entities_in_view == 6
     })
     .await;
+    // Readiness waits for a reader to fold up to here: just past the marker.
+    assert_eq!(
+        run.status.borrow().resync_completed_at,
+        Some(deltapilot_log::Position::single(resync_len as u64)),
+        "the resync's end is the log position just past its COMPLETED marker"
+    );
 
     // A plain write that adds an endpoint.
     std::fs::write(&a, mk_se("a", "a.example.com", &["10.0.0.1", "10.0.0.2"])).expect("edit a");
@@ -341,6 +347,7 @@ async fn a_log_that_refuses_appends_is_retried_and_reported() {
     .await;
     let st = run.status.borrow().clone();
     assert!(!st.resync_completed);
+    assert_eq!(st.resync_completed_at, None);
     assert_eq!(
         st.entities_in_view, 0,
         "nothing counts as emitted until the log takes it"

@@ -12,6 +12,7 @@ use std::time::Duration;
 use deltapilot_adapters::eureka::EurekaAdapterStatus;
 use deltapilot_adapters::file::FileAdapterStatus;
 use deltapilot_adapters::kubernetes::KubernetesAdapterStatus;
+use deltapilot_log::Position;
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
@@ -40,6 +41,9 @@ pub struct AdapterReport {
     pub source: String,
     /// Whether its start-up resync is in the log.
     pub resync_completed: bool,
+    /// Where the engine must be to have folded that resync (see the adapters'
+    /// `resync_completed_at`).
+    pub resync_completed_at: Option<Position>,
     /// Whether the registry answered its last request (files: the directories are
     /// readable and no file is broken).
     pub registry_healthy: bool,
@@ -70,6 +74,7 @@ impl AdapterWatch {
                     adapter: "file",
                     source: s.source.clone(),
                     resync_completed: s.resync_completed,
+                    resync_completed_at: s.resync_completed_at.clone(),
                     registry_healthy: s.files_bad == 0,
                     entities_in_view: s.entities_in_view,
                     events_emitted_total: s.events_emitted_total,
@@ -90,6 +95,7 @@ impl AdapterWatch {
                     adapter: "eureka",
                     source: s.source.clone(),
                     resync_completed: s.resync_completed,
+                    resync_completed_at: s.resync_completed_at.clone(),
                     registry_healthy: s.registry_reachable,
                     entities_in_view: s.entities_in_view,
                     events_emitted_total: s.events_emitted_total,
@@ -110,6 +116,7 @@ impl AdapterWatch {
                     adapter: "kubernetes",
                     source: s.source.clone(),
                     resync_completed: s.resync_completed,
+                    resync_completed_at: s.resync_completed_at.clone(),
                     registry_healthy: s.registry_healthy(),
                     entities_in_view: s.entities_in_view,
                     events_emitted_total: s.events_emitted_total,

@@ -142,6 +142,16 @@ pub fn evaluate(i: &Inputs<'_>) -> Readiness {
             ),
         })
         .collect();
+    // The append succeeding is not enough: until the engine has folded past the
+    // marker, what it serves may still be an old run's view of that registry.
+    let unfolded = i.adapters.iter().filter_map(|r| match &r.resync_completed_at {
+        Some(at) if r.resync_completed && !covers(i.engine_position, at) => Some(format!(
+            "{} adapter ({}) completed its resync at {at}; the engine (at {}) has not folded it yet",
+            r.adapter, r.source, i.engine_position
+        )),
+        _ => None,
+    });
+    let resyncing: Vec<String> = resyncing.into_iter().chain(unfolded).collect();
     if !resyncing.is_empty() {
         return Readiness {
             state: ServingState::CatchingUp,
@@ -198,6 +208,7 @@ mod tests {
             adapter: "file",
             source: "file".into(),
             resync_completed: resynced,
+            resync_completed_at: resynced.then(|| Position::single(5)),
             registry_healthy: true,
             entities_in_view: 1,
             events_emitted_total: 1,
@@ -255,5 +266,18 @@ mod tests {
         let fresh = [report(false, 3, None)];
         i.adapters = &fresh;
         assert_eq!(evaluate(&i).state, ServingState::CatchingUp);
+
+        // A resync in the log that the engine has not folded yet keeps it not
+        // ready, and folding past it makes it ready.
+        let done = [report(true, 0, None)];
+        i.adapters = &done;
+        let behind = Position::single(4);
+        i.engine_position = &behind;
+        let r = evaluate(&i);
+        assert_eq!(r.state, ServingState::CatchingUp, "{r:?}");
+        assert!(r.reasons[0].contains("not folded"), "{:?}", r.reasons);
+        let past = Position::single(5);
+        i.engine_position = &past;
+        assert_eq!(evaluate(&i), Readiness::caught_up());
     }
 }

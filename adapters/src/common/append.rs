@@ -8,7 +8,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use deltapilot_log::EventLog;
+use deltapilot_log::{EventLog, Position};
 use deltapilot_proto::Event;
 use prost::Message as _;
 use tokio::sync::watch;
@@ -44,6 +44,10 @@ pub(crate) struct Outbox {
     pub(crate) oversized_total: u64,
     /// The last object left out for its size, and why.
     pub(crate) last_oversized: Option<String>,
+    /// Just past every record this outbox appended, per partition.
+    appended_through: Position,
+    /// [`Self::appended_through`] when `resync COMPLETED` was appended.
+    completed_at: Option<Position>,
 }
 
 impl Outbox {
@@ -59,12 +63,15 @@ impl Outbox {
             last_error: None,
             oversized_total: 0,
             last_oversized: None,
+            appended_through: Position::default(),
+            completed_at: None,
         }
     }
 
     /// Starts the resync of `desired` at `generation`.
     pub(crate) fn begin(&mut self, source: String, generation: u64, desired: &EntityMap) {
         self.emitter = Some(Emitter::new(source, generation, desired));
+        self.completed_at = None;
     }
 
     /// Whether the resync has begun.
@@ -82,6 +89,14 @@ impl Outbox {
         self.emitter
             .as_ref()
             .is_some_and(|e| e.phase() == ResyncPhase::Completed)
+    }
+
+    /// The log position just past the `resync COMPLETED` marker and everything
+    /// appended before it, once it is in the log. A reader whose position covers
+    /// it has folded the whole start-up view; readiness waits for that, not only
+    /// for the append to succeed.
+    pub(crate) fn resync_completed_at(&self) -> Option<Position> {
+        self.completed_at.clone()
     }
 
     /// Entities appended and current.
@@ -123,6 +138,9 @@ impl Outbox {
         if let Some(em) = &mut self.emitter {
             em.commit(events, desired);
             self.events_total += events.len() as u64;
+        }
+        if self.completed_at.is_none() && self.resync_completed() {
+            self.completed_at = Some(self.appended_through.clone());
         }
     }
 
@@ -210,7 +228,9 @@ async fn flush<L: EventLog>(
             outbox.last_oversized = Some(what);
         }
         if !fit.is_empty() {
-            log.append(&fit).await?;
+            for rec in log.append(&fit).await? {
+                outbox.appended_through.advance(rec);
+            }
         }
         outbox.commit(&plan, desired);
     }

@@ -304,6 +304,7 @@ impl Core {
             url: self.url.clone(),
             generation: self.generation(),
             resync_completed: self.outbox.resync_completed(),
+            resync_completed_at: self.outbox.resync_completed_at(),
             registry_reachable: c.consecutive_fetch_failures == 0
                 && c.full_fetches_total + c.delta_fetches_total > 0,
             consecutive_fetch_failures: c.consecutive_fetch_failures,

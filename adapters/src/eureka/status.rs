@@ -95,6 +95,9 @@ pub struct EurekaAdapterStatus {
     /// the adapter's contribution to readiness. Stays `false` while the registry
     /// has never answered, since the log then still holds the previous run's view.
     pub resync_completed: bool,
+    /// The log position just past that marker and everything the adapter
+    /// appended before it: a reader that covers it has folded the start-up view.
+    pub resync_completed_at: Option<deltapilot_log::Position>,
     /// Whether the last fetch succeeded.
     pub registry_reachable: bool,
     /// Fetches failed in a row (0 once one succeeds); the retry delay grows with it.

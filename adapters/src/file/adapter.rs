@@ -369,6 +369,7 @@ impl Core {
             source: self.source.clone(),
             generation: self.generation(),
             resync_completed: self.outbox.resync_completed(),
+            resync_completed_at: self.outbox.resync_completed_at(),
             files_ok,
             files_bad,
             entities_in_view: self.outbox.len(),

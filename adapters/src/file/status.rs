@@ -101,6 +101,9 @@ pub struct FileAdapterStatus {
     /// Whether the start-up resync has been fully appended (`resync COMPLETED`). The
     /// adapter's contribution to readiness.
     pub resync_completed: bool,
+    /// The log position just past that marker and everything the adapter
+    /// appended before it: a reader that covers it has folded the start-up view.
+    pub resync_completed_at: Option<deltapilot_log::Position>,
     /// Watched files whose latest content was usable (possibly with skipped
     /// documents).
     pub files_ok: usize,

@@ -398,6 +398,7 @@ impl Core {
             source: self.source.clone(),
             generation: self.outbox.generation(),
             resync_completed: self.outbox.resync_completed(),
+            resync_completed_at: self.outbox.resync_completed_at(),
             entities_in_view: self.outbox.len(),
             events_emitted_total: self.outbox.events_total,
             malformed_objects_total: c.malformed_objects_total,

@@ -117,6 +117,9 @@ pub struct KubernetesAdapterStatus {
     /// Whether the start-up resync has been fully appended (`resync COMPLETED`): the
     /// adapter's contribution to readiness.
     pub resync_completed: bool,
+    /// The log position just past that marker and everything the adapter
+    /// appended before it: a reader that covers it has folded the start-up view.
+    pub resync_completed_at: Option<deltapilot_log::Position>,
     /// Entities the adapter has appended and believes current (its view size).
     pub entities_in_view: usize,
     /// Events appended since start, resync markers included.
