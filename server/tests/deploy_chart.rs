@@ -338,11 +338,24 @@ fn chart_lints_and_renders_into_valid_objects_that_match_the_binary() {
         check_container(&format!("{name}: server"), server);
         check_probes(&format!("{name}: server"), server);
         let env = env_of(server);
+        let file_options = values["log"]["embedded"]["options"]
+            .as_mapping()
+            .is_some_and(|m| !m.is_empty());
         assert_eq!(
             env.contains_key("DELTAPILOT_LOG"),
-            kafka,
-            "{name}: --log only for Kafka"
+            kafka || file_options,
+            "{name}: --log for Kafka or embedded-log options, else the default DATA_DIR/log"
         );
+        if let (false, Some(uri)) = (kafka, env.get("DELTAPILOT_LOG")) {
+            match deltapilot_log::parse_uri(uri) {
+                Ok((deltapilot_log::LogUri::File { dir }, _)) => assert!(
+                    dir.starts_with(DATA_DIR),
+                    "{name}: the embedded log {} is outside the data volume",
+                    dir.display()
+                ),
+                other => panic!("{name}: embedded mode with --log {uri}: {other:?}"),
+            }
+        }
         assert_eq!(
             env.contains_key("DELTAPILOT_KUBECONFIG"),
             k8s && !kafka,

@@ -45,11 +45,19 @@ app.kubernetes.io/component: adapter
 {{- if not $k.brokers -}}
 {{- fail "log.kafka.brokers: at least one HOST:PORT is required when log.mode is kafka" -}}
 {{- end -}}
-{{- $q := list -}}
-{{- range $key := keys $k.options | sortAlpha -}}
-{{- $q = append $q (printf "%s=%v" $key (get $k.options $key)) -}}
+kafka://{{ join "," $k.brokers }}/{{ $k.topic }}{{ include "deltapilot.query" $k.options }}
 {{- end -}}
-kafka://{{ join "," $k.brokers }}/{{ $k.topic }}{{ if $q }}?{{ join "&" $q }}{{ end }}
+
+{{/* The query string of `options` (a map), sorted: "?k=v&k=v" or "". YAML
+numbers arrive as floats; whole ones are printed as integers (not 1.6e+07). */}}
+{{- define "deltapilot.query" -}}
+{{- $q := list -}}
+{{- range $key := keys . | sortAlpha -}}
+{{- $v := get $ $key -}}
+{{- if kindIs "float64" $v }}{{ $v = int64 $v }}{{ end -}}
+{{- $q = append $q (printf "%s=%v" $key $v) -}}
+{{- end -}}
+{{- if $q }}?{{ join "&" $q }}{{ end -}}
 {{- end -}}
 
 {{/* Where the in-process adapter's kubeconfig is mounted (embedded mode). */}}
@@ -92,7 +100,11 @@ capabilities:
     {{- if eq .Values.log.mode "kafka" }}
     - name: DELTAPILOT_LOG
       value: {{ include "deltapilot.kafkaUri" . | quote }}
-    {{- else if .Values.kubernetes.enabled }}
+    {{- else if .Values.log.embedded.options }}
+    - name: DELTAPILOT_LOG
+      value: {{ printf "file:///var/lib/deltapilot/log%s" (include "deltapilot.query" .Values.log.embedded.options) | quote }}
+    {{- end }}
+    {{- if and (ne .Values.log.mode "kafka") .Values.kubernetes.enabled }}
     - name: DELTAPILOT_KUBECONFIG
       value: {{ include "deltapilot.kubeconfigPath" . }}
     {{- end }}
