@@ -7,7 +7,8 @@
 //! EDS and ACKs the push after a file edit (convergence), a second client never
 //! ACKs and is closed as stalled, and a rejected VirtualService is in the watch
 //! directory. The only labels allowed without a sample are the target labels
-//! Prometheus adds to every series (`job`, `instance`).
+//! Prometheus adds to every series (`job`, `instance`). A label a legend or an
+//! annotation prints must also survive the expression's aggregation.
 
 mod deploy_support;
 mod support;
@@ -314,8 +315,41 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// Labels `q` prints (legend, annotations) that its aggregation drops: they
+/// would render empty.
+fn dropped_labels(q: &Query) -> Vec<String> {
+    let by = Regex::new(r"\bby\s*\(([^)]*)\)").expect("regex");
+    let kept: Vec<BTreeSet<String>> = by
+        .captures_iter(&q.expr)
+        .map(|c| c[1].split(',').map(|l| l.trim().to_owned()).collect())
+        .collect();
+    // The outermost aggregation decides; `by` clauses nest inward in the text,
+    // so the first one is the outermost in these expressions.
+    let Some(outer) = kept.first() else {
+        return Vec::new();
+    };
+    q.printed
+        .iter()
+        .filter(|l| !outer.contains(*l))
+        .cloned()
+        .collect()
+}
+
 #[test]
-fn every_expression_parses_with_prometheus_parser() {
+fn every_expression_parses_and_keeps_the_labels_it_prints() {
+    for q in queries()
+        .0
+        .iter()
+        .filter(|q| !q.origin.starts_with("dashboard variable"))
+    {
+        let dropped = dropped_labels(q);
+        assert!(
+            dropped.is_empty(),
+            "{}: prints {dropped:?}, which its aggregation drops: {}",
+            q.origin,
+            q.expr
+        );
+    }
     let check = tool("DELTAPILOT_RULECHECK");
     run_ok(
         "rulecheck deploy/prometheus/deltapilot-rules.yaml",
