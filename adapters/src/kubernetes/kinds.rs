@@ -130,6 +130,25 @@ impl ResourceKind {
     }
 }
 
+/// The verbs every watch needs: kube-runtime's watcher lists, then watches (the
+/// one-object probe after a failed watch is a list too). The adapter never gets,
+/// creates, updates or deletes anything. Public so that the Helm chart's RBAC
+/// rules are checked against it (`server/tests/deploy_chart.rs`).
+pub const WATCH_VERBS: [&str; 2] = ["list", "watch"];
+
+/// The API group (`""` for the core group) and plural resource name of every kind
+/// the adapter watches, in [`ResourceKind::all`] order: what its RBAC rules must
+/// grant [`WATCH_VERBS`] on, and nothing more.
+pub fn watched_resources(istio: bool) -> Vec<(String, String)> {
+    ResourceKind::all(istio)
+        .into_iter()
+        .map(|k| {
+            let ar = k.api_resource();
+            (ar.group, ar.plural)
+        })
+        .collect()
+}
+
 impl fmt::Display for ResourceKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -217,5 +236,23 @@ mod tests {
         let slices = ResourceKind::EndpointSlice.api_resource();
         assert_eq!(slices.api_version, "discovery.k8s.io/v1");
         assert_eq!(slices.plural, "endpointslices");
+    }
+
+    #[test]
+    fn watched_resources_name_groups_and_plurals() {
+        let core = watched_resources(false);
+        assert_eq!(
+            core,
+            [
+                ("", "services"),
+                ("discovery.k8s.io", "endpointslices"),
+                ("", "pods"),
+                ("", "nodes"),
+            ]
+            .map(|(g, p)| (g.to_owned(), p.to_owned()))
+        );
+        let all = watched_resources(true);
+        assert_eq!(all.len(), 10);
+        assert!(all.contains(&("networking.istio.io".to_owned(), "sidecars".to_owned())));
     }
 }

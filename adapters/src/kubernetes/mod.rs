@@ -127,7 +127,7 @@ mod store;
 mod watch;
 
 pub use adapter::KubernetesAdapter;
-pub use kinds::ResourceKind;
+pub use kinds::{ResourceKind, WATCH_VERBS, watched_resources};
 pub use options::KubernetesOptions;
 pub use status::{KubernetesAdapterStatus, ObjectProblem, SyncState, WatchStatus};
 pub use watch::UPDATE_CHANNEL_CAPACITY;

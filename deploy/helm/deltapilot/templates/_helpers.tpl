@@ -1,0 +1,185 @@
+{{/* The chart's name, cut to the 63 characters a label value may hold. */}}
+{{- define "deltapilot.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release-qualified name every object is named after. */}}
+{{- define "deltapilot.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels on every object. */}}
+{{- define "deltapilot.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "deltapilot.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Selects the xDS-serving replicas (not the separate adapter). */}}
+{{- define "deltapilot.serverSelector" -}}
+app.kubernetes.io/name: {{ include "deltapilot.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: server
+{{- end -}}
+
+{{/* Selects the separate Kubernetes adapter (kafka mode). */}}
+{{- define "deltapilot.adapterSelector" -}}
+app.kubernetes.io/name: {{ include "deltapilot.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: adapter
+{{- end -}}
+
+{{- define "deltapilot.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The kafka:// log URI (kafka mode). */}}
+{{- define "deltapilot.kafkaUri" -}}
+{{- $k := .Values.log.kafka -}}
+{{- if not $k.brokers -}}
+{{- fail "log.kafka.brokers: at least one HOST:PORT is required when log.mode is kafka" -}}
+{{- end -}}
+kafka://{{ join "," $k.brokers }}/{{ $k.topic }}{{ include "deltapilot.query" $k.options }}
+{{- end -}}
+
+{{/* The query string of `options` (a map), sorted: "?k=v&k=v" or "". YAML
+numbers arrive as floats; whole ones are printed as integers (not 1.6e+07). */}}
+{{- define "deltapilot.query" -}}
+{{- $q := list -}}
+{{- range $key := keys . | sortAlpha -}}
+{{- $v := get $ $key -}}
+{{- if kindIs "float64" $v }}{{ $v = int64 $v }}{{ end -}}
+{{- $q = append $q (printf "%s=%v" $key $v) -}}
+{{- end -}}
+{{- if $q }}?{{ join "&" $q }}{{ end -}}
+{{- end -}}
+
+{{/* Where the in-process adapter's kubeconfig is mounted (embedded mode). */}}
+{{- define "deltapilot.kubeconfigPath" -}}
+/etc/deltapilot/kubeconfig/config
+{{- end -}}
+
+{{/* The pod security context of every pod: the image's non-root user. */}}
+{{- define "deltapilot.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "deltapilot.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end -}}
+
+{{/* The server container (StatefulSet or Deployment). */}}
+{{- define "deltapilot.serverContainer" -}}
+- name: deltapilot
+  image: {{ include "deltapilot.image" . }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args: ["run"]
+  env:
+    - name: DELTAPILOT_XDS_ADDR
+      value: "0.0.0.0:{{ .Values.xds.port }}"
+    - name: DELTAPILOT_ADMIN_ADDR
+      value: "0.0.0.0:{{ .Values.admin.port }}"
+    - name: DELTAPILOT_DATA_DIR
+      value: /var/lib/deltapilot
+    - name: DELTAPILOT_DRAIN_GRACE_SECS
+      value: {{ .Values.drainGraceSecs | quote }}
+    {{- if eq .Values.log.mode "kafka" }}
+    - name: DELTAPILOT_LOG
+      value: {{ include "deltapilot.kafkaUri" . | quote }}
+    {{- else if .Values.log.embedded.options }}
+    - name: DELTAPILOT_LOG
+      value: {{ printf "file:///var/lib/deltapilot/log%s" (include "deltapilot.query" .Values.log.embedded.options) | quote }}
+    {{- end }}
+    {{- if and (ne .Values.log.mode "kafka") .Values.kubernetes.enabled }}
+    - name: DELTAPILOT_KUBECONFIG
+      value: {{ include "deltapilot.kubeconfigPath" . }}
+    {{- end }}
+    {{- range $name := keys .Values.extraEnv | sortAlpha }}
+    - name: {{ $name }}
+      value: {{ get $.Values.extraEnv $name | toString | quote }}
+    {{- end }}
+  ports:
+    - name: xds
+      containerPort: {{ .Values.xds.port }}
+      protocol: TCP
+    - name: admin
+      containerPort: {{ .Values.admin.port }}
+      protocol: TCP
+  startupProbe:
+    httpGet:
+      path: /healthz
+      port: admin
+    periodSeconds: 2
+    failureThreshold: 60
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: admin
+    periodSeconds: 10
+    failureThreshold: 3
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: admin
+    periodSeconds: 5
+    failureThreshold: 2
+  resources:
+    {{- toYaml .Values.resources | nindent 4 }}
+  securityContext:
+    {{- include "deltapilot.containerSecurityContext" . | nindent 4 }}
+  volumeMounts:
+    - name: data
+      mountPath: /var/lib/deltapilot
+    {{- if and (ne .Values.log.mode "kafka") .Values.kubernetes.enabled }}
+    - name: kubeconfig
+      mountPath: /etc/deltapilot/kubeconfig
+      readOnly: true
+    {{- end }}
+{{- end -}}
+
+{{/* Pod-level settings shared by every pod. */}}
+{{- define "deltapilot.podCommon" -}}
+serviceAccountName: {{ include "deltapilot.fullname" . }}
+terminationGracePeriodSeconds: {{ add .Values.drainGraceSecs 5 }}
+securityContext:
+  {{- include "deltapilot.podSecurityContext" . | nindent 2 }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{- define "deltapilot.podAnnotations" -}}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .Values.admin.port | quote }}
+prometheus.io/path: /metrics
+{{- with .Values.podAnnotations }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
