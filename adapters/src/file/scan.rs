@@ -209,7 +209,7 @@ impl Scanner {
         counts
     }
 
-    fn file_failed(&mut self, path: PathBuf, reason: String) -> ScanCounts {
+    pub(crate) fn file_failed(&mut self, path: PathBuf, reason: String) -> ScanCounts {
         let state = self.files.entry(path.clone()).or_default();
         let problem = FileProblem {
             path,
@@ -234,7 +234,7 @@ impl Scanner {
         }
     }
 
-    fn file_read(&mut self, path: PathBuf, bytes: Vec<u8>) -> ScanCounts {
+    pub(crate) fn file_read(&mut self, path: PathBuf, bytes: Vec<u8>) -> ScanCounts {
         let state = self.files.entry(path.clone()).or_default();
         if state.content.as_deref() == Some(&bytes[..]) {
             return ScanCounts::default();
@@ -323,7 +323,7 @@ impl Scanner {
 }
 
 /// Candidate file names in `dir`, sorted.
-fn list(dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
+pub(crate) fn list(dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
     let mut names = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let name = entry?.file_name();
@@ -348,14 +348,14 @@ pub(crate) fn is_candidate(name: &Path) -> bool {
         .is_some_and(|e| EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(e)))
 }
 
-enum Read {
+pub(crate) enum Read {
     /// Not there (raced with a delete, dangling symlink) or not a regular file.
     Absent,
     Failed(String),
     Bytes(Vec<u8>),
 }
 
-fn read_capped(path: &Path, max: u64) -> Read {
+pub(crate) fn read_capped(path: &Path, max: u64) -> Read {
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Read::Absent,

@@ -38,6 +38,11 @@ pub enum Predicate {
     Absent,
     /// It exists.
     Present,
+    /// A route configuration that sends traffic to a cluster whose name contains
+    /// this text: a route's single cluster, or a weighted cluster with a weight
+    /// above 0 (a weight of 0 names the cluster but sends it nothing, which
+    /// `contains` cannot tell apart). Mirrors are not traffic sent. Only for RDS.
+    RoutesTo(String),
 }
 
 impl FromStr for Predicate {
@@ -51,10 +56,10 @@ impl FromStr for Predicate {
             if rest.is_empty() {
                 Err(format!(
                     "`{word}` needs {what}, e.g. `{word} {}`",
-                    if word == "version" {
-                        "1f2e3d4c"
-                    } else {
-                        "10.0.0.7"
+                    match word {
+                        "version" => "1f2e3d4c",
+                        "routes-to" => "|v2|reviews.",
+                        _ => "10.0.0.7",
                     }
                 ))
             } else {
@@ -64,10 +69,11 @@ impl FromStr for Predicate {
         match word {
             "contains" => Ok(Predicate::Contains(arg("a text")?)),
             "version" => Ok(Predicate::Version(arg("a version")?)),
+            "routes-to" => Ok(Predicate::RoutesTo(arg("a cluster name or part of one")?)),
             "absent" if rest.is_empty() => Ok(Predicate::Absent),
             "present" if rest.is_empty() => Ok(Predicate::Present),
             _ => Err(format!(
-                "unknown predicate {t:?}; expected `contains TEXT`, `version V`, `absent` or `present`"
+                "unknown predicate {t:?}; expected `contains TEXT`, `routes-to CLUSTER`, `version V`, `absent` or `present`"
             )),
         }
     }
@@ -83,8 +89,40 @@ impl Predicate {
             (Predicate::Present, Some(_)) => true,
             (Predicate::Version(v), Some(r)) => r.version.starts_with(v.as_str()),
             (Predicate::Contains(needle), Some(r)) => text(r).contains(needle.as_str()),
+            (Predicate::RoutesTo(needle), Some(r)) => routed_clusters(&r.bytes)
+                .iter()
+                .any(|c| c.contains(needle.as_str())),
         }
     }
+}
+
+/// The clusters an encoded `RouteConfiguration` sends traffic to (see
+/// [`Predicate::RoutesTo`]); empty when the bytes are not one.
+pub fn routed_clusters(bytes: &[u8]) -> Vec<String> {
+    use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+    use envoy_types::pb::envoy::config::route::v3::route::Action;
+    use envoy_types::pb::envoy::config::route::v3::route_action::ClusterSpecifier;
+    use prost::Message as _;
+    let Ok(rc) = RouteConfiguration::decode(bytes) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for route in rc.virtual_hosts.iter().flat_map(|vh| &vh.routes) {
+        let Some(Action::Route(ra)) = &route.action else {
+            continue;
+        };
+        match &ra.cluster_specifier {
+            Some(ClusterSpecifier::Cluster(c)) => out.push(c.clone()),
+            Some(ClusterSpecifier::WeightedClusters(w)) => out.extend(
+                w.clusters
+                    .iter()
+                    .filter(|c| c.weight.is_none_or(|w| w.value > 0))
+                    .map(|c| c.name.clone()),
+            ),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Parses a resource type as the CLI accepts it: `cds`/`eds`/`lds`/`rds`, the

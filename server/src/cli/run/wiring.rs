@@ -259,10 +259,8 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
         ready,
         clock,
     );
-    let debug = debug_snapshots.map(|snapshots| DebugState {
-        snapshots,
-        streams: shared.streams(),
-        log: Some(log),
+    let debug = debug_snapshots.map(|snapshots| {
+        DebugState::new(snapshots, shared.streams(), Some(log), s.gen_opts.clone())
     });
     let (xds_conn, admin_conn) = (s.xds_conn, s.admin_conn);
     tasks.spawn(async move {
