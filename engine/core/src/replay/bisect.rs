@@ -39,10 +39,18 @@ pub enum Predicate {
     /// It exists.
     Present,
     /// A route configuration that sends traffic to a cluster whose name contains
-    /// this text: a route's single cluster, or a weighted cluster with a weight
+    /// `cluster`: a route's single cluster, or a weighted cluster with a weight
     /// above 0 (a weight of 0 names the cluster but sends it nothing, which
-    /// `contains` cannot tell apart). Mirrors are not traffic sent. Only for RDS.
-    RoutesTo(String),
+    /// `contains` cannot tell apart). Mirrors are not traffic sent. With `host`,
+    /// only the virtual hosts that serve that domain count (a port's route
+    /// configuration holds every host of the port, and each host's own default
+    /// route names its own cluster). Only for RDS.
+    RoutesTo {
+        /// Text the cluster's name contains (`|v2|reviews.`).
+        cluster: String,
+        /// A domain the virtual host serves (`reviews.default.svc.cluster.local`).
+        host: Option<String>,
+    },
 }
 
 impl FromStr for Predicate {
@@ -69,7 +77,14 @@ impl FromStr for Predicate {
         match word {
             "contains" => Ok(Predicate::Contains(arg("a text")?)),
             "version" => Ok(Predicate::Version(arg("a version")?)),
-            "routes-to" => Ok(Predicate::RoutesTo(arg("a cluster name or part of one")?)),
+            "routes-to" => {
+                let a = arg("a cluster name or part of one")?;
+                let (cluster, host) = match a.split_once(" for ") {
+                    Some((c, h)) => (c.trim().to_owned(), Some(h.trim().to_owned())),
+                    None => (a, None),
+                };
+                Ok(Predicate::RoutesTo { cluster, host })
+            }
             "absent" if rest.is_empty() => Ok(Predicate::Absent),
             "present" if rest.is_empty() => Ok(Predicate::Present),
             _ => Err(format!(
@@ -89,16 +104,19 @@ impl Predicate {
             (Predicate::Present, Some(_)) => true,
             (Predicate::Version(v), Some(r)) => r.version.starts_with(v.as_str()),
             (Predicate::Contains(needle), Some(r)) => text(r).contains(needle.as_str()),
-            (Predicate::RoutesTo(needle), Some(r)) => routed_clusters(&r.bytes)
-                .iter()
-                .any(|c| c.contains(needle.as_str())),
+            (Predicate::RoutesTo { cluster, host }, Some(r)) => {
+                routed_clusters(&r.bytes, host.as_deref())
+                    .iter()
+                    .any(|c| c.contains(cluster.as_str()))
+            }
         }
     }
 }
 
-/// The clusters an encoded `RouteConfiguration` sends traffic to (see
+/// The clusters an encoded `RouteConfiguration` sends traffic to, from the
+/// virtual hosts serving domain `host` (all when `None`; see
 /// [`Predicate::RoutesTo`]); empty when the bytes are not one.
-pub fn routed_clusters(bytes: &[u8]) -> Vec<String> {
+pub fn routed_clusters(bytes: &[u8], host: Option<&str>) -> Vec<String> {
     use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
     use envoy_types::pb::envoy::config::route::v3::route::Action;
     use envoy_types::pb::envoy::config::route::v3::route_action::ClusterSpecifier;
@@ -107,7 +125,15 @@ pub fn routed_clusters(bytes: &[u8]) -> Vec<String> {
         return Vec::new();
     };
     let mut out = Vec::new();
-    for route in rc.virtual_hosts.iter().flat_map(|vh| &vh.routes) {
+    let serves = |vh: &&envoy_types::pb::envoy::config::route::v3::VirtualHost| {
+        host.is_none_or(|h| vh.domains.iter().any(|d| d == h))
+    };
+    for route in rc
+        .virtual_hosts
+        .iter()
+        .filter(serves)
+        .flat_map(|vh| &vh.routes)
+    {
         let Some(Action::Route(ra)) = &route.action else {
             continue;
         };

@@ -240,6 +240,7 @@ fn routes_to_counts_only_clusters_that_receive_traffic() {
             name: "9080".into(),
             virtual_hosts: vec![VirtualHost {
                 name: "reviews:9080".into(),
+                domains: vec!["reviews".into(), "reviews:9080".into()],
                 routes: vec![Route {
                     action: Some(Action::Route(RouteAction {
                         cluster_specifier: Some(ClusterSpecifier::WeightedClusters(
@@ -263,13 +264,23 @@ fn routes_to_counts_only_clusters_that_receive_traffic() {
     };
     let text = |r: &Resource| String::from_utf8_lossy(&r.bytes).into_owned();
     let p = Predicate::from_str("routes-to |v2|reviews.").expect("parses");
-    assert_eq!(p, Predicate::RoutesTo("|v2|reviews.".into()));
+    assert_eq!(
+        p,
+        Predicate::RoutesTo {
+            cluster: "|v2|reviews.".into(),
+            host: None
+        }
+    );
     // A weight of 0 names v2 (so `contains` matches) but sends it nothing.
     let zero = weighted(100, 0);
     assert!(Predicate::Contains("|v2|reviews.".into()).matches(Some(&zero), &text));
     assert!(!p.matches(Some(&zero), &text));
     assert!(p.matches(Some(&weighted(90, 10)), &text));
     assert!(!p.matches(None, &text));
+    let scoped =
+        |h: &str| Predicate::from_str(&format!("routes-to |v2|reviews. for {h}")).expect("parses");
+    assert!(scoped("reviews").matches(Some(&weighted(90, 10)), &text));
+    assert!(!scoped("ratings").matches(Some(&weighted(90, 10)), &text));
     assert!(
         Predicate::from_str("routes-to")
             .expect_err("no cluster")
