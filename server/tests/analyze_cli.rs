@@ -410,6 +410,55 @@ fn impact_previews_a_change_on_a_running_server_and_bisect_finds_when_it_landed(
     assert!(unscoped.ok(), "{unscoped:?}");
     let u = &json_lines(&unscoped.stdout)[0]["found"];
     assert_ne!(u["position"], last_vs["position"], "{u:#}");
+    // `replay` lists what each rule event touched, with the action.
+    let replay = dp(
+        d,
+        &[
+            "replay",
+            "--log",
+            "file://data/log",
+            "--key",
+            "cfg/virtual_service/demo/hello-shift",
+            "--output",
+            "json",
+        ],
+    );
+    assert!(replay.ok(), "{replay:?}");
+    let events = json_lines(&replay.stdout);
+    let shift_event = events
+        .iter()
+        .find(|e| e["position"] == last_vs["position"])
+        .unwrap_or_else(|| panic!("{events:#?}"));
+    let touched: Vec<(String, String, String)> = shift_event["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+            (s("type"), s("name"), s("action"))
+        })
+        .collect();
+    assert!(
+        touched.contains(&("rds".into(), "8080".into(), "changed".into())),
+        "{touched:?}"
+    );
+    let text = dp(
+        d,
+        &[
+            "replay",
+            "--log",
+            "file://data/log",
+            "--key",
+            "cfg/virtual_service/demo/hello-shift",
+        ],
+    );
+    assert!(
+        text.stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("rds       changed 8080  ")),
+        "{}",
+        text.stdout
+    );
     // `routes-to` is for route configurations only.
     let wrong = dp(
         d,
