@@ -265,3 +265,164 @@ pub fn impact(
         })).collect::<Vec<_>>(),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use deltapilot_adapters::file::load_paths;
+
+    use super::*;
+
+    const SERVICES: &str = "apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: a, namespace: demo}
+spec:
+  hosts: [a.demo.local]
+  resolution: STATIC
+  ports: [{number: 8080, name: http, protocol: HTTP}]
+  endpoints: [{address: 10.0.0.1}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: b, namespace: demo}
+spec:
+  hosts: [b.demo.local]
+  resolution: STATIC
+  ports: [{number: 8080, name: http, protocol: HTTP}]
+  endpoints: [{address: 10.0.0.2}]
+";
+
+    fn vs(dest: &str) -> String {
+        format!(
+            "apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: r, namespace: demo}}
+spec:
+  hosts: [a.demo.local]
+  http: [{{route: [{{destination: {{host: {dest}}}}}]}}]
+"
+        )
+    }
+
+    /// Events of `files` (name, text) under `source`, markers included.
+    fn events(files: &[(&str, &str)], source: &str) -> Vec<Event> {
+        let dir = tempfile::tempdir().expect("tmp");
+        let paths: Vec<PathBuf> = files
+            .iter()
+            .map(|(n, t)| {
+                let p = dir.path().join(n);
+                std::fs::write(&p, t).expect("write");
+                p
+            })
+            .collect();
+        load_paths(&paths, source).expect("loads").events
+    }
+
+    fn served(events: &[Event]) -> Snapshot {
+        let out = fold_iter(
+            &ModelState::default(),
+            events.iter().enumerate().map(|(i, e)| {
+                (
+                    RecordPos {
+                        partition: 0,
+                        offset: i as u64,
+                    },
+                    e,
+                )
+            }),
+        );
+        let (resources, _) = build_all(&out.state, &GenOptions::default());
+        Snapshot {
+            model: out.state,
+            resources,
+            ..Default::default()
+        }
+    }
+
+    fn without_markers(events: Vec<Event>) -> Vec<Event> {
+        events
+            .into_iter()
+            .filter(|e| !matches!(e.payload, Some(Payload::Resync(_))))
+            .collect()
+    }
+
+    #[test]
+    fn an_edit_replaces_the_served_object_and_shows_only_what_it_changes() {
+        let snap = served(&events(
+            &[("s.yaml", SERVICES), ("r.yaml", &vs("a.demo.local"))],
+            "file:/mesh",
+        ));
+        // Another source name: folded as is, the config upsert would be a
+        // conflict the fold skips; rehomed, it replaces the served object.
+        let proposal = without_markers(events(&[("r.yaml", &vs("b.demo.local"))], "analyze"));
+        let v = impact(&snap, proposal, &GenOptions::default(), &[]).expect("impact");
+        assert_eq!(v["skipped"].as_array().map(Vec::len), Some(0), "{v:#}");
+        let changes = v["changes"].as_array().expect("changes");
+        assert!(!changes.is_empty(), "{v:#}");
+        assert!(
+            changes
+                .iter()
+                .all(|c| c["type"] == "rds" && c["action"] == "changed"),
+            "{v:#}"
+        );
+        let route = changes
+            .iter()
+            .find(|c| c["name"] == "8080")
+            .expect("rds 8080");
+        assert!(
+            route["new"]
+                .to_string()
+                .contains("outbound|8080||b.demo.local")
+        );
+        assert_eq!(route["proxies_total"], 0);
+        // The served snapshot is untouched.
+        assert!(
+            snap.model
+                .raw_config("cfg/virtual_service/demo/r")
+                .is_some_and(|w| w.value.spec_json.contains("a.demo.local"))
+        );
+    }
+
+    #[test]
+    fn a_broken_edit_reports_the_problem_it_introduces() {
+        let snap = served(&events(
+            &[("s.yaml", SERVICES), ("r.yaml", &vs("a.demo.local"))],
+            "file:/mesh",
+        ));
+        let proposal = without_markers(events(&[("r.yaml", &vs("ghost.demo.local"))], "analyze"));
+        let v = impact(&snap, proposal, &GenOptions::default(), &[]).expect("impact");
+        let codes: Vec<&str> = v["problems_introduced"]
+            .as_array()
+            .expect("introduced")
+            .iter()
+            .filter_map(|p| p["code"].as_str())
+            .collect();
+        assert!(codes.contains(&"DP2004"), "{v:#}");
+        assert_eq!(v["problems_resolved"].as_array().map(Vec::len), Some(0));
+    }
+
+    #[test]
+    fn markers_and_garbage_are_refused_with_the_event_named() {
+        let with_markers = events(&[("r.yaml", &vs("a.demo.local"))], "analyze");
+        let e = impact(
+            &Snapshot::default(),
+            with_markers,
+            &GenOptions::default(),
+            &[],
+        )
+        .expect_err("markers");
+        assert_eq!(e.index, 0);
+        assert!(e.to_string().contains("resync markers"), "{e}");
+        let good = encode_events(&without_markers(events(
+            &[("r.yaml", &vs("a.demo.local"))],
+            "analyze",
+        )));
+        assert_eq!(decode_events(&good).expect("decodes").len(), 1);
+        let mut bad = good.clone();
+        bad.extend_from_slice(&[0x05, 0xff]);
+        let e = decode_events(&bad).expect_err("garbage");
+        assert_eq!(e.index, 1);
+        assert!(e.reason.contains("length-delimited"), "{e}");
+    }
+}
