@@ -182,7 +182,9 @@ async fn get_json(
 ) -> anyhow::Result<Value> {
     let (status, body) = request(addr, method, path, body).await?;
     let v: Value = serde_json::from_slice(&body).with_context(|| {
-        format!("{method} {path} at {addr}: the answer is not JSON (status {status})")
+        let text = String::from_utf8_lossy(&body);
+        let head: String = text.chars().take(200).collect();
+        format!("{method} {path} at {addr}: the answer (status {status}) is not JSON: {head}")
     })?;
     if status != 200 {
         let why = v["error"].as_str().unwrap_or("(no reason given)");
