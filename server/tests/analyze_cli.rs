@@ -358,13 +358,62 @@ fn impact_previews_a_change_on_a_running_server_and_bisect_finds_when_it_landed(
     assert_eq!(snapshot_position(server.admin), position);
     assert_eq!(log_records(d), records);
 
+    // A broken rule on the server: /debug/rules and `analyze --admin` name its
+    // file and line (from the file adapter; they are not in the log).
+    std::fs::write(
+        mesh.join("bad.yaml"),
+        "apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: twice, namespace: demo}
+spec:
+  host: hello.demo.local
+  subsets:
+    - {name: v1, labels: {version: v1}}
+    - {name: v1, labels: {version: v2}}
+",
+    )
+    .expect("write bad rule");
+    wait_for("the bad rule at /debug/rules", WAIT, || {
+        let (_, body) = get(server.admin, "/debug/rules")?;
+        let v: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        v["rules"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["name"] == "twice"))
+            .filter(|r| {
+                r["file"]
+                    .as_str()
+                    .is_some_and(|f| f.ends_with("mesh/bad.yaml"))
+            })
+            .map(|_| ())
+            .ok_or(body)
+    });
+    let remote = dp(d, &["analyze", "--admin", &admin, "-o", "json"]);
+    assert_eq!(remote.status.code(), Some(3), "{remote:?}");
+    let rv = json(&remote);
+    assert_eq!(codes(&rv), ["DP1040"], "{rv:#}");
+    let m = &rv["messages"][0];
+    assert!(
+        m["file"]
+            .as_str()
+            .is_some_and(|f| f.ends_with("mesh/bad.yaml")),
+        "{m}"
+    );
+    assert_eq!(m["line"], 1, "{m}");
+
     // Apply it for real, then ask the log when v2 first got traffic.
     let tmp = mesh.join(".rule.tmp");
     std::fs::write(&tmp, shift(Some((50, 50)))).expect("write");
     std::fs::rename(&tmp, mesh.join("rule.yaml")).expect("rename");
     wait_for("the shift in the log", WAIT, || {
-        let n = log_records(d);
-        (n > records).then_some(()).ok_or(format!("{n} records"))
+        let o = dp(d, &["log", "--log", "file://data/log", "read"]);
+        json_lines(&o.stdout)
+            .iter()
+            .any(|e| {
+                e["configUpsert"]["config"]["name"] == "hello-shift"
+                    && e.to_string().contains("hello-v2.demo.local")
+            })
+            .then_some(())
+            .ok_or(o.stdout)
     });
     server.stop();
     let log = dp(d, &["log", "--log", "file://data/log", "read"]);

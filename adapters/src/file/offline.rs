@@ -14,10 +14,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use deltapilot_proto::{self as pb, Event};
+use deltapilot_proto::Event;
 
 use super::options::FileAdapterOptions;
-use super::parse::document_start_lines_upto;
 use super::scan::{Read, Scanner, list, read_capped};
 use super::status::FileProblem;
 use super::view;
@@ -55,10 +54,12 @@ pub struct Loaded {
     /// and conflicting documents, skipped parts), sorted by path, then line.
     pub problems: Vec<FileProblem>,
     /// Where each object came from, by config key (`cfg/<kind>/<ns>/<name>`).
-    /// Known here, not in the log: carried in the config entity, a position
-    /// would make every edit above an object (a comment, a new document) a
-    /// change of that object for the whole fleet's engine, and two identical
-    /// objects in different files would no longer be the same entity.
+    /// Known to the adapter, never written to the log: carried in the config
+    /// entity, a position would make every edit above an object (a comment, a
+    /// new document) a change of that object for the whole fleet's engine, and
+    /// two identical objects in different files would no longer be the same
+    /// entity. A running adapter publishes the same map in its status
+    /// ([`FileAdapterStatus::origins`](super::FileAdapterStatus::origins)).
     pub origins: BTreeMap<String, Origin>,
 }
 
@@ -96,7 +97,6 @@ pub fn load_paths(paths: &[PathBuf], source: &str) -> Result<Loaded> {
     files.sort();
     files.dedup();
     let mut scanner = Scanner::new(Vec::new(), max);
-    let mut texts: BTreeMap<PathBuf, Vec<u8>> = BTreeMap::new();
     for path in files {
         match read_capped(&path, max) {
             // Gone since the listing (or a dangling link): as a scan, skipped.
@@ -105,30 +105,11 @@ pub fn load_paths(paths: &[PathBuf], source: &str) -> Result<Loaded> {
                 scanner.file_failed(path, reason);
             }
             Read::Bytes(bytes) => {
-                texts.insert(path.clone(), bytes.clone());
                 scanner.file_read(path, bytes);
             }
         }
     }
-    let mut origins = BTreeMap::new();
-    for (path, objects) in scanner.effective() {
-        // Only files that parsed have objects, so the text is valid YAML here.
-        let docs = objects.iter().map(|o| o.document + 1).max().unwrap_or(0);
-        let starts = texts
-            .get(path)
-            .and_then(|b| std::str::from_utf8(b).ok())
-            .map(|t| document_start_lines_upto(t, docs))
-            .unwrap_or_default();
-        for o in objects {
-            let key = pb::config_key(o.id.kind, &o.id.namespace, &o.id.name);
-            let line = starts.get(o.document).copied().flatten();
-            origins.entry(key).or_insert_with(|| Origin {
-                path: path.to_owned(),
-                document: o.document,
-                line,
-            });
-        }
-    }
+    let origins = scanner.origins();
     let (desired, conflicts) = view::desired(scanner.effective());
     let mut problems: Vec<FileProblem> = scanner.problems().cloned().collect();
     problems.extend(conflicts);

@@ -26,7 +26,8 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::parse::{DocOutcome, IstioObject, ObjectId, parse_file};
+use super::offline::Origin;
+use super::parse::{DocOutcome, IstioObject, ObjectId, document_start_lines_upto, parse_file};
 use super::status::{FileProblem, ProblemKind};
 
 /// File name extensions the adapter reads (compared case-insensitively).
@@ -127,6 +128,38 @@ impl Scanner {
     /// Every file's objects in force, in path order.
     pub(crate) fn effective(&self) -> impl Iterator<Item = (&Path, &[Arc<IstioObject>])> {
         self.files.iter().map(|(p, f)| (p.as_path(), f.objects()))
+    }
+
+    /// Where each object in force was written, by config key: its file, its
+    /// document and the document's first line (unknown for a file restored from
+    /// the state file and not read since). The first definition wins, as in the
+    /// desired view.
+    pub(crate) fn origins(&self) -> BTreeMap<String, Origin> {
+        let mut out = BTreeMap::new();
+        for (path, f) in &self.files {
+            if f.objects.is_empty() {
+                continue;
+            }
+            // A file with objects parsed (or kept them from a parse that did);
+            // only its first documents are probed, so text that no longer parses
+            // cannot keep the probe going.
+            let docs = f.objects.iter().map(|o| o.document + 1).max().unwrap_or(0);
+            let starts = f
+                .content
+                .as_deref()
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .map(|t| document_start_lines_upto(t, docs))
+                .unwrap_or_default();
+            for o in &f.objects {
+                let key = deltapilot_proto::config_key(o.id.kind, &o.id.namespace, &o.id.name);
+                out.entry(key).or_insert_with(|| Origin {
+                    path: path.clone(),
+                    document: o.document,
+                    line: starts.get(o.document).copied().flatten(),
+                });
+            }
+        }
+        out
     }
 
     /// Current problems of files and directories.

@@ -29,6 +29,7 @@ use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use deltapilot_adapters::file::FileAdapterStatus;
 use deltapilot_engine::replay::bisect::parse_type;
 use deltapilot_log::Log;
 use deltapilot_xds::ResourceType;
@@ -40,7 +41,7 @@ use super::dump::config_dump;
 use super::events::{EventsError, read_lines};
 use super::impact::{IMPACT_CONCURRENCY, MAX_IMPACT_BODY, decode_events, impact};
 use super::registry_view::{RegistryQuery, query};
-use super::rules_view::rules_report;
+use super::rules_view::rules_report_placed;
 use super::syncz::syncz;
 use crate::xds::registry::StreamRegistry;
 
@@ -57,6 +58,9 @@ pub struct DebugState {
     pub gen_opts: GenOptions,
     /// Bounds `/debug/impact` to [`IMPACT_CONCURRENCY`] at a time.
     pub impact_permits: Arc<tokio::sync::Semaphore>,
+    /// The in-process file adapters' statuses: where each object was written,
+    /// for `/debug/rules` (empty: no file and line there).
+    pub file_status: Vec<tokio::sync::watch::Receiver<FileAdapterStatus>>,
 }
 
 impl DebugState {
@@ -66,6 +70,7 @@ impl DebugState {
         streams: Arc<StreamRegistry>,
         log: Option<Arc<Log>>,
         gen_opts: GenOptions,
+        file_status: Vec<tokio::sync::watch::Receiver<FileAdapterStatus>>,
     ) -> Self {
         DebugState {
             snapshots,
@@ -73,6 +78,7 @@ impl DebugState {
             log,
             gen_opts,
             impact_permits: Arc::new(tokio::sync::Semaphore::new(IMPACT_CONCURRENCY)),
+            file_status,
         }
     }
 }
@@ -267,7 +273,18 @@ async fn registry_route(State(s): State<DebugState>, Query(q): Query<RegistryQue
 
 async fn rules_route(State(s): State<DebugState>) -> Response {
     let snap = s.snapshots.load();
-    json_response(StatusCode::OK, &rules_report(&snap.model))
+    let origins: Vec<_> = s
+        .file_status
+        .iter()
+        .map(|rx| rx.borrow().origins.clone())
+        .collect();
+    let place = |key: &str| {
+        origins
+            .iter()
+            .find_map(|o| o.get(key))
+            .map(|o| (o.path.display().to_string(), o.line))
+    };
+    json_response(StatusCode::OK, &rules_report_placed(&snap.model, &place))
 }
 
 async fn impact_route(State(s): State<DebugState>, body: Bytes) -> Response {

@@ -11,9 +11,12 @@
 //! | `DP3001` | warning | a VirtualService host (or wildcard) matches no service | the rule routes nothing until one appears |
 //! | `DP3002` | warning | a DestinationRule host (or wildcard) matches no service | its subsets and policies make no cluster until one appears |
 //!
-//! What it does NOT do: change anything, or know file and line (the adapters
-//! carry the object's name and namespace, which name the file's object;
-//! `deltapilot analyze DIR` knows the file and line itself).
+//! File and line: the log carries objects, not where they were written, so the
+//! report takes them from the in-process file adapter's status
+//! ([`rules_report_placed`]); rules from other adapters, or from a file adapter
+//! in another process, have none.
+//!
+//! What it does NOT do: change anything.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -104,9 +107,24 @@ pub struct RuleCounts {
     pub by_code: BTreeMap<&'static str, u64>,
 }
 
+/// Where a rule was written, by config key: file and first line.
+pub type Place<'a> = &'a dyn Fn(&str) -> Option<(String, Option<usize>)>;
+
 /// The status report of every rule, by key, and the count of problems by code.
 pub fn rules_report(model: &ModelState) -> Value {
-    let (rules, counts) = collect(model);
+    rules_report_placed(model, &|_| None)
+}
+
+/// [`rules_report`] with each rule's `file` and `line` where `place` knows them
+/// (the file adapter's origins: they are not in the log).
+pub fn rules_report_placed(model: &ModelState, place: Place<'_>) -> Value {
+    let (mut rules, counts) = collect(model);
+    for r in &mut rules {
+        if let Some((file, line)) = r["key"].as_str().and_then(place) {
+            r["file"] = json!(file);
+            r["line"] = json!(line);
+        }
+    }
     json!({ "rules": rules, "problems_by_code": counts.by_code, "rules_by_status": counts.by_status })
 }
 
@@ -193,6 +211,11 @@ pub fn problem_list(report: &Value) -> Vec<Value> {
                 "namespace": rule["namespace"],
                 "name": rule["name"],
             });
+            for k in ["file", "line"] {
+                if !rule[k].is_null() {
+                    flat[k] = rule[k].clone();
+                }
+            }
             if let (Some(f), Some(p)) = (flat.as_object_mut(), p.as_object()) {
                 for (k, v) in p {
                     f.insert(k.clone(), v.clone());

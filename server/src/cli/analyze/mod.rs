@@ -10,8 +10,9 @@
 //!   name, and the file and first line of its document. Only the given files
 //!   are known: a host served by another registry reads as missing (`DP3001`).
 //! - `analyze --admin ADDR`: the same for a running server, from `/debug/rules`
-//!   (objects there carry no file: the log holds objects, not where they were
-//!   written; see `deltapilot_adapters::file::Loaded::origins`).
+//!   (with file and line where the server's in-process file adapter knows them:
+//!   the log holds objects, not where they were written; see
+//!   `deltapilot_adapters::file::Loaded::origins`).
 //! - `analyze --impact PATH… --admin ADDR`: folds the files' objects onto the
 //!   server's current state in memory (`POST /debug/impact`; nothing reaches
 //!   the log) and prints every resource that would be added, changed or

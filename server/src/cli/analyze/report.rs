@@ -146,9 +146,14 @@ pub(crate) fn file_message(p: &FileProblem) -> Message {
 /// A problem of `rules_view::problem_list` as a message, placed at `origin`.
 pub(crate) fn rule_message(p: &Value, origin: Option<&Origin>) -> Message {
     let s = |k: &str| p[k].as_str().map(str::to_owned);
+    // From the files read here, else from the server (its file adapter's).
+    let (file, line) = match origin {
+        Some(o) => (Some(o.path.display().to_string()), o.line),
+        None => (s("file"), p["line"].as_u64().map(|l| l as usize)),
+    };
     Message {
-        file: origin.map(|o| o.path.display().to_string()),
-        line: origin.and_then(|o| o.line),
+        file,
+        line,
         column: None,
         code: s("code").unwrap_or_default(),
         severity: s("severity").unwrap_or_else(|| "error".into()),
