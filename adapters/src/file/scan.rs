@@ -48,6 +48,10 @@ pub(crate) struct FileState {
     problems: Vec<FileProblem>,
     /// Whether the latest content was unusable as a whole.
     bad: bool,
+    /// First line of each document of the last content that parsed, for
+    /// [`Scanner::origins`]; found once per read of a changed file, so that
+    /// rebuilding the origins never parses unchanged files again.
+    starts: Vec<Option<usize>>,
 }
 
 impl FileState {
@@ -61,6 +65,7 @@ impl FileState {
             doc_ids,
             problems: Vec::new(),
             bad: false,
+            starts: Vec::new(),
         }
     }
 
@@ -131,25 +136,16 @@ impl Scanner {
     }
 
     /// Where each object in force was written, by config key: its file, its
-    /// document and the document's first line (unknown for a file restored from
-    /// the state file and not read since). The first definition wins, as in the
-    /// desired view.
+    /// document and the document's first line as of the last content that
+    /// parsed (unknown for a file restored from the state file and not read
+    /// since). The first definition wins, as in the desired view.
     pub(crate) fn origins(&self) -> BTreeMap<String, Origin> {
         let mut out = BTreeMap::new();
         for (path, f) in &self.files {
             if f.objects.is_empty() {
                 continue;
             }
-            // A file with objects parsed (or kept them from a parse that did);
-            // only its first documents are probed, so text that no longer parses
-            // cannot keep the probe going.
-            let docs = f.objects.iter().map(|o| o.document + 1).max().unwrap_or(0);
-            let starts = f
-                .content
-                .as_deref()
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .map(|t| document_start_lines_upto(t, docs))
-                .unwrap_or_default();
+            let starts = &f.starts;
             for o in &f.objects {
                 let key = deltapilot_proto::config_key(o.id.kind, &o.id.namespace, &o.id.name);
                 out.entry(key).or_insert_with(|| Origin {
@@ -297,7 +293,16 @@ impl Scanner {
                     invalid_files: 1,
                 };
             }
-            Ok(p) => p,
+            Ok(p) => {
+                if let Some(text) = state
+                    .content
+                    .as_deref()
+                    .and_then(|b| std::str::from_utf8(b).ok())
+                {
+                    state.starts = document_start_lines_upto(text, p.docs.len());
+                }
+                p
+            }
         };
 
         let previous: BTreeMap<&ObjectId, &Arc<IstioObject>> =
