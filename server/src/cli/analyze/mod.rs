@@ -133,12 +133,9 @@ fn finish(errors: bool) -> anyhow::Result<()> {
     }
 }
 
+/// Paths stay as given, so messages name files the way the operator did.
 fn load(paths: &[PathBuf]) -> anyhow::Result<Loaded> {
-    let paths: Vec<PathBuf> = paths
-        .iter()
-        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
-        .collect();
-    load_paths(&paths, SOURCE).context("reading the input")
+    load_paths(paths, SOURCE).context("reading the input")
 }
 
 /// Folds `loaded` into an empty state, as the engine would from a log holding
