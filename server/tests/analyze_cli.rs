@@ -102,7 +102,7 @@ fn a_directory_is_analyzed_with_codes_files_and_lines() {
 
     let clean = dp(dir.path(), &["analyze", "mesh"]);
     assert!(clean.ok(), "{clean:?}");
-    assert_eq!(clean.stdout, "no problems found\n");
+    assert_eq!(clean.stdout, "no problems found (1 rule(s) checked)\n");
 
     let bad = "apiVersion: networking.istio.io/v1
 kind: VirtualService
@@ -169,6 +169,7 @@ metadata: {namespace: demo}
     assert_eq!(by_code("DP3001")["severity"], "warning");
     assert_eq!(by_code("DP0002")["line"], 26);
     assert_eq!(v["counts"]["error"], 3);
+    assert_eq!(v["rules"], 3, "hello-shift, broken and twice");
 
     let text = dp(dir.path(), &["analyze", "mesh"]);
     assert_eq!(text.status.code(), Some(3), "{text:?}");
@@ -292,7 +293,7 @@ fn impact_previews_a_change_on_a_running_server_and_bisect_finds_when_it_landed(
 
     let live = dp(d, &["analyze", "--admin", &admin]);
     assert!(live.ok(), "{live:?}");
-    assert_eq!(live.stdout, "no problems found\n");
+    assert_eq!(live.stdout, "no problems found (1 rule(s) checked)\n");
 
     let (position, records) = (snapshot_position(server.admin), log_records(d));
     let proposal = d.join("proposal.yaml");

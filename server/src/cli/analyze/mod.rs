@@ -32,8 +32,10 @@
 //! | `DP0006` | error | a directory cannot be listed |
 //! | `DP0010` | warning | the fold skips an event (e.g. an endpoint of a service that does not exist) |
 //!
-//! Output: text by default, one line per message; `-o json`: one object
-//! `{"messages": [...], "counts": {"error": N, "warning": N}}` (with `--impact`,
+//! Output: text by default, one line per message and a summary; `-o json`:
+//! one object `{"messages": [...], "counts": {"error": N, "warning": N},
+//! "rules": N}` (`rules`: how many VirtualServices and DestinationRules were
+//! checked) (with `--impact`,
 //! the server's answer plus a `diff` per change and the local `messages`).
 //!
 //! Exit status: 0 when no error-level problem was found (warnings allowed), 3
@@ -110,7 +112,7 @@ const SOURCE: &str = "analyze";
 
 /// Runs `deltapilot analyze`.
 pub(crate) async fn main(args: AnalyzeArgs) -> anyhow::Result<()> {
-    let messages = match (&args.admin, args.impact, args.paths.is_empty()) {
+    let (messages, rules) = match (&args.admin, args.impact, args.paths.is_empty()) {
         (Some(addr), true, false) => return impact(*addr, &args).await,
         (_, true, true) => {
             bail!("--impact needs the files to preview: analyze --impact FILE… --admin ADDR")
@@ -122,7 +124,7 @@ pub(crate) async fn main(args: AnalyzeArgs) -> anyhow::Result<()> {
         (None, _, true) => bail!("nothing to analyze: give files or directories, or --admin ADDR"),
         (None, _, false) => local(&args.paths)?,
     };
-    finish(print_messages(&messages, args.output)?)
+    finish(print_messages(&messages, rules, args.output)?)
 }
 
 fn finish(errors: bool) -> anyhow::Result<()> {
@@ -161,7 +163,8 @@ fn fold_loaded(loaded: &Loaded) -> (ModelState, Vec<Message>) {
     (out.state, skipped)
 }
 
-fn local(paths: &[PathBuf]) -> anyhow::Result<Vec<Message>> {
+/// The messages, and how many rules were checked.
+fn local(paths: &[PathBuf]) -> anyhow::Result<(Vec<Message>, usize)> {
     let loaded = load(paths)?;
     let (model, mut messages) = fold_loaded(&loaded);
     messages.extend(loaded.problems.iter().map(file_message));
@@ -169,7 +172,7 @@ fn local(paths: &[PathBuf]) -> anyhow::Result<Vec<Message>> {
         let origin = p["key"].as_str().and_then(|k| loaded.origins.get(k));
         messages.push(rule_message(&p, origin));
     }
-    Ok(messages)
+    Ok((messages, model.rules().rules().count()))
 }
 
 async fn get_json(
@@ -196,12 +199,14 @@ async fn get_json(
     Ok(v)
 }
 
-async fn remote(addr: SocketAddr) -> anyhow::Result<Vec<Message>> {
+async fn remote(addr: SocketAddr) -> anyhow::Result<(Vec<Message>, usize)> {
     let report = get_json(addr, "GET", "/debug/rules", None).await?;
-    Ok(problem_list(&report)
+    let rules = report["rules"].as_array().map_or(0, Vec::len);
+    let messages = problem_list(&report)
         .iter()
         .map(|p| rule_message(p, None))
-        .collect())
+        .collect();
+    Ok((messages, rules))
 }
 
 async fn impact(addr: SocketAddr, args: &AnalyzeArgs) -> anyhow::Result<()> {
@@ -214,7 +219,7 @@ async fn impact(addr: SocketAddr, args: &AnalyzeArgs) -> anyhow::Result<()> {
         .cloned()
         .collect();
     if events.is_empty() {
-        print_messages(&local, args.output)?;
+        print_messages(&local, 0, args.output)?;
         bail!("the input holds no object to preview");
     }
     let answer = get_json(addr, "POST", "/debug/impact", Some(&encode_events(&events))).await?;

@@ -180,9 +180,13 @@ fn write_out(bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints `messages` (sorted: by file and line, then code) and returns whether
-/// any is error-level.
-pub(crate) fn print_messages(messages: &[Message], format: Format) -> anyhow::Result<bool> {
+/// Prints `messages` (sorted: by file and line, then code) with how many
+/// `rules` were checked, and returns whether any is error-level.
+pub(crate) fn print_messages(
+    messages: &[Message],
+    rules: usize,
+    format: Format,
+) -> anyhow::Result<bool> {
     let mut sorted = messages.to_vec();
     sorted.sort();
     let errors = sorted.iter().any(Message::is_error);
@@ -191,17 +195,18 @@ pub(crate) fn print_messages(messages: &[Message], format: Format) -> anyhow::Re
             let mut v = serde_json::to_vec_pretty(&json!({
                 "messages": sorted,
                 "counts": counts(&sorted),
+                "rules": rules,
             }))?;
             v.push(b'\n');
             v
         }
-        Format::Text => text_lines(&sorted).into_bytes(),
+        Format::Text => text_lines(&sorted, rules).into_bytes(),
     };
     write_out(&text)?;
     Ok(errors)
 }
 
-fn text_lines(sorted: &[Message]) -> String {
+fn text_lines(sorted: &[Message], rules: usize) -> String {
     let mut s = String::new();
     for m in sorted {
         s.push_str(&m.text());
@@ -209,7 +214,7 @@ fn text_lines(sorted: &[Message]) -> String {
     }
     let c = counts(sorted);
     if sorted.is_empty() {
-        s.push_str("no problems found\n");
+        s.push_str(&format!("no problems found ({rules} rule(s) checked)\n"));
     } else {
         s.push_str(&format!(
             "{} error(s), {} warning(s)\n",
