@@ -40,8 +40,8 @@ pub enum Predicate {
     Present,
     /// A route configuration that sends traffic to a cluster whose name contains
     /// `cluster`: a route's single cluster, or a weighted cluster with a weight
-    /// above 0 (a weight of 0 names the cluster but sends it nothing, which
-    /// `contains` cannot tell apart). Mirrors are not traffic sent. With `host`,
+    /// above 0 (a weight of 0, should a configuration carry one, names the
+    /// cluster but sends it nothing). Mirrors are not traffic sent. With `host`,
     /// only the virtual hosts that serve that domain count (a port's route
     /// configuration holds every host of the port, and each host's own default
     /// route names its own cluster). Only for RDS.
