@@ -34,6 +34,9 @@ enum Command {
     ProxyStatus(cli::proxy_status::ProxyStatusArgs),
     /// The config a connected proxy holds, by type (istioctl style).
     ProxyConfig(cli::proxy_status::ProxyConfigArgs),
+    /// Every problem with the traffic rules of files or a running server, one
+    /// message each with a stable code; with --impact, what a change would do.
+    Analyze(cli::analyze::AnalyzeArgs),
     /// Run one registry adapter as its own process, appending to a log.
     Adapter(cli::adapter::AdapterArgs),
     /// The load generator: simulated Envoys plus churn, with a report.
@@ -42,9 +45,16 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    cli::init_tracing();
+    cli::init_tracing(match cli.command {
+        Command::Analyze(_) => "error",
+        _ => "info",
+    });
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // The report is out; the status says error-level problems were found.
+        Err(e) if e.is::<cli::analyze::ProblemsFound>() => {
+            std::process::ExitCode::from(cli::analyze::EXIT_PROBLEMS)
+        }
         Err(e) => {
             // The cause chain on one line, without anyhow's backtrace: operators read
             // this, and RUST_BACKTRACE is often set for other reasons.
@@ -68,6 +78,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Replay(args) => cli::replay::main(args).await,
             Command::ProxyStatus(args) => cli::proxy_status::status(args).await,
             Command::ProxyConfig(args) => cli::proxy_status::config(args).await,
+            Command::Analyze(args) => cli::analyze::main(args).await,
             Command::Adapter(args) => cli::adapter::main(args).await,
             Command::Loadgen(args) => deltapilot_load_tests::run(args).await,
         }

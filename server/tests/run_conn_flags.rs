@@ -162,6 +162,8 @@ fn debug_endpoints_on_a_non_loopback_admin_address_are_warned_about_at_start() {
         "/debug/snapshot",
         "/debug/events",
         "/debug/registry",
+        "/debug/rules",
+        "/debug/impact",
     ] {
         assert!(line.contains(route), "does not name {route}: {line}");
     }

@@ -5,7 +5,7 @@
 //! the desired view (see `view`), plan or append events (see `common::emit` and
 //! `common::append`), or serve metrics (the server reads [`FileAdapterStatus`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -14,6 +14,7 @@ use deltapilot_proto::Event;
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::offline::Origin;
 use super::options::FileAdapterOptions;
 use super::scan::Scanner;
 use super::state::{StateStore, next_generation};
@@ -116,6 +117,7 @@ impl FileAdapter {
             desired: EntityMap::new(),
             desired_stale: true,
             conflicts: Vec::new(),
+            origins: Arc::default(),
             counters: Counters::default(),
         };
         let (status_tx, _) = watch::channel(core.status());
@@ -292,6 +294,8 @@ struct Core {
     desired: EntityMap,
     desired_stale: bool,
     conflicts: Vec<FileProblem>,
+    /// Where each object in force was written (see [`FileAdapterStatus::origins`]).
+    origins: Arc<BTreeMap<String, Origin>>,
     counters: Counters,
 }
 
@@ -334,6 +338,7 @@ impl Core {
             self.desired = desired;
             self.outbox.mark_all(&self.desired);
             self.conflicts = conflicts;
+            self.origins = Arc::new(self.scanner.origins());
             self.desired_stale = false;
             self.persist();
         }
@@ -383,6 +388,7 @@ impl Core {
             last_oversized_object: self.outbox.last_oversized.clone(),
             last_append_error: self.outbox.last_error.clone(),
             problems,
+            origins: self.origins.clone(),
         }
     }
 }

@@ -81,6 +81,7 @@
 mod adapter;
 mod istio;
 mod json;
+mod offline;
 mod options;
 mod parse;
 mod scan;
@@ -90,6 +91,7 @@ mod view;
 mod watch;
 
 pub use adapter::FileAdapter;
+pub use offline::{Loaded, Origin, load_paths};
 pub use options::FileAdapterOptions;
 pub use status::{FileAdapterStatus, FileProblem, ProblemKind};
 pub use watch::SIGNAL_CHANNEL_CAPACITY;

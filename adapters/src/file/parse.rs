@@ -474,7 +474,15 @@ fn located_parts(e: &serde_yaml::Error) -> (Option<usize>, Option<usize>, String
 /// probe that fails on the first node it sees; serde_yaml marks that failure with
 /// the node's position. Used only for reports.
 fn document_start_lines(text: &str) -> Vec<Option<usize>> {
+    document_start_lines_upto(text, usize::MAX)
+}
+
+/// [`document_start_lines`] of the first `n` documents only. Past a syntax
+/// error serde_yaml's document iterator may not end, so callers that cannot
+/// know the text parses bound it by the documents they need.
+pub(crate) fn document_start_lines_upto(text: &str, n: usize) -> Vec<Option<usize>> {
     serde_yaml::Deserializer::from_str(text)
+        .take(n)
         .map(|doc| match Probe::deserialize(doc) {
             Err(e) => e.location().map(|l| l.line()),
             Ok(Probe) => None,

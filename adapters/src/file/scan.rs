@@ -26,7 +26,8 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::parse::{DocOutcome, IstioObject, ObjectId, parse_file};
+use super::offline::Origin;
+use super::parse::{DocOutcome, IstioObject, ObjectId, document_start_lines_upto, parse_file};
 use super::status::{FileProblem, ProblemKind};
 
 /// File name extensions the adapter reads (compared case-insensitively).
@@ -47,6 +48,10 @@ pub(crate) struct FileState {
     problems: Vec<FileProblem>,
     /// Whether the latest content was unusable as a whole.
     bad: bool,
+    /// First line of each document of the last content that parsed, for
+    /// [`Scanner::origins`]; found once per read of a changed file, so that
+    /// rebuilding the origins never parses unchanged files again.
+    starts: Vec<Option<usize>>,
 }
 
 impl FileState {
@@ -60,6 +65,7 @@ impl FileState {
             doc_ids,
             problems: Vec::new(),
             bad: false,
+            starts: Vec::new(),
         }
     }
 
@@ -127,6 +133,29 @@ impl Scanner {
     /// Every file's objects in force, in path order.
     pub(crate) fn effective(&self) -> impl Iterator<Item = (&Path, &[Arc<IstioObject>])> {
         self.files.iter().map(|(p, f)| (p.as_path(), f.objects()))
+    }
+
+    /// Where each object in force was written, by config key: its file, its
+    /// document and the document's first line as of the last content that
+    /// parsed (unknown for a file restored from the state file and not read
+    /// since). The first definition wins, as in the desired view.
+    pub(crate) fn origins(&self) -> BTreeMap<String, Origin> {
+        let mut out = BTreeMap::new();
+        for (path, f) in &self.files {
+            if f.objects.is_empty() {
+                continue;
+            }
+            let starts = &f.starts;
+            for o in &f.objects {
+                let key = deltapilot_proto::config_key(o.id.kind, &o.id.namespace, &o.id.name);
+                out.entry(key).or_insert_with(|| Origin {
+                    path: path.clone(),
+                    document: o.document,
+                    line: starts.get(o.document).copied().flatten(),
+                });
+            }
+        }
+        out
     }
 
     /// Current problems of files and directories.
@@ -209,7 +238,7 @@ impl Scanner {
         counts
     }
 
-    fn file_failed(&mut self, path: PathBuf, reason: String) -> ScanCounts {
+    pub(crate) fn file_failed(&mut self, path: PathBuf, reason: String) -> ScanCounts {
         let state = self.files.entry(path.clone()).or_default();
         let problem = FileProblem {
             path,
@@ -234,7 +263,7 @@ impl Scanner {
         }
     }
 
-    fn file_read(&mut self, path: PathBuf, bytes: Vec<u8>) -> ScanCounts {
+    pub(crate) fn file_read(&mut self, path: PathBuf, bytes: Vec<u8>) -> ScanCounts {
         let state = self.files.entry(path.clone()).or_default();
         if state.content.as_deref() == Some(&bytes[..]) {
             return ScanCounts::default();
@@ -264,7 +293,16 @@ impl Scanner {
                     invalid_files: 1,
                 };
             }
-            Ok(p) => p,
+            Ok(p) => {
+                if let Some(text) = state
+                    .content
+                    .as_deref()
+                    .and_then(|b| std::str::from_utf8(b).ok())
+                {
+                    state.starts = document_start_lines_upto(text, p.docs.len());
+                }
+                p
+            }
         };
 
         let previous: BTreeMap<&ObjectId, &Arc<IstioObject>> =
@@ -323,7 +361,7 @@ impl Scanner {
 }
 
 /// Candidate file names in `dir`, sorted.
-fn list(dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
+pub(crate) fn list(dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
     let mut names = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let name = entry?.file_name();
@@ -348,14 +386,14 @@ pub(crate) fn is_candidate(name: &Path) -> bool {
         .is_some_and(|e| EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(e)))
 }
 
-enum Read {
+pub(crate) enum Read {
     /// Not there (raced with a delete, dangling symlink) or not a regular file.
     Absent,
     Failed(String),
     Bytes(Vec<u8>),
 }
 
-fn read_capped(path: &Path, max: u64) -> Read {
+pub(crate) fn read_capped(path: &Path, max: u64) -> Read {
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Read::Absent,

@@ -6,8 +6,12 @@
 //! What it does NOT do: register metrics or serve HTTP (the server does that from
 //! these numbers).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::offline::Origin;
 
 /// What kind of problem a [`FileProblem`] is, so dashboards can tell "a file is
 /// broken" from "one object was left out".
@@ -135,4 +139,9 @@ pub struct FileAdapterStatus {
     pub last_append_error: Option<String>,
     /// Current problems, sorted by path, then line.
     pub problems: Vec<FileProblem>,
+    /// Where each object in force was written, by config key, for reports such
+    /// as `/debug/rules` (file and line live here, not in the log; see
+    /// [`Loaded::origins`](super::Loaded::origins)). Rebuilt with the desired
+    /// view, shared between statuses.
+    pub origins: Arc<BTreeMap<String, Origin>>,
 }

@@ -8,9 +8,11 @@
 //! | `/debug/events?from=POS&limit=N` | log records as `deltapilot log read` prints them (see `events`) |
 //! | `/debug/registry[?host=H[&port=P[&labels=k=v]]][?ip=A]` | the ServiceDiscovery query API (see `registry_view`) |
 //! | `/debug/rules` | every VirtualService and DestinationRule: status and problems with stable codes (see `rules_view`) |
+//! | `POST /debug/impact` | what proposed objects would change, folded onto a copy of the state (see `impact`) |
 //!
 //! Every answer is computed on request from the current snapshot and the stream
-//! registry; nothing here changes state. An unknown proxy id is a 404 naming the
+//! registry; nothing here changes state (`/debug/impact` folds onto a copy and
+//! writes nothing). An unknown proxy id is a 404 naming the
 //! connected ones.
 //!
 //! What it does NOT do: authenticate. The admin server listens on loopback by
@@ -21,20 +23,25 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
+use deltapilot_adapters::file::FileAdapterStatus;
 use deltapilot_engine::replay::bisect::parse_type;
 use deltapilot_log::Log;
 use deltapilot_xds::ResourceType;
+use deltapilot_xds::generate::GenOptions;
 use deltapilot_xds::snapshot::SnapshotReader;
 use serde::Deserialize;
 
 use super::dump::config_dump;
 use super::events::{EventsError, read_lines};
+use super::impact::{IMPACT_CONCURRENCY, MAX_IMPACT_BODY, decode_events, impact};
 use super::registry_view::{RegistryQuery, query};
-use super::rules_view::rules_report;
+use super::rules_view::rules_report_placed;
 use super::syncz::syncz;
 use crate::xds::registry::StreamRegistry;
 
@@ -47,6 +54,33 @@ pub struct DebugState {
     pub streams: Arc<StreamRegistry>,
     /// The event log, for `/debug/events` (absent: that route answers 404).
     pub log: Option<Arc<Log>>,
+    /// The server's resource options, for `/debug/impact` to build as it does.
+    pub gen_opts: GenOptions,
+    /// Bounds `/debug/impact` to [`IMPACT_CONCURRENCY`] at a time.
+    pub impact_permits: Arc<tokio::sync::Semaphore>,
+    /// The in-process file adapters' statuses: where each object was written,
+    /// for `/debug/rules` (empty: no file and line there).
+    pub file_status: Vec<tokio::sync::watch::Receiver<FileAdapterStatus>>,
+}
+
+impl DebugState {
+    /// The debug state of a server with these parts.
+    pub fn new(
+        snapshots: SnapshotReader,
+        streams: Arc<StreamRegistry>,
+        log: Option<Arc<Log>>,
+        gen_opts: GenOptions,
+        file_status: Vec<tokio::sync::watch::Receiver<FileAdapterStatus>>,
+    ) -> Self {
+        DebugState {
+            snapshots,
+            streams,
+            log,
+            gen_opts,
+            impact_permits: Arc::new(tokio::sync::Semaphore::new(IMPACT_CONCURRENCY)),
+            file_status,
+        }
+    }
 }
 
 /// What [`routes`] exposes, in words, for the warning `deltapilot run` logs when
@@ -54,8 +88,9 @@ pub struct DebugState {
 /// new route is named here too.
 pub const EXPOSES: &str = "/debug/syncz (every connected proxy: node ids, versions, NACK \
      messages), /debug/config_dump (any proxy's full configuration), /debug/snapshot, \
-     /debug/events (the event log's records) and /debug/registry (every service and \
-     endpoint address)";
+     /debug/events (the event log's records), /debug/registry (every service and \
+     endpoint address), /debug/rules and POST /debug/impact (a preview that rebuilds \
+     every resource)";
 
 /// The debug routes.
 pub fn routes(state: DebugState) -> Router {
@@ -66,6 +101,10 @@ pub fn routes(state: DebugState) -> Router {
         .route("/debug/events", get(events_route))
         .route("/debug/registry", get(registry_route))
         .route("/debug/rules", get(rules_route))
+        .route(
+            "/debug/impact",
+            post(impact_route).layer(DefaultBodyLimit::max(MAX_IMPACT_BODY)),
+        )
         .with_state(state)
 }
 
@@ -234,5 +273,47 @@ async fn registry_route(State(s): State<DebugState>, Query(q): Query<RegistryQue
 
 async fn rules_route(State(s): State<DebugState>) -> Response {
     let snap = s.snapshots.load();
-    json_response(StatusCode::OK, &rules_report(&snap.model))
+    let origins: Vec<_> = s
+        .file_status
+        .iter()
+        .map(|rx| rx.borrow().origins.clone())
+        .collect();
+    let place = |key: &str| {
+        origins
+            .iter()
+            .find_map(|o| o.get(key))
+            .map(|o| (o.path.display().to_string(), o.line))
+    };
+    json_response(StatusCode::OK, &rules_report_placed(&snap.model, &place))
+}
+
+async fn impact_route(State(s): State<DebugState>, body: Bytes) -> Response {
+    let Ok(_permit) = s.impact_permits.clone().try_acquire_owned() else {
+        return error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "another impact preview is running (one at a time: each rebuilds every resource); retry shortly",
+        );
+    };
+    let events = match decode_events(&body) {
+        Ok(e) if e.is_empty() => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "the body holds no events: send length-delimited protobuf Events (upserts and deletes)",
+            );
+        }
+        Ok(e) => e,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let snap = s.snapshots.load();
+    let statuses = s.streams.statuses();
+    let opts = s.gen_opts.clone();
+    let answer = tokio::task::spawn_blocking(move || impact(&snap, events, &opts, &statuses)).await;
+    match answer {
+        Ok(Ok(v)) => json_response(StatusCode::OK, &v),
+        Ok(Err(e)) => error(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the preview failed: {e}"),
+        ),
+    }
 }

@@ -25,6 +25,7 @@ use crate::readiness::Readiness;
 pub mod debug;
 pub mod dump;
 pub mod events;
+pub mod impact;
 mod listen;
 pub mod registry_view;
 pub mod render;

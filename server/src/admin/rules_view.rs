@@ -3,8 +3,20 @@
 //! code and path: the model's own (schema, hosts, binding) and those found
 //! translating the rule's routes for each host and HTTP port it wins.
 //!
-//! What it does NOT do: change anything, or know file and line (the adapters
-//! carry the object's name and namespace, which name the file's object).
+//! On top, references the registry cannot satisfy (codes from `DP3000` up, found
+//! here because they concern the registry as a whole, not one rule):
+//!
+//! | code | severity | meaning | what happens |
+//! | --- | --- | --- | --- |
+//! | `DP3001` | warning | a VirtualService host (or wildcard) matches no service | the rule routes nothing until one appears |
+//! | `DP3002` | warning | a DestinationRule host (or wildcard) matches no service | its subsets and policies make no cluster until one appears |
+//!
+//! File and line: the log carries objects, not where they were written, so the
+//! report takes them from the in-process file adapter's status
+//! ([`rules_report_placed`]); rules from other adapters, or from a file adapter
+//! in another process, have none.
+//!
+//! What it does NOT do: change anything.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -55,6 +67,37 @@ fn problem_json(p: &Problem, host: Option<(&Hostname, u16, bool)>) -> Value {
     v
 }
 
+/// `DP3001`/`DP3002`: the rule's host patterns that match no service.
+fn unresolved_hosts(model: &ModelState, rule: &deltapilot_model::rules::Rule) -> Vec<Problem> {
+    let (code, what) = if rule.is_virtual_service() {
+        ("DP3001", "the rule routes nothing for it until one appears")
+    } else {
+        (
+            "DP3002",
+            "its subsets and policies make no cluster until one appears",
+        )
+    };
+    rule.hosts
+        .iter()
+        .filter(|h| {
+            if is_wildcard(h.as_str()) {
+                !model
+                    .services()
+                    .any(|s| host_matches(h.as_str(), s.hostname.as_str()))
+            } else {
+                model.get_service(*h).is_none()
+            }
+        })
+        .map(|h| {
+            Problem::warning(
+                code,
+                "hosts",
+                format!("host {h} matches no service in the registry; {what}"),
+            )
+        })
+        .collect()
+}
+
 /// How many rules have each status, and how many problems each code has.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuleCounts {
@@ -64,9 +107,24 @@ pub struct RuleCounts {
     pub by_code: BTreeMap<&'static str, u64>,
 }
 
+/// Where a rule was written, by config key: file and first line.
+pub type Place<'a> = &'a dyn Fn(&str) -> Option<(String, Option<usize>)>;
+
 /// The status report of every rule, by key, and the count of problems by code.
 pub fn rules_report(model: &ModelState) -> Value {
-    let (rules, counts) = collect(model);
+    rules_report_placed(model, &|_| None)
+}
+
+/// [`rules_report`] with each rule's `file` and `line` where `place` knows them
+/// (the file adapter's origins: they are not in the log).
+pub fn rules_report_placed(model: &ModelState, place: Place<'_>) -> Value {
+    let (mut rules, counts) = collect(model);
+    for r in &mut rules {
+        if let Some((file, line)) = r["key"].as_str().and_then(place) {
+            r["file"] = json!(file);
+            r["line"] = json!(line);
+        }
+    }
     json!({ "rules": rules, "problems_by_code": counts.by_code, "rules_by_status": counts.by_status })
 }
 
@@ -86,6 +144,10 @@ fn collect(model: &ModelState) -> (Vec<Value>, RuleCounts) {
         for p in status.problems() {
             *by_code.entry(p.code).or_default() += 1;
             problems.push(problem_json(p, None));
+        }
+        for p in unresolved_hosts(model, rule) {
+            *by_code.entry(p.code).or_default() += 1;
+            problems.push(problem_json(&p, None));
         }
         let mut route_trouble = false;
         if rule.virtual_service().is_some() {
@@ -128,4 +190,39 @@ fn collect(model: &ModelState) -> (Vec<Value>, RuleCounts) {
         }));
     }
     (rules, counts)
+}
+
+/// Every problem of a [`rules_report`] (as `/debug/rules` serves it) as one flat
+/// object each, with the rule's `key`, `kind`, `namespace` and `name` beside the
+/// problem's own fields: the form `deltapilot analyze` and `/debug/impact`
+/// report. Rules without problems yield nothing.
+pub fn problem_list(report: &Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    let rules = report["rules"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    for rule in rules {
+        let problems = rule["problems"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        for p in problems {
+            let mut flat = json!({
+                "key": rule["key"],
+                "kind": rule["kind"],
+                "namespace": rule["namespace"],
+                "name": rule["name"],
+            });
+            for k in ["file", "line"] {
+                if !rule[k].is_null() {
+                    flat[k] = rule[k].clone();
+                }
+            }
+            if let (Some(f), Some(p)) = (flat.as_object_mut(), p.as_object()) {
+                for (k, v) in p {
+                    f.insert(k.clone(), v.clone());
+                }
+            }
+            out.push(flat);
+        }
+    }
+    out
 }

@@ -1,16 +1,19 @@
 //! Subcommands of the `deltapilot` binary.
 
 pub(crate) mod adapter;
+pub(crate) mod analyze;
 pub(crate) mod log;
 pub(crate) mod proxy_status;
 pub(crate) mod replay;
 pub(crate) mod run;
 
 /// Logs go to stderr (stdout carries command output such as JSON lines), filtered by
-/// `RUST_LOG` (default `info`).
-pub(crate) fn init_tracing() {
+/// `RUST_LOG` (default `default`: `info`, or `error` for commands whose report
+/// already says everything, such as `analyze`, which reads files through the
+/// file adapter's parser and would repeat each problem as a log line).
+pub(crate) fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         // Colour codes only on a terminal: logs piped to files or journald stay clean.

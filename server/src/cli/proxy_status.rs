@@ -54,6 +54,17 @@ pub(crate) struct ProxyConfigArgs {
 
 /// A GET against the admin server: status and body.
 async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, Vec<u8>)> {
+    request(addr, "GET", path, None).await
+}
+
+/// A request against the admin server (`body`: a protobuf payload to POST):
+/// status and body.
+pub(crate) async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+) -> anyhow::Result<(u16, Vec<u8>)> {
     let unreachable = || {
         format!(
             "cannot reach the admin server at {addr} (is `deltapilot run` running? see --admin-addr)"
@@ -63,12 +74,24 @@ async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, Vec<u8>)> {
         .await
         .with_context(unreachable)?
         .with_context(unreachable)?;
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAccept: application/json\r\n\r\n"
-    );
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAccept: application/json\r\n"
+    )
+    .into_bytes();
+    if let Some(b) = body {
+        request.extend_from_slice(
+            format!(
+                "Content-Type: application/x-protobuf\r\nContent-Length: {}\r\n",
+                b.len()
+            )
+            .as_bytes(),
+        );
+    }
+    request.extend_from_slice(b"\r\n");
+    request.extend_from_slice(body.unwrap_or_default());
     let mut raw = Vec::new();
     tokio::time::timeout(REQUEST_TIMEOUT, async {
-        conn.write_all(request.as_bytes()).await?;
+        conn.write_all(&request).await?;
         (&mut conn)
             .take(MAX_BODY as u64)
             .read_to_end(&mut raw)
@@ -78,8 +101,9 @@ async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, Vec<u8>)> {
     .with_context(|| {
         format!("the admin server at {addr} did not answer {path} within {REQUEST_TIMEOUT:?}")
     })?
-    .with_context(|| format!("GET {path} from {addr}"))?;
-    parse_response(&raw).with_context(|| format!("GET {path} from {addr}: malformed HTTP response"))
+    .with_context(|| format!("{method} {path} at {addr}"))?;
+    parse_response(&raw)
+        .with_context(|| format!("{method} {path} at {addr}: malformed HTTP response"))
 }
 
 /// Splits an HTTP/1.1 response into status and body (content-length, chunked, or

@@ -27,7 +27,7 @@
 //! (see `proxy-status`/`proxy-config` for the live views).
 
 mod bisect;
-mod diff;
+pub(crate) mod diff;
 mod open;
 mod print;
 mod progress;

@@ -38,6 +38,19 @@ pub enum Predicate {
     Absent,
     /// It exists.
     Present,
+    /// A route configuration that sends traffic to a cluster whose name contains
+    /// `cluster`: a route's single cluster, or a weighted cluster with a weight
+    /// above 0 (a weight of 0, should a configuration carry one, names the
+    /// cluster but sends it nothing). Mirrors are not traffic sent. With `host`,
+    /// only the virtual hosts that serve that domain count (a port's route
+    /// configuration holds every host of the port, and each host's own default
+    /// route names its own cluster). Only for RDS.
+    RoutesTo {
+        /// Text the cluster's name contains (`|v2|reviews.`).
+        cluster: String,
+        /// A domain the virtual host serves (`reviews.default.svc.cluster.local`).
+        host: Option<String>,
+    },
 }
 
 impl FromStr for Predicate {
@@ -51,10 +64,10 @@ impl FromStr for Predicate {
             if rest.is_empty() {
                 Err(format!(
                     "`{word}` needs {what}, e.g. `{word} {}`",
-                    if word == "version" {
-                        "1f2e3d4c"
-                    } else {
-                        "10.0.0.7"
+                    match word {
+                        "version" => "1f2e3d4c",
+                        "routes-to" => "|v2|reviews.",
+                        _ => "10.0.0.7",
                     }
                 ))
             } else {
@@ -64,10 +77,18 @@ impl FromStr for Predicate {
         match word {
             "contains" => Ok(Predicate::Contains(arg("a text")?)),
             "version" => Ok(Predicate::Version(arg("a version")?)),
+            "routes-to" => {
+                let a = arg("a cluster name or part of one")?;
+                let (cluster, host) = match a.split_once(" for ") {
+                    Some((c, h)) => (c.trim().to_owned(), Some(h.trim().to_owned())),
+                    None => (a, None),
+                };
+                Ok(Predicate::RoutesTo { cluster, host })
+            }
             "absent" if rest.is_empty() => Ok(Predicate::Absent),
             "present" if rest.is_empty() => Ok(Predicate::Present),
             _ => Err(format!(
-                "unknown predicate {t:?}; expected `contains TEXT`, `version V`, `absent` or `present`"
+                "unknown predicate {t:?}; expected `contains TEXT`, `routes-to CLUSTER`, `version V`, `absent` or `present`"
             )),
         }
     }
@@ -83,8 +104,51 @@ impl Predicate {
             (Predicate::Present, Some(_)) => true,
             (Predicate::Version(v), Some(r)) => r.version.starts_with(v.as_str()),
             (Predicate::Contains(needle), Some(r)) => text(r).contains(needle.as_str()),
+            (Predicate::RoutesTo { cluster, host }, Some(r)) => {
+                routed_clusters(&r.bytes, host.as_deref())
+                    .iter()
+                    .any(|c| c.contains(cluster.as_str()))
+            }
         }
     }
+}
+
+/// The clusters an encoded `RouteConfiguration` sends traffic to, from the
+/// virtual hosts serving domain `host` (all when `None`; see
+/// [`Predicate::RoutesTo`]); empty when the bytes are not one.
+pub fn routed_clusters(bytes: &[u8], host: Option<&str>) -> Vec<String> {
+    use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+    use envoy_types::pb::envoy::config::route::v3::route::Action;
+    use envoy_types::pb::envoy::config::route::v3::route_action::ClusterSpecifier;
+    use prost::Message as _;
+    let Ok(rc) = RouteConfiguration::decode(bytes) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let serves = |vh: &&envoy_types::pb::envoy::config::route::v3::VirtualHost| {
+        host.is_none_or(|h| vh.domains.iter().any(|d| d == h))
+    };
+    for route in rc
+        .virtual_hosts
+        .iter()
+        .filter(serves)
+        .flat_map(|vh| &vh.routes)
+    {
+        let Some(Action::Route(ra)) = &route.action else {
+            continue;
+        };
+        match &ra.cluster_specifier {
+            Some(ClusterSpecifier::Cluster(c)) => out.push(c.clone()),
+            Some(ClusterSpecifier::WeightedClusters(w)) => out.extend(
+                w.clusters
+                    .iter()
+                    .filter(|c| c.weight.is_none_or(|w| w.value > 0))
+                    .map(|c| c.name.clone()),
+            ),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Parses a resource type as the CLI accepts it: `cds`/`eds`/`lds`/`rds`, the

@@ -221,3 +221,69 @@ fn predicates_and_targets_parse_with_clear_errors() {
     assert!(!Predicate::Present.matches(None, &text));
     assert!(Predicate::Absent.matches(None, &text));
 }
+
+#[test]
+fn routes_to_counts_only_clusters_that_receive_traffic() {
+    use envoy_types::pb::envoy::config::route::v3::{
+        Route, RouteAction, RouteConfiguration, VirtualHost, WeightedCluster, route::Action,
+        route_action::ClusterSpecifier, weighted_cluster::ClusterWeight,
+    };
+    use envoy_types::pb::google::protobuf::UInt32Value;
+    use prost::Message as _;
+    let weighted = |v1: u32, v2: u32| {
+        let cw = |name: &str, w: u32| ClusterWeight {
+            name: name.into(),
+            weight: Some(UInt32Value { value: w }),
+            ..Default::default()
+        };
+        let rc = RouteConfiguration {
+            name: "9080".into(),
+            virtual_hosts: vec![VirtualHost {
+                name: "reviews:9080".into(),
+                domains: vec!["reviews".into(), "reviews:9080".into()],
+                routes: vec![Route {
+                    action: Some(Action::Route(RouteAction {
+                        cluster_specifier: Some(ClusterSpecifier::WeightedClusters(
+                            WeightedCluster {
+                                clusters: vec![
+                                    cw("outbound|9080|v1|reviews.default.svc.cluster.local", v1),
+                                    cw("outbound|9080|v2|reviews.default.svc.cluster.local", v2),
+                                ],
+                                ..Default::default()
+                            },
+                        )),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        Resource::new(Arc::from("9080"), Bytes::from(rc.encode_to_vec()))
+    };
+    let text = |r: &Resource| String::from_utf8_lossy(&r.bytes).into_owned();
+    let p = Predicate::from_str("routes-to |v2|reviews.").expect("parses");
+    assert_eq!(
+        p,
+        Predicate::RoutesTo {
+            cluster: "|v2|reviews.".into(),
+            host: None
+        }
+    );
+    // A weight of 0 names v2 (so `contains` matches) but sends it nothing.
+    let zero = weighted(100, 0);
+    assert!(Predicate::Contains("|v2|reviews.".into()).matches(Some(&zero), &text));
+    assert!(!p.matches(Some(&zero), &text));
+    assert!(p.matches(Some(&weighted(90, 10)), &text));
+    assert!(!p.matches(None, &text));
+    let scoped =
+        |h: &str| Predicate::from_str(&format!("routes-to |v2|reviews. for {h}")).expect("parses");
+    assert!(scoped("reviews").matches(Some(&weighted(90, 10)), &text));
+    assert!(!scoped("ratings").matches(Some(&weighted(90, 10)), &text));
+    assert!(
+        Predicate::from_str("routes-to")
+            .expect_err("no cluster")
+            .contains("routes-to |v2|reviews.")
+    );
+}

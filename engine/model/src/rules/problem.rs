@@ -26,7 +26,9 @@
 //! | `DP1120` | warning | a setting proxyless gRPC would reject | left out on the host's `GRPC` ports |
 //!
 //! Route-level problems found when the rule is translated to Envoy config are
-//! reported by the xDS crate with codes from `DP2000` up.
+//! reported by the xDS crate with codes from `DP2000` up; references the
+//! registry cannot satisfy by the server's `/debug/rules` from `DP3000` up;
+//! file parse problems by `deltapilot analyze` as `DP0xxx`.
 
 /// How bad a problem is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

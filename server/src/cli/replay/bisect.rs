@@ -3,6 +3,11 @@
 //!
 //! Predicates: `contains TEXT` (its proto3 JSON rendering, as `--diff` and
 //! `config_dump` show it, contains TEXT: an address, a cluster name, `"EDS"`),
+//! `routes-to CLUSTER [for HOST]` (an RDS route configuration sends traffic to
+//! a cluster whose name contains CLUSTER: a route's cluster, or a weighted
+//! cluster with a weight above 0; with `for HOST`, only from the virtual hosts
+//! serving that domain; "which event first sent `reviews` traffic to v2" is
+//! `--resource rds/9080 --until 'routes-to |v2|reviews.'`),
 //! `version V` (its content version starts with V), `absent`, `present`. The
 //! answer is the event that made it match having not matched before (see the
 //! engine's `replay::bisect`); it is printed with its position and source, then
@@ -30,7 +35,7 @@ pub(crate) struct BisectArgs {
     /// The resource: `TYPE/NAME`, e.g. `eds/outbound|9080||reviews.default.svc.cluster.local`.
     #[arg(long, value_name = "TYPE/NAME")]
     resource: Target,
-    /// `contains TEXT`, `version V`, `absent` or `present`.
+    /// `contains TEXT`, `routes-to CLUSTER [for HOST]` (RDS only), `version V`, `absent` or `present`.
     #[arg(long, value_name = "PREDICATE")]
     until: Predicate,
     /// Search from this position [default: the start of the log].
@@ -61,8 +66,15 @@ pub(crate) async fn run(input: &Source, args: BisectArgs) -> anyhow::Result<()> 
     if !to.covers(&from) {
         bail!("--from {from} is after --to {to}");
     }
-    let mut r = session.replayer_at(&from).await?;
     let t = args.resource.resource_type;
+    if matches!(args.until, Predicate::RoutesTo { .. }) && t != deltapilot_xds::ResourceType::Route
+    {
+        bail!(
+            "`routes-to` reads route configurations: give an RDS resource (--resource rds/NAME), not {}",
+            t.short_name()
+        );
+    }
+    let mut r = session.replayer_at(&from).await?;
     let text = move |res: &Resource| {
         serde_json::to_string(&renderer().resource(t, &res.bytes)).unwrap_or_default()
     };
@@ -85,6 +97,10 @@ pub(crate) async fn run(input: &Source, args: BisectArgs) -> anyhow::Result<()> 
         Predicate::Version(v) => format!("version {v}"),
         Predicate::Absent => "absent".into(),
         Predicate::Present => "present".into(),
+        Predicate::RoutesTo { cluster, host } => match host {
+            Some(h) => format!("routes-to {cluster} for {h}"),
+            None => format!("routes-to {cluster}"),
+        },
     };
     match outcome {
         Outcome::Found(f) => {

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! 0:17  endpoint_upsert  ep/reviews-v1-1  source=file:/etc/mesh gen=1
-//!   eds  outbound|9080||reviews.default.svc.cluster.local  3f2a5c…  ->  9c1b07…  [sidecar router proxyless_grpc]
+//!   eds       changed outbound|9080||reviews.default.svc.cluster.local  3f2a5c…  ->  9c1b07…  [sidecar router proxyless_grpc]
 //!   skipped (unknown_service): endpoint ep/x: none of its services exists yet: y; held, and served once one does
 //! 0:18  (not an event this build reads)
 //!   skipped (schema_too_new): …
@@ -15,8 +15,8 @@
 //! it, and always printed whatever the filters.
 //!
 //! `--output json`: one object per line, `{"position", "event", "skipped",
-//! "changes": [{"type", "kind", "name", "old_version", "new_version", "views",
-//! "diff"?}]}`, where `event` is the event as `deltapilot log read` prints it
+//! "changes": [{"type", "kind", "name", "action" (`added`, `changed`,
+//! `removed`), "old_version", "new_version", "views", "diff"?}]}`, where `event` is the event as `deltapilot log read` prints it
 //! (`null` for a record that does not decode).
 //!
 //! Filters: `--source` and `--key` select events (globs with `*`); `--resource`
@@ -201,6 +201,15 @@ pub(crate) fn change_diff(c: &ResourceChange, format: DiffFormat, indent: &str) 
     )
 }
 
+/// `added`, `changed` or `removed`.
+fn action(c: &ResourceChange) -> &'static str {
+    match (&c.old, &c.new) {
+        (None, _) => "added",
+        (_, None) => "removed",
+        _ => "changed",
+    }
+}
+
 fn version(r: Option<&std::sync::Arc<Resource>>) -> String {
     r.map_or_else(|| "(absent)".to_owned(), |r| r.version.to_string())
 }
@@ -233,8 +242,9 @@ pub(crate) fn text(
     for c in changes {
         writeln!(
             out,
-            "  {:<9} {}  {}  ->  {}  [{}]",
+            "  {:<9} {:<7} {}  {}  ->  {}  [{}]",
             kind_label(c.kind),
+            action(c),
             c.name,
             version(c.old.as_ref()),
             version(c.new.as_ref()),
@@ -256,6 +266,7 @@ struct JsonChange<'a> {
     t: &'static str,
     kind: &'static str,
     name: &'a str,
+    action: &'static str,
     old_version: Option<&'a str>,
     new_version: Option<&'a str>,
     views: Vec<&'static str>,
@@ -309,6 +320,7 @@ pub(crate) fn json(
                     ResourceKind::Route => "route",
                 },
                 name: &c.name,
+                action: action(c),
                 old_version: c.old.as_ref().map(|r| &*r.version),
                 new_version: c.new.as_ref().map(|r| &*r.version),
                 views: views(c.kind),

@@ -218,6 +218,13 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
         shutdown.clone(),
     ));
     let adapters = adapters.spawn(&mut tasks, &log, shutdown);
+    let file_status: Vec<_> = adapters
+        .iter()
+        .filter_map(|a| match a {
+            AdapterWatch::File(rx) => Some(rx.clone()),
+            _ => None,
+        })
+        .collect();
     if let Some(checkpoints) = checkpoints {
         tasks.spawn(checkpoints.write_while_running(
             log.clone(),
@@ -259,10 +266,14 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
         ready,
         clock,
     );
-    let debug = debug_snapshots.map(|snapshots| DebugState {
-        snapshots,
-        streams: shared.streams(),
-        log: Some(log),
+    let debug = debug_snapshots.map(|snapshots| {
+        DebugState::new(
+            snapshots,
+            shared.streams(),
+            Some(log),
+            s.gen_opts.clone(),
+            file_status,
+        )
     });
     let (xds_conn, admin_conn) = (s.xds_conn, s.admin_conn);
     tasks.spawn(async move {
