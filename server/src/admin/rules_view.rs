@@ -1,4 +1,4 @@
-//! `/debug/rules`: every VirtualService and DestinationRule with its status
+//! `/debug/rules`: every VirtualService, DestinationRule and Gateway with its status
 //! (applied, applied with warnings, rejected) and every problem, with its stable
 //! code and path: the model's own (schema, hosts, binding) and those found
 //! translating the rule's routes for each host and HTTP port it wins.
@@ -119,13 +119,25 @@ fn collect(model: &ModelState) -> (Vec<Value>, RuleCounts) {
         *counts.by_status.entry(status_name).or_default() += 1;
         rules.push(json!({
             "key": rule.key.as_ref(),
-            "kind": if rule.is_virtual_service() { "VirtualService" } else { "DestinationRule" },
+            "kind": kind_name(rule.kind()),
             "namespace": rule.namespace.as_ref(),
             "name": rule.name.as_ref(),
             "status": status_name,
             "hosts": rule.hosts.iter().map(Hostname::as_str).collect::<Vec<_>>(),
+            "gateways": rule.gateways.iter().map(|g| g.as_ref()).collect::<Vec<&str>>(),
             "problems": problems,
         }));
     }
     (rules, counts)
+}
+
+/// The Istio kind name of a rule object.
+fn kind_name(kind: deltapilot_proto::ConfigKind) -> &'static str {
+    use deltapilot_proto::ConfigKind;
+    match kind {
+        ConfigKind::VirtualService => "VirtualService",
+        ConfigKind::DestinationRule => "DestinationRule",
+        ConfigKind::Gateway => "Gateway",
+        _ => "Other",
+    }
 }
