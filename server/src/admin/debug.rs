@@ -47,6 +47,9 @@ pub struct DebugState {
     pub streams: Arc<StreamRegistry>,
     /// The event log, for `/debug/events` (absent: that route answers 404).
     pub log: Option<Arc<Log>>,
+    /// The gateway credentials, for `/debug/credentials` (names and states
+    /// only, never key material; absent: that route answers 404).
+    pub credentials: Option<Arc<crate::credentials::CredentialStore>>,
 }
 
 /// What [`routes`] exposes, in words, for the warning `deltapilot run` logs when
@@ -66,6 +69,7 @@ pub fn routes(state: DebugState) -> Router {
         .route("/debug/events", get(events_route))
         .route("/debug/registry", get(registry_route))
         .route("/debug/rules", get(rules_route))
+        .route("/debug/credentials", get(credentials_route))
         .with_state(state)
 }
 
@@ -230,6 +234,21 @@ async fn registry_route(State(s): State<DebugState>, Query(q): Query<RegistryQue
         Err((true, m)) => error(StatusCode::NOT_FOUND, m),
         Err((false, m)) => error(StatusCode::BAD_REQUEST, m),
     }
+}
+
+async fn credentials_route(State(s): State<DebugState>) -> Response {
+    let Some(store) = &s.credentials else {
+        return error(StatusCode::NOT_FOUND, "no credential store");
+    };
+    let (credentials, scan_error) = store.report();
+    json_response(
+        StatusCode::OK,
+        &serde_json::json!({
+            "dir": store.dir().map(|d| d.display().to_string()),
+            "scan_error": scan_error,
+            "credentials": credentials,
+        }),
+    )
 }
 
 async fn rules_route(State(s): State<DebugState>) -> Response {

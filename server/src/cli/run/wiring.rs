@@ -259,10 +259,25 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
         ready,
         clock,
     );
+    let credentials = deltapilot_server::credentials::CredentialStore::new(
+        s.credentials_dir.clone(),
+        Some(metrics.clone()),
+    );
+    shared.set_credentials(credentials.clone());
+    match deltapilot_server::credentials::spawn_watcher(credentials.clone(), shutdown.clone()) {
+        Ok(Some(watcher)) => {
+            tasks.spawn(async move { watcher.await.context("credentials watcher failed") });
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tasks.spawn(async move { Err(e.context("watching --credentials-dir")) });
+        }
+    }
     let debug = debug_snapshots.map(|snapshots| DebugState {
         snapshots,
         streams: shared.streams(),
         log: Some(log),
+        credentials: Some(credentials.clone()),
     });
     let (xds_conn, admin_conn) = (s.xds_conn, s.admin_conn);
     tasks.spawn(async move {
