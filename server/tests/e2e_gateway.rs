@@ -6,8 +6,10 @@
 //! gateway views for router proxies is not part of this test: the snapshot
 //! here is the view. Envoy then publishes the service by path on plain HTTP,
 //! answers 404 off the rule's paths and for unknown hosts, redirects to HTTPS
-//! with 301 on the redirect server, and terminates HTTPS with a certificate
-//! made in the test and served over SDS; it never rejects an update.
+//! with 301 on the redirect server, terminates HTTPS with a certificate
+//! made in the test and served over SDS, and forwards a TLS passthrough by SNI
+//! to a TLS backend (`openssl s_server`) whose own certificate the client
+//! verifies; it never rejects an update.
 
 mod support;
 
@@ -28,12 +30,17 @@ use deltapilot_server::xds::service::{PublishClock, XdsShared, serve};
 use deltapilot_xds::generate::{GenOptions, build_all, gateway_resources};
 use deltapilot_xds::snapshot::{Snapshot, SnapshotWriter};
 use deltapilot_xds::{ResourceMap, ResourceSet};
-use support::{Backend, Envoy, free_port, http_get, wait_for};
+use support::{Backend, Envoy, Proc, free_ports, http_get, wait_for};
 
 const WAIT: Duration = Duration::from_secs(60);
 const HOST: &str = "web.example.com";
+const PT_HOST: &str = "pt.example.com";
 
 fn make_cert(dir: &Path) {
+    make_cert_for(dir, HOST);
+}
+
+fn make_cert_for(dir: &Path, host: &str) {
     std::fs::create_dir_all(dir).expect("mkdir");
     let out = Command::new("openssl")
         .args([
@@ -44,8 +51,8 @@ fn make_cert(dir: &Path) {
             "-pkeyopt",
             "ec_paramgen_curve:P-256",
         ])
-        .args(["-nodes", "-days", "2", "-subj", &format!("/CN={HOST}")])
-        .args(["-addext", &format!("subjectAltName=DNS:{HOST}")])
+        .args(["-nodes", "-days", "2", "-subj", &format!("/CN={host}")])
+        .args(["-addext", &format!("subjectAltName=DNS:{host}")])
         .arg("-keyout")
         .arg(dir.join("tls.key"))
         .arg("-out")
@@ -59,47 +66,64 @@ fn make_cert(dir: &Path) {
     );
 }
 
-fn model(backend: u16, ports: (u16, u16, u16)) -> ModelState {
-    let host = "web.web.svc.cluster.local";
-    let mut endpoint = ep("k", 0, "ep/web-1", "127.0.0.1", &[host]);
+/// An endpoint of `host` (namespace `web`) at 127.0.0.1:`port` for its
+/// service port `svc_port`.
+fn endpoint(key: &str, host: &str, svc_port: u16, port: u16) -> deltapilot_proto::Event {
+    let mut endpoint = ep("k", 0, key, "127.0.0.1", &[host]);
     if let Some(Payload::EndpointUpsert(u)) = endpoint.payload.as_mut()
         && let Some(e) = u.endpoint.as_mut()
     {
-        e.ports.insert("http-80".into(), u32::from(backend));
+        e.ports.insert(format!("http-{svc_port}"), u32::from(port));
         for s in &mut e.services {
             s.namespace = "web".into();
         }
     }
+    endpoint
+}
+
+fn model(backend: u16, tls_backend: u16, ports: (u16, u16, u16, u16)) -> ModelState {
+    let host = "web.web.svc.cluster.local";
+    let tls_host = "tls.web.svc.cluster.local";
     let gateway = format!(
         r#"{{"selector": {{"istio": "ingressgateway"}}, "servers": [
           {{"port": {{"number": {}, "name": "http", "protocol": "HTTP"}}, "hosts": ["web/{HOST}"]}},
           {{"port": {{"number": {}, "name": "redirect", "protocol": "HTTP"}}, "hosts": ["{HOST}"],
             "tls": {{"httpsRedirect": true}}}},
           {{"port": {{"number": {}, "name": "https", "protocol": "HTTPS"}}, "hosts": ["{HOST}"],
-            "tls": {{"mode": "SIMPLE", "credentialName": "web-cert"}}}}
+            "tls": {{"mode": "SIMPLE", "credentialName": "web-cert"}}}},
+          {{"port": {{"number": {}, "name": "tls", "protocol": "TLS"}}, "hosts": ["*.example.com"],
+            "tls": {{"mode": "PASSTHROUGH"}}}}
         ]}}"#,
-        ports.0, ports.1, ports.2
+        ports.0, ports.1, ports.2, ports.3
     );
     let vs = format!(
         r#"{{"hosts": ["{HOST}"], "gateways": ["edge/ingress"],
             "http": [{{"match": [{{"uri": {{"prefix": "/web"}}}}],
-                       "route": [{{"destination": {{"host": "web"}}}}]}}]}}"#
+                       "route": [{{"destination": {{"host": "web"}}}}]}}],
+            "tls": [{{"match": [{{"sniHosts": ["{PT_HOST}"]}}],
+                      "route": [{{"destination": {{"host": "tls"}}}}]}}]}}"#
     );
     ModelState::from_events(&[
         svc("k", 0, "web", host, &[80]),
-        endpoint,
+        endpoint("ep/web-1", host, 80, backend),
+        svc("k", 0, "web", tls_host, &[8443]),
+        endpoint("ep/tls-1", tls_host, 8443, tls_backend),
         rule("k", 0, ConfigKind::Gateway, "edge", "ingress", &gateway),
         rule("k", 0, ConfigKind::VirtualService, "web", "web", &vs),
     ])
 }
 
 fn curl(port: u16, ca: &Path, path: &str) -> Result<String, String> {
+    curl_host(HOST, port, ca, path)
+}
+
+fn curl_host(host: &str, port: u16, ca: &Path, path: &str) -> Result<String, String> {
     let out = Command::new("curl")
         .args(["-sS", "--max-time", "5", "--cacert"])
         .arg(ca)
         .arg("--resolve")
-        .arg(format!("{HOST}:{port}:127.0.0.1"))
-        .arg(format!("https://{HOST}:{port}{path}"))
+        .arg(format!("{host}:{port}:127.0.0.1"))
+        .arg(format!("https://{host}:{port}{path}"))
         .output()
         .map_err(|e| format!("curl: {e}"))?;
     if out.status.success() {
@@ -113,32 +137,7 @@ fn curl(port: u16, ca: &Path, path: &str) -> Result<String, String> {
 async fn a_gateway_publishes_by_path_redirects_and_terminates_https() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
-    let backend = Backend::start("web");
-    let ports = (free_port(), free_port(), free_port());
-    let model = model(backend.port, ports);
-    let opts = GenOptions {
-        outbound_address: "127.0.0.1".into(),
-        bind_outbound: true,
-        ..Default::default()
-    };
-    let (all, errors) = build_all(&model, &opts);
-    assert!(errors.is_empty(), "{errors:?}");
-    let gw = gateway_resources(&model, &[Arc::from("edge/ingress")], &opts);
-    assert!(gw.problems.is_empty(), "{:?}", gw.problems);
-    assert_eq!(gw.listeners.len(), 3);
-    let snapshot = Snapshot {
-        seq: 1,
-        model,
-        resources: ResourceSet {
-            clusters: all.clusters,
-            endpoints: all.endpoints,
-            sidecar_listeners: gw.listeners,
-            grpc_listeners: ResourceMap::new(),
-            routes: gw.routes,
-        },
-        ..Default::default()
-    };
-    let (_writer, reader) = SnapshotWriter::new(snapshot);
+    let (writer, reader) = SnapshotWriter::new(Snapshot::default());
     let creds = dir.join("creds");
     make_cert(&creds.join("web-cert"));
     let metrics = Arc::new(Metrics::new());
@@ -158,14 +157,55 @@ async fn a_gateway_publishes_by_path_redirects_and_terminates_https() {
         .expect("bind");
     let xds_port = listener.local_addr().expect("addr").port();
     tokio::spawn(serve(listener, shared));
-
-    let ca = creds.join("web-cert/tls.crt");
+    // Envoy first, so that its admin port is taken before the gateway's are
+    // picked (all at once, held together, so they differ).
     let envoy = tokio::task::spawn_blocking({
         let dir = dir.to_path_buf();
         move || Envoy::start(&dir, "envoy-delta.yaml", xds_port)
     })
     .await
     .expect("envoy");
+    let picked = free_ports(5);
+    let ports = (picked[0], picked[1], picked[2], picked[3]);
+    let tls_backend = picked[4];
+
+    let backend = Backend::start("web");
+    let pt_dir = dir.join("pt-backend");
+    make_cert_for(&pt_dir, PT_HOST);
+    let mut s_server = Command::new("openssl");
+    s_server
+        .args(["s_server", "-www", "-accept"])
+        .arg(format!("127.0.0.1:{tls_backend}"))
+        .arg("-cert")
+        .arg(pt_dir.join("tls.crt"))
+        .arg("-key")
+        .arg(pt_dir.join("tls.key"));
+    let _s_server = Proc::spawn("s_server", s_server, dir.join("s_server.log"));
+    let model = model(backend.port, tls_backend, ports);
+    let opts = GenOptions {
+        outbound_address: "127.0.0.1".into(),
+        bind_outbound: true,
+        ..Default::default()
+    };
+    let (all, errors) = build_all(&model, &opts);
+    assert!(errors.is_empty(), "{errors:?}");
+    let gw = gateway_resources(&model, &[Arc::from("edge/ingress")], &opts);
+    assert!(gw.problems.is_empty(), "{:?}", gw.problems);
+    assert_eq!(gw.listeners.len(), 4);
+    writer.publish(Snapshot {
+        seq: 1,
+        model,
+        resources: ResourceSet {
+            clusters: all.clusters,
+            endpoints: all.endpoints,
+            sidecar_listeners: gw.listeners,
+            grpc_listeners: ResourceMap::new(),
+            routes: gw.routes,
+        },
+        ..Default::default()
+    });
+
+    let ca = creds.join("web-cert/tls.crt");
     let checks = tokio::task::spawn_blocking(move || {
         let plain = SocketAddr::from(([127, 0, 0, 1], ports.0));
         wait_for("gateway publishes /web", WAIT, || {
@@ -196,6 +236,15 @@ async fn a_gateway_publishes_by_path_redirects_and_terminates_https() {
             WAIT,
             || match curl(ports.2, &ca, "/web") {
                 Ok(b) if b == "web" => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+        );
+        let pt_ca = pt_dir.join("tls.crt");
+        wait_for(
+            "tls passthrough by SNI to the backend",
+            WAIT,
+            || match curl_host(PT_HOST, ports.3, &pt_ca, "/") {
+                Ok(b) if b.contains("s_server") => Ok(()),
                 other => Err(format!("{other:?}")),
             },
         );

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use support::{Deltapilot, Envoy, free_port, http_get, metric, wait_for};
+use support::{Deltapilot, Envoy, free_ports, http_get, metric, wait_for};
 
 const WAIT: Duration = Duration::from_secs(60);
 const HOST: &str = "gw.test.local";
@@ -183,7 +183,8 @@ fn run(api: &str) {
     make_cert(&plain);
     let watch = dir.join("watch");
     std::fs::create_dir_all(&watch).expect("mkdir");
-    let (xds_port, admin_port) = (free_port(), free_port());
+    let ports = free_ports(6);
+    let (xds_port, admin_port) = (ports[0], ports[1]);
     let dp = Deltapilot::start_with(
         dir,
         &dir.join("data"),
@@ -193,8 +194,8 @@ fn run(api: &str) {
         &["--credentials-dir", creds.to_str().expect("utf-8 path")],
     );
 
-    let (p_k8s, p_plain, p_absent) = (free_port(), free_port(), free_port());
-    let envoy_admin = free_port();
+    let (p_k8s, p_plain, p_absent) = (ports[2], ports[3], ports[4]);
+    let envoy_admin = ports[5];
     let boot = dir.join("envoy.yaml");
     std::fs::write(
         &boot,

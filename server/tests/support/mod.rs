@@ -44,6 +44,17 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// `n` distinct free loopback ports, held together while picked so that no
+/// two are the same (then released).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("free port"))
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().expect("addr").port())
+        .collect()
+}
+
 /// Polls `f` every 100 ms until it returns `Some` or `within` passes (then panics
 /// with `what` and the last state `f` reported through `last`).
 pub fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {

@@ -56,7 +56,7 @@ pub use types::{F64, Percent, PortSelector, StringMatch, StringMatchKind};
 pub use vs::{
     CorsPolicy, Destination, DirectResponse, Fault, FaultAbort, FaultDelay, HeaderOps, Headers,
     HttpMatch, HttpRoute, Redirect, RegexRewrite, ResponseBody, Retries, Rewrite, RouteDestination,
-    VirtualService,
+    TlsMatch, TlsRoute, VirtualService,
 };
 
 #[cfg(test)]

@@ -337,7 +337,6 @@ fn bind_virtual_service(vs: &VirtualService, rule: &mut Rule) {
     let exported = check_export(vs.export_to.as_ref(), rule);
     for (pattern, why) in [
         (&["tcp"][..], "TCP routes"),
-        (&["tls"][..], "TLS routes"),
         (&["http", "*", "delegate"][..], "delegation"),
         (
             &["http", "*", "mirrors"][..],
@@ -367,8 +366,36 @@ fn bind_virtual_service(vs: &VirtualService, rule: &mut Rule) {
             &["http", "*", "fault", "abort", "http2Error"][..],
             "HTTP/2 error aborts",
         ),
+        (
+            &["tls", "*", "match", "*", "destinationSubnets"][..],
+            "TLS matching on destination subnets",
+        ),
+        (
+            &["tls", "*", "match", "*", "sourceLabels"][..],
+            "TLS matching on source labels",
+        ),
+        (
+            &["tls", "*", "match", "*", "gateways"][..],
+            "per-match gateways",
+        ),
+        (
+            &["tls", "*", "match", "*", "sourceNamespace"][..],
+            "TLS matching on source namespace",
+        ),
+        (
+            &["tls", "*", "route", "*", "headers"][..],
+            "header edits on TLS routes (they do not apply)",
+        ),
     ] {
         unsupported(&raw, pattern, why, &mut rule.problems);
+    }
+    if mesh {
+        unsupported(
+            &raw,
+            &["tls"],
+            "TLS routes for sidecars (they apply on gateway PASSTHROUGH servers)",
+            &mut rule.problems,
+        );
     }
     let ns = &*rule.namespace;
     if mesh && exported && !rule.rejected {
@@ -379,6 +406,17 @@ fn bind_virtual_service(vs: &VirtualService, rule: &mut Rule) {
         rule.gateways = named.into_iter().collect();
     }
     let mut dests = BTreeSet::new();
+    let tls_dests = vs
+        .tls
+        .iter()
+        .flatten()
+        .flat_map(|t| t.route.iter().flatten())
+        .filter_map(|d| d.destination.as_ref());
+    for d in tls_dests {
+        if let Some(h) = d.host.as_deref().filter(|h| !h.trim().is_empty()) {
+            dests.insert(resolve_host(h, ns));
+        }
+    }
     for route in vs.http.iter().flatten() {
         let named = route
             .route

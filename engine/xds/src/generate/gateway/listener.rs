@@ -31,19 +31,25 @@ use super::{Placed, PortServers, ca_secret_name};
 const TLS_INSPECTOR: &str = "envoy.filters.listener.tls_inspector";
 const TLS_SOCKET: &str = "envoy.transport_sockets.tls";
 
-/// The listener `0.0.0.0_<port>`: its name and bytes.
+/// The listener `0.0.0.0_<port>`: its name and bytes; `passthrough` holds
+/// the chains of each PASSTHROUGH server, by position in `servers`.
 pub(crate) fn listener(
     port: u16,
     servers: &PortServers<'_>,
     opts: &GenOptions,
     fault: bool,
+    passthrough: Vec<Vec<FilterChain>>,
 ) -> (Arc<str>, Bytes) {
     let name = sidecar_listener_name(port);
     let filter_chains = if servers.tls {
         servers
             .servers
             .iter()
-            .map(|p| tls_chain(p, fault))
+            .zip(passthrough)
+            .flat_map(|(p, chains)| match p.server.mode {
+                ServerMode::Https { .. } => vec![tls_chain(p, fault)],
+                _ => chains,
+            })
             .collect()
     } else {
         let route = format!("http.{port}");
@@ -104,7 +110,7 @@ fn tls_chain(p: &Placed<'_>, fault: bool) -> FilterChain {
         credential, mutual, ..
     } = &p.server.mode
     else {
-        // Only HTTPS servers are placed on TLS ports (see `place`).
+        // Called for HTTPS servers only (see `listener`).
         return FilterChain::default();
     };
     let sds = |name: &str| SdsSecretConfig {

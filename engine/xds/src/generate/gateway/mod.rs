@@ -16,7 +16,9 @@
 //!   `https.<port>.<portName>.<gateway>.<namespace>`. A server whose SNI
 //!   names another server's on the port already uses is dropped (`DP2103`):
 //!   Envoy refuses two chains with one match.
-//! - **PASSTHROUGH** servers are not generated yet (`DP2102`).
+//! - **PASSTHROUGH** servers forward TLS untouched by SNI through the `tls`
+//!   routes of the VirtualServices bound to them (see `passthrough`); they
+//!   share TLS ports with HTTPS servers (SNI tells them apart).
 //!
 //! ## Virtual hosts (Istio's `buildGatewayHTTPRouteConfig`)
 //! For each server, the VirtualServices bound to its Gateway are taken in merge
@@ -49,11 +51,25 @@
 //! `outbound|<port>|<subset>|<host>` clusters sidecars use, so a router's
 //! view takes the snapshot's clusters and endpoints as they are.
 //!
+//! ## Problems (stable codes, with the key of the object they concern)
+//! | code | severity | meaning | what happens |
+//! | --- | --- | --- | --- |
+//! | `DP2101` | error | a server whose port already serves the other kind (plain HTTP / TLS) | server dropped |
+//! | `DP2103` | error | an HTTPS or PASSTHROUGH server whose SNI hosts overlap an earlier one's on the port | server dropped |
+//! | `DP2104` | warning | MUTUAL `subjectAltNames` | not checked: any client the CA signed is accepted |
+//! | `DP2105` | warning | a `tls` route SNI already routed on the port | left out of that route |
+//! | `DP2106` | error | a `tls` route without a destination, or to a host without a service | route dropped |
+//! | `DP2107` | error | a `tls` route destination without a port, to a service with several | route dropped |
+//!
+//! Route problems of the bound VirtualServices' `http` routes keep their
+//! `vs_routes` codes.
+//!
 //! What it does NOT do: decide which Gateways select a proxy (the model:
 //! `RuleIndex::gateways_selecting`), read credentials (the server's SDS), or
-//! TCP and TLS routes.
+//! TCP routes.
 
 mod listener;
+mod passthrough;
 mod routes;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -183,7 +199,23 @@ pub fn gateway_resources<M: ModelRead + ?Sized>(
             out.routes
                 .insert(Arc::new(Resource::new(Arc::from(name), bytes)));
         }
-        let built = listener::listener(*port, servers, opts, listener.fault);
+        let mut taken: BTreeSet<String> = servers
+            .servers
+            .iter()
+            .filter(|p| matches!(p.server.mode, ServerMode::Https { .. }))
+            .flat_map(|p| p.sni())
+            .collect();
+        let passthrough: Vec<_> = servers
+            .servers
+            .iter()
+            .map(|p| match p.server.mode {
+                ServerMode::Passthrough => {
+                    passthrough::chains(model, rules, p, &mut taken, &mut out.problems)
+                }
+                _ => Vec::new(),
+            })
+            .collect();
+        let built = listener::listener(*port, servers, opts, listener.fault, passthrough);
         out.listeners
             .insert(Arc::new(Resource::new(built.0, built.1)));
         for p in &servers.servers {
@@ -209,18 +241,7 @@ fn place<'a>(
 ) {
     let s = placed.server;
     let path = format!("servers[{}]", s.index);
-    if s.mode == ServerMode::Passthrough {
-        problems.push((
-            placed.key.clone(),
-            Problem::warning(
-                "DP2102",
-                path,
-                "TLS PASSTHROUGH servers are not generated yet: server dropped",
-            ),
-        ));
-        return;
-    }
-    let tls = matches!(s.mode, ServerMode::Https { .. });
+    let tls = matches!(s.mode, ServerMode::Https { .. } | ServerMode::Passthrough);
     let entry = ports.entry(s.port).or_insert_with(|| PortServers {
         tls,
         servers: Vec::new(),

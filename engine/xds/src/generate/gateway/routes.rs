@@ -57,7 +57,9 @@ pub(crate) fn port_routes<M: ModelRead + ?Sized>(
     // Route configuration name → its servers, in merge order.
     let mut by_route: BTreeMap<String, Vec<&Placed<'_>>> = BTreeMap::new();
     for p in &servers.servers {
-        by_route.entry(p.route_name()).or_default().push(p);
+        if p.server.mode != ServerMode::Passthrough {
+            by_route.entry(p.route_name()).or_default().push(p);
+        }
     }
     // Routes of one VirtualService for one Gateway, translated once.
     let mut cache: HashMap<(Arc<str>, Arc<str>), Vec<Route>> = HashMap::new();

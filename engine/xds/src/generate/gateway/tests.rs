@@ -286,3 +286,66 @@ fn hcm_of(
         _ => panic!("hcm"),
     }
 }
+
+#[test]
+fn passthrough_servers_forward_by_sni_through_tls_routes() {
+    let m = ModelState::from_events(&[
+        svc("k", 0, "web", "a.web.svc.cluster.local", &[8443]),
+        svc("k", 0, "web", "b.web.svc.cluster.local", &[8443, 9443]),
+        rule(
+            "k",
+            0,
+            ConfigKind::Gateway,
+            "edge",
+            "pt",
+            r#"{"servers":[
+              {"port":{"number":443,"protocol":"TLS"},"hosts":["*.example.com"],"tls":{"mode":"PASSTHROUGH"}},
+              {"port":{"number":443,"protocol":"HTTPS"},"hosts":["t.example.com"],
+               "tls":{"mode":"SIMPLE","credentialName":"t"}}
+            ]}"#,
+        ),
+        rule(
+            "k",
+            0,
+            ConfigKind::VirtualService,
+            "web",
+            "pt",
+            r#"{"hosts":["*.example.com"],"gateways":["edge/pt"],"tls":[
+              {"match":[{"sniHosts":["a.example.com","t.example.com"]}],
+               "route":[{"destination":{"host":"a"}}]},
+              {"match":[{"sniHosts":["b.example.com"],"port":443}],
+               "route":[{"destination":{"host":"b"}}]},
+              {"match":[{"sniHosts":["w.example.com"]}],
+               "route":[{"destination":{"host":"a"},"weight":50},
+                        {"destination":{"host":"b","port":{"number":9443}},"weight":50}]}
+            ]}"#,
+        ),
+    ]);
+    let r = gateway_resources(&m, &[Arc::from("edge/pt")], &GenOptions::default());
+    let l = listener(&r, "0.0.0.0_443");
+    let sni: Vec<Vec<String>> = l
+        .filter_chains
+        .iter()
+        .map(|c| {
+            c.filter_chain_match
+                .as_ref()
+                .expect("match")
+                .server_names
+                .clone()
+        })
+        .collect();
+    assert_eq!(
+        sni,
+        [
+            vec!["a.example.com".to_string()],
+            vec!["w.example.com".to_string()],
+            vec!["t.example.com".to_string()],
+        ],
+        "t.example.com stays the HTTPS server's; b has two ports and names none"
+    );
+    assert_eq!(l.listener_filters.len(), 1, "tls inspector");
+    let codes: Vec<&str> = r.problems.iter().map(|(_, p)| p.code).collect();
+    assert_eq!(codes, ["DP2105", "DP2107"], "{:?}", r.problems);
+    assert!(r.routes.get("http.443").is_none());
+    assert!(r.routes.get("https.443..pt.edge").is_some());
+}
