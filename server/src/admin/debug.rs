@@ -7,7 +7,8 @@
 //! | `/debug/snapshot` | the current snapshot: seq, position, hash, entity and resource counts |
 //! | `/debug/events?from=POS&limit=N` | log records as `deltapilot log read` prints them (see `events`) |
 //! | `/debug/registry[?host=H[&port=P[&labels=k=v]]][?ip=A]` | the ServiceDiscovery query API (see `registry_view`) |
-//! | `/debug/rules` | every VirtualService and DestinationRule: status and problems with stable codes (see `rules_view`) |
+//! | `/debug/rules` | every VirtualService, DestinationRule and Gateway: status and problems with stable codes (see `rules_view`) |
+//! | `/debug/credentials` | every gateway credential: `loaded`, `error` (why; the last good one stays served) or `missing` (asked for, absent), subscribers; never key material (see `credentials`) |
 //!
 //! Every answer is computed on request from the current snapshot and the stream
 //! registry; nothing here changes state. An unknown proxy id is a 404 naming the
@@ -57,8 +58,8 @@ pub struct DebugState {
 /// new route is named here too.
 pub const EXPOSES: &str = "/debug/syncz (every connected proxy: node ids, versions, NACK \
      messages), /debug/config_dump (any proxy's full configuration), /debug/snapshot, \
-     /debug/events (the event log's records) and /debug/registry (every service and \
-     endpoint address)";
+     /debug/events (the event log's records), /debug/registry (every service and \
+     endpoint address) and /debug/credentials (credential names and their state, no keys)";
 
 /// The debug routes.
 pub fn routes(state: DebugState) -> Router {

@@ -588,6 +588,30 @@ mod tests {
     }
 
     #[test]
+    fn credentials_dir_must_be_a_directory_and_is_rebased_from_the_config_file() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let data = dir.path().join("data");
+        let data = data.to_str().expect("utf-8");
+        let e = format!(
+            "{:#}",
+            settings(&[
+                "--data-dir",
+                data,
+                "--credentials-dir",
+                "/nonexistent/creds"
+            ])
+            .expect_err("missing")
+        );
+        assert!(e.contains("--credentials-dir /nonexistent/creds"), "{e}");
+        std::fs::create_dir(dir.path().join("creds")).expect("mkdir");
+        let cfg = dir.path().join("run.yaml");
+        std::fs::write(&cfg, "credentials-dir: creds\n").expect("write");
+        let s = settings(&["--data-dir", data, "--config", cfg.to_str().expect("utf-8")])
+            .expect("valid");
+        assert_eq!(s.credentials_dir, Some(dir.path().join("creds")));
+    }
+
+    #[test]
     fn registries_come_from_flags_or_the_config_file() {
         let dir = tempfile::tempdir().expect("tmp");
         let data = dir.path().join("data");
