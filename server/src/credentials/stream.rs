@@ -7,7 +7,11 @@
 //! - Unsubscribing forgets what was sent, so a later subscription is answered
 //!   again.
 //! - A subscribed secret that does not exist is not answered (the proxy keeps
-//!   waiting for it) and is reported as missing by the store.
+//!   waiting for it) and is reported as missing by the store. One that
+//!   disappears from the directory is not removed from proxies that hold it
+//!   (their listeners keep working with it); it is reported missing.
+//! - The stream's node is read by the snapshot types' state machine: a stream
+//!   whose only requests are for secrets is served, but not identified.
 //! - Nonces start with `s`, so they never collide with the snapshot types'
 //!   (hexadecimal) ones on the same stream.
 //!
