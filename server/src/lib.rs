@@ -8,6 +8,7 @@
 pub mod adapter_health;
 pub mod admin;
 pub mod conn;
+pub mod credentials;
 pub mod log_health;
 pub mod metrics;
 pub mod process;

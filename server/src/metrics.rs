@@ -52,6 +52,10 @@
 //! - `rules{status}`, `rule_problems{code}` — traffic rules by status and their
 //!   problems by stable code, as `/debug/rules` reports them (refreshed at most
 //!   second while rules exist, and on every rule change).
+//! - `credentials{state}`, `credential_problems{name,state}` — gateway
+//!   credentials served over SDS: how many are `loaded`, failing (`error`, the
+//!   last good one stays served) or `missing` (a proxy asks for a name the
+//!   directory lacks); the second names each one not loaded.
 //! - `engine_events_applied_total` — events folded into the state (held
 //!   endpoint events are counted apart, below).
 //! - `engine_events_skipped_total{reason}` — log records the fold could not
@@ -152,6 +156,10 @@ pub struct Metrics {
     pub rules: Family<Labels<1>, Gauge>,
     /// Traffic-rule problems by code.
     pub rule_problems: Family<Labels<1>, Gauge>,
+    /// Gateway credentials by state (`loaded`, `error`, `missing`).
+    pub credentials: Family<Labels<1>, Gauge>,
+    /// 1 for each credential that is not loaded, by name and state.
+    pub credential_problems: Family<[(&'static str, String); 2], Gauge>,
     /// See the module docs.
     pub engine_applied: Counter,
     /// See the module docs.
@@ -228,6 +236,8 @@ impl Metrics {
             ready: Gauge::default(),
             rules: Family::default(),
             rule_problems: Family::default(),
+            credentials: Family::default(),
+            credential_problems: Family::default(),
             engine_applied: Counter::default(),
             engine_skipped: Family::default(),
             engine_held: Counter::default(),
@@ -325,6 +335,17 @@ impl Metrics {
             "rule_problems",
             "Problems found in traffic rules, by stable code (see /debug/rules)",
             m.rule_problems.clone(),
+        );
+        registry.register(
+            "credentials",
+            "Gateway credentials of --credentials-dir by state (see /debug/credentials)",
+            m.credentials.clone(),
+        );
+        registry.register(
+            "credential_problems",
+            "1 for each credential not loaded (error: unreadable or mismatched; missing: \
+             asked for by a proxy, not in the directory), by name",
+            m.credential_problems.clone(),
         );
         registry.register(
             "engine_events_applied",

@@ -31,12 +31,15 @@
 //! Traffic rules: a host's VirtualService shapes its routes (`vs_routes`); a
 //! rule change reaches the generator as `Touched::rule_hosts`.
 //!
-//! What it does NOT do: DestinationRule policies and subset clusters, inbound
-//! listeners, gateways, TLS, or per-proxy filtering (see `view`).
+//! Gateways: [`gateway_resources`] builds a router proxy's listeners and routes
+//! from the Gateways that select it, on demand (see `gateway`).
+//!
+//! What it does NOT do: inbound listeners, or per-proxy filtering (see `view`).
 
 mod cds;
 mod common;
 mod eds;
+mod gateway;
 mod incremental;
 mod lds;
 mod policy;
@@ -48,6 +51,7 @@ mod wire;
 
 use std::sync::Arc;
 
+pub use gateway::{GatewayResources, ca_secret_name, gateway_resources, gateway_touched};
 pub use incremental::Generator;
 pub use policy::hash_policies;
 pub use reference::{AssignmentSlot, build_all, build_assignments};

@@ -33,6 +33,7 @@ pub fn resources_for(set: &ResourceSet, proxy_type: ProxyType, t: ResourceType) 
         ResourceType::Cluster => &set.clusters,
         ResourceType::Endpoint => &set.endpoints,
         ResourceType::Route => &set.routes,
+        ResourceType::Secret => ResourceMap::empty(),
         ResourceType::Listener => match proxy_type {
             ProxyType::ProxylessGrpc => &set.grpc_listeners,
             ProxyType::Sidecar | ProxyType::Router => &set.sidecar_listeners,

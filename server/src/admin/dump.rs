@@ -57,6 +57,8 @@ pub fn config_dump(
             ResourceType::Listener => ("ListenersConfigDump", "dynamic_listeners"),
             ResourceType::Route => ("RoutesConfigDump", "dynamic_route_configs"),
             ResourceType::Endpoint => ("EndpointsConfigDump", "dynamic_endpoint_configs"),
+            // Never dumped: key material stays out of every debug view.
+            ResourceType::Secret => continue,
         };
         let mut items = Vec::new();
         // By name, as people read it (the map iterates in hash order).
@@ -89,6 +91,7 @@ pub fn config_dump(
                     item.push("version_info", version);
                     item.push("endpoint_config", body);
                 }
+                ResourceType::Secret => continue,
             }
             items.push(item);
         }

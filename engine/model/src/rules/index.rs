@@ -23,11 +23,13 @@ use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
 
+use super::gateway::BoundGateway;
+use super::gateway::gateway_id;
 use super::host::{host_matches, wildcards_of};
 use super::parse::{Rule, is_rule_kind, parse};
 use super::problem::{Problem, RuleStatus, Severity};
 use super::{DestinationRule, VirtualService};
-use crate::model::{Config, Hostname};
+use crate::model::{Config, Hostname, Labels};
 
 /// The precedence order of rules bound to one pattern (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -56,16 +58,24 @@ pub struct RuleTouch {
     /// Patterns of DestinationRules (callers also touch the hosts whose
     /// VirtualService routes to them).
     pub destination_rule: Vec<Hostname>,
+    /// Gateways (`<namespace>/<name>`) whose resources may have changed: the
+    /// Gateway object itself, or a VirtualService bound to it.
+    pub gateways: Vec<Arc<str>>,
 }
 
 impl RuleTouch {
     fn add(&mut self, rule: &Rule) {
+        if rule.is_gateway() {
+            self.gateways.push(gateway_id(&rule.namespace, &rule.name));
+            return;
+        }
         let to = if rule.is_virtual_service() {
             &mut self.virtual_service
         } else {
             &mut self.destination_rule
         };
         to.extend(rule.hosts.iter().cloned());
+        self.gateways.extend(rule.gateways.iter().cloned());
     }
 }
 
@@ -93,6 +103,10 @@ pub struct RuleIndex {
     dr_hosts: OrdMap<Hostname, OrdSet<Claim>>,
     /// Destination host → the VirtualServices (by key) whose routes name it.
     routes_to: OrdMap<Hostname, OrdSet<Arc<str>>>,
+    /// Gateway id (`<namespace>/<name>`) → the key of its object.
+    gateways: OrdMap<Arc<str>, Arc<str>>,
+    /// Gateway id → the VirtualServices bound to it, in merge order.
+    gateway_vs: OrdMap<Arc<str>, OrdSet<Claim>>,
     /// How many bound VirtualServices have a route with `fault` (the sidecar
     /// HCMs carry the fault filter while any does).
     faults: usize,
@@ -127,6 +141,16 @@ impl RuleIndex {
         let rule = Arc::new(parse(cfg));
         touch.add(&rule);
         let claim = Claim::of(&rule);
+        if rule.is_gateway() {
+            self.gateways
+                .insert(gateway_id(&rule.namespace, &rule.name), rule.key.clone());
+        }
+        for g in &rule.gateways {
+            self.gateway_vs
+                .entry(g.clone())
+                .or_default()
+                .insert(claim.clone());
+        }
         let by_host = if rule.is_virtual_service() {
             &mut self.vs_hosts
         } else {
@@ -156,6 +180,13 @@ impl RuleIndex {
             self.faults -= 1;
         }
         let claim = Claim::of(&rule);
+        if rule.is_gateway() {
+            self.gateways
+                .remove(gateway_id(&rule.namespace, &rule.name).as_ref());
+        }
+        for g in &rule.gateways {
+            drop_member(&mut self.gateway_vs, g, &claim);
+        }
         let by_host = if rule.is_virtual_service() {
             &mut self.vs_hosts
         } else {
@@ -295,7 +326,11 @@ impl RuleIndex {
                 ));
             }
         }
-        let nowhere = rule.hosts.is_empty() || shadowed == rule.hosts.len();
+        let nowhere = if rule.is_gateway() {
+            rule.gateway().is_none_or(|g| g.servers.is_empty())
+        } else {
+            (rule.hosts.is_empty() || shadowed == rule.hosts.len()) && rule.gateways.is_empty()
+        };
         if rule.rejected || (problems.iter().any(|p| p.severity == Severity::Error) && nowhere) {
             RuleStatus::Rejected(problems)
         } else if problems.is_empty() {
@@ -303,6 +338,57 @@ impl RuleIndex {
         } else {
             RuleStatus::AppliedWithWarnings(problems)
         }
+    }
+
+    /// The Gateway `<namespace>/<name>`, if it is stored and valid.
+    pub fn gateway(&self, id: &str) -> Option<(&Arc<Rule>, &Arc<BoundGateway>)> {
+        let rule = self.rules.get(self.gateways.get(id)?)?;
+        Some((rule, rule.gateway()?))
+    }
+
+    /// Every valid Gateway, by id (`<namespace>/<name>`), in id order.
+    pub fn gateways(&self) -> impl Iterator<Item = (&Arc<str>, &Arc<Rule>, &Arc<BoundGateway>)> {
+        self.gateways.iter().filter_map(|(id, key)| {
+            let rule = self.rules.get(key)?;
+            Some((id, rule, rule.gateway()?))
+        })
+    }
+
+    /// The ids of the Gateways that select a router proxy of `namespace` with
+    /// `labels`, sorted (see `gateway` for the rule; `scope_to_namespace` is
+    /// Istio's `PILOT_SCOPE_GATEWAY_TO_NAMESPACE`, `false` by default).
+    /// O(gateways).
+    pub fn gateways_selecting(
+        &self,
+        namespace: &str,
+        labels: &Labels,
+        scope_to_namespace: bool,
+    ) -> Vec<Arc<str>> {
+        self.gateways()
+            .filter(|(_, rule, gw)| {
+                gw.selects(&rule.namespace, namespace, labels, scope_to_namespace)
+            })
+            .map(|(id, _, _)| id.clone())
+            .collect()
+    }
+
+    /// The VirtualServices bound to Gateway `id` (valid, not rejected), in merge
+    /// order: `(name, namespace)`, as for sidecar precedence (Istio merges
+    /// oldest first; the model has no creation time). The Gateway itself need
+    /// not exist.
+    pub fn virtual_services_for_gateway(
+        &self,
+        id: &str,
+    ) -> Vec<(&Arc<Rule>, &Arc<VirtualService>)> {
+        let Some(set) = self.gateway_vs.get(id) else {
+            return Vec::new();
+        };
+        set.iter()
+            .filter_map(|c| {
+                let rule = self.rules.get(&c.key)?;
+                Some((rule, rule.virtual_service()?))
+            })
+            .collect()
     }
 
     /// Whether `pattern` binds any rule of either kind.

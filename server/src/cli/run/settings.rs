@@ -60,6 +60,12 @@ pub(crate) struct RunConfig {
     /// EndpointSlices, Pods, Nodes, Istio networking objects).
     #[arg(long, env = "DELTAPILOT_KUBECONFIG", value_name = "PATH")]
     kubeconfig: Option<PathBuf>,
+    /// A directory of gateway credentials served over SDS: a Gateway's
+    /// `credentialName: NAME` reads DIR/NAME/tls.crt and DIR/NAME/tls.key (and
+    /// DIR/NAME/ca.crt for MUTUAL), the layout of a mounted Kubernetes TLS
+    /// Secret; changes are picked up without a restart [default: none].
+    #[arg(long, env = "DELTAPILOT_CREDENTIALS_DIR", value_name = "DIR")]
+    credentials_dir: Option<PathBuf>,
     /// Base URL of a Eureka server to read in-process, everything before `/apps`
     /// (e.g. `http://HOST:8080/eureka/v2`, or Spring Cloud's `http://HOST:8761/eureka`).
     #[arg(long, env = "DELTAPILOT_EUREKA_URL", value_name = "URL")]
@@ -230,6 +236,8 @@ pub(crate) struct Settings {
     pub(super) log: LogSetting,
     pub(super) watch: Vec<PathBuf>,
     pub(super) kubeconfig: Option<PathBuf>,
+    /// `--credentials-dir`, checked to be a directory.
+    pub(super) credentials_dir: Option<PathBuf>,
     pub(super) eureka: Option<EurekaOptions>,
     pub(super) gen_opts: GenOptions,
     pub(super) limits: Limits,
@@ -268,6 +276,7 @@ fn read_config(path: &Path) -> anyhow::Result<RunConfig> {
     cfg.log = cfg.log.map(|uri| rebase_file_uri(&uri, base));
     cfg.watch = cfg.watch.into_iter().map(rebase).collect();
     cfg.kubeconfig = cfg.kubeconfig.map(rebase);
+    cfg.credentials_dir = cfg.credentials_dir.map(rebase);
     Ok(cfg)
 }
 
@@ -331,6 +340,15 @@ impl RunConfig {
                 k.display()
             );
         }
+        if let Some(d) = &self.credentials_dir
+            && !d.is_dir()
+        {
+            bail!(
+                "--credentials-dir {}: not a directory (create it, fix the path, or leave \
+                 the flag out)",
+                d.display()
+            );
+        }
         let eureka = eureka_options(self.eureka_url, self.eureka_refresh_secs, &data_dir)?;
         let defaults = GenOptions::default();
         let gen_opts = GenOptions {
@@ -360,6 +378,7 @@ impl RunConfig {
             log,
             watch: self.watch,
             kubeconfig: self.kubeconfig,
+            credentials_dir: self.credentials_dir,
             eureka,
             gen_opts,
             limits,
@@ -566,6 +585,30 @@ mod tests {
         Cli::try_parse_from(std::iter::once("run").chain(args.iter().copied()))?
             .run
             .settings()
+    }
+
+    #[test]
+    fn credentials_dir_must_be_a_directory_and_is_rebased_from_the_config_file() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let data = dir.path().join("data");
+        let data = data.to_str().expect("utf-8");
+        let e = format!(
+            "{:#}",
+            settings(&[
+                "--data-dir",
+                data,
+                "--credentials-dir",
+                "/nonexistent/creds"
+            ])
+            .expect_err("missing")
+        );
+        assert!(e.contains("--credentials-dir /nonexistent/creds"), "{e}");
+        std::fs::create_dir(dir.path().join("creds")).expect("mkdir");
+        let cfg = dir.path().join("run.yaml");
+        std::fs::write(&cfg, "credentials-dir: creds\n").expect("write");
+        let s = settings(&["--data-dir", data, "--config", cfg.to_str().expect("utf-8")])
+            .expect("valid");
+        assert_eq!(s.credentials_dir, Some(dir.path().join("creds")));
     }
 
     #[test]

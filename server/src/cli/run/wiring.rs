@@ -266,6 +266,20 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
         ready,
         clock,
     );
+    let credentials = deltapilot_server::credentials::CredentialStore::new(
+        s.credentials_dir.clone(),
+        Some(metrics.clone()),
+    );
+    shared.set_credentials(credentials.clone());
+    match deltapilot_server::credentials::spawn_watcher(credentials.clone(), shutdown.clone()) {
+        Ok(Some(watcher)) => {
+            tasks.spawn(async move { watcher.await.context("credentials watcher failed") });
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tasks.spawn(async move { Err(e.context("watching --credentials-dir")) });
+        }
+    }
     let debug = debug_snapshots.map(|snapshots| {
         DebugState::new(
             snapshots,
@@ -274,6 +288,7 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
             s.gen_opts.clone(),
             file_status,
         )
+        .with_credentials(credentials.clone())
     });
     let (xds_conn, admin_conn) = (s.xds_conn, s.admin_conn);
     tasks.spawn(async move {
