@@ -21,13 +21,20 @@
 //! per-stream state machine); it answers "what differs", the server decides what
 //! it is allowed to send.
 
+mod key;
+mod scoped;
+
+pub use key::{ViewKey, key_for};
+pub use scoped::{ScopedView, Views};
+
 use std::sync::Arc;
 
 use deltapilot_model::ProxyType;
 
 use super::{Resource, ResourceMap, ResourceSet, ResourceType, TypeChanges};
 
-/// The resources of one type a proxy of `proxy_type` should see.
+/// The resources of one type a proxy of `proxy_type` sees in `set` (a
+/// snapshot's global set, or a scoped view's own).
 pub fn resources_for(set: &ResourceSet, proxy_type: ProxyType, t: ResourceType) -> &ResourceMap {
     match t {
         ResourceType::Cluster => &set.clusters,

@@ -119,7 +119,13 @@ fn collect(model: &ModelState) -> (Vec<Value>, RuleCounts) {
         *counts.by_status.entry(status_name).or_default() += 1;
         rules.push(json!({
             "key": rule.key.as_ref(),
-            "kind": if rule.is_virtual_service() { "VirtualService" } else { "DestinationRule" },
+            "kind": if rule.is_virtual_service() {
+                "VirtualService"
+            } else if rule.is_sidecar() {
+                "Sidecar"
+            } else {
+                "DestinationRule"
+            },
             "namespace": rule.namespace.as_ref(),
             "name": rule.name.as_ref(),
             "status": status_name,

@@ -77,6 +77,15 @@ pub(crate) struct Source {
     /// As `deltapilot run --outbound-address`.
     #[arg(long, global = true, env = "DELTAPILOT_OUTBOUND_ADDRESS")]
     outbound_address: Option<IpAddr>,
+    /// As `run --root-namespace` (the Sidecar scoping a replayed proxy's view
+    /// depends on it) [default: istio-system].
+    #[arg(
+        long,
+        global = true,
+        env = "DELTAPILOT_ROOT_NAMESPACE",
+        value_name = "NAMESPACE"
+    )]
+    root_namespace: Option<String>,
 }
 
 /// Arguments of `deltapilot replay`.
@@ -181,6 +190,7 @@ impl Source {
                 .map(|a| a.to_string())
                 .unwrap_or(d.outbound_address),
             bind_outbound: self.bind_outbound.unwrap_or(false),
+            root_namespace: self.root_namespace.clone().unwrap_or(d.root_namespace),
             ..d
         }
     }
@@ -338,10 +348,14 @@ async fn dump(args: ReplayArgs) -> anyhow::Result<()> {
         .await?;
     let at = session.position("--at", args.at).await?;
     let mut r = session.replayer_at(&at).await?;
-    let dump = config_dump(r.resources(), proxy.proxy_type, &types, &|_, _| true);
+    // The proxy's own view at that position: its Sidecar scoping is derived
+    // from the replayed model exactly as the engine derives it.
+    let snap = r.snapshot();
+    let key = snap.view_key(&proxy);
+    let dump = config_dump(|t| snap.view(&key, t), &types, &|_, _| true);
     write_stdout(dump.to_pretty().as_bytes())?;
     eprintln!(
-        "replay: config of {} ({}) at position {}",
+        "replay: config of {} ({}, view {key}) at position {}",
         proxy.id,
         proxy.proxy_type.as_str(),
         r.position()

@@ -19,7 +19,8 @@ use std::sync::Arc;
 
 use deltapilot_model::{Proxy, ProxyType};
 use deltapilot_xds::snapshot::Snapshot;
-use deltapilot_xds::view::{Verdict, judge, resources_for};
+use deltapilot_xds::view::ViewKey;
+use deltapilot_xds::view::{Verdict, judge};
 use deltapilot_xds::{Resource, ResourceMap, ResourceType};
 
 use super::encode::DeltaOut;
@@ -252,6 +253,10 @@ pub struct DeltaPush {
 #[derive(Debug)]
 pub struct DeltaStream {
     proxy: Option<Proxy>,
+    /// The key of the view this stream was last judged against: a snapshot
+    /// that gives the proxy another key moves it (a full diff of the new view
+    /// against what it holds: the minimal delta).
+    key: Option<ViewKey>,
     fixed: Option<ResourceType>,
     limits: Limits,
     nonces: NonceGen,
@@ -266,6 +271,7 @@ impl DeltaStream {
     pub fn new(fixed: Option<ResourceType>, limits: Limits, snap: &Snapshot) -> Self {
         DeltaStream {
             proxy: None,
+            key: None,
             fixed,
             limits,
             nonces: NonceGen::default(),
@@ -280,11 +286,17 @@ impl DeltaStream {
         self.proxy.as_ref()
     }
 
-    fn proxy_type(&self) -> ProxyType {
-        self.proxy
-            .as_ref()
-            .map(|p| p.proxy_type)
-            .unwrap_or_default()
+    /// The proxy's view key in `snap`.
+    fn key_in(&self, snap: &Snapshot) -> ViewKey {
+        match &self.proxy {
+            Some(p) => snap.view_key(p),
+            None => ViewKey::Default(ProxyType::default()),
+        }
+    }
+
+    /// The key of the view this stream is judged against.
+    pub fn view_key(&self) -> Option<&ViewKey> {
+        self.key.as_ref()
     }
 
     /// The last NACK's error message for a type, if its latest answer was a NACK.
@@ -344,7 +356,11 @@ impl DeltaStream {
             self.proxy = Some(deltapilot_xds::proxy_from_node(&node));
         }
         let t = type_of(text(&req.type_url)?, self.fixed)?;
-        let view = resources_for(&snap.resources, self.proxy_type(), t);
+        let key = self.key_in(snap);
+        if self.key.is_none() {
+            self.key = Some(key.clone());
+        }
+        let view = snap.view(&key, t);
         let subscribe: Vec<&str> = req.subscribe.iter().map(text).collect::<Result<_, _>>()?;
         let unsubscribe: Vec<&str> = req.unsubscribe.iter().map(text).collect::<Result<_, _>>()?;
         let seq = self.seq;
@@ -489,7 +505,14 @@ impl DeltaStream {
         if snap.seq == self.seq {
             return;
         }
-        let changes = snap.changes_since(self.seq);
+        let key = self.key_in(snap);
+        let moved = self.key.as_ref().is_some_and(|k| *k != key);
+        let changes = if moved {
+            None
+        } else {
+            snap.view_changes_since(&key, self.seq)
+        };
+        self.key = Some(key);
         // The changes come from the snapshots after the one this stream last saw.
         let from = self.seq + 1;
         self.seq = snap.seq;
@@ -520,12 +543,12 @@ impl DeltaStream {
         if snap.seq != self.seq {
             self.on_snapshot(snap);
         }
-        let pt = self.proxy_type();
+        let key = self.key.clone().unwrap_or_else(|| self.key_in(snap));
         let mut work = [TypeWork::default(); 4];
         for t in ResourceType::ALL {
             let s = &mut self.types[t.index()];
             if s.started {
-                s.resolve(resources_for(&snap.resources, pt, t), self.seq);
+                s.resolve(snap.view(&key, t), self.seq);
             }
             work[t.index()] = s.work(t);
         }
@@ -576,7 +599,7 @@ impl DeltaStream {
         if !s.has_pending() {
             s.pending_since = None;
         }
-        s.reshare(resources_for(&snap.resources, pt, p.t));
+        s.reshare(snap.view(&key, p.t));
         s.acks.sent(SentResponse {
             nonce: out.nonce.clone(),
             seq: self.seq,
@@ -638,3 +661,7 @@ fn holds_exactly(req: &DeltaRequest, view: &ResourceMap) -> Result<bool, Error> 
 #[cfg(test)]
 #[path = "delta_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "delta_view_tests.rs"]
+mod view_tests;

@@ -261,10 +261,12 @@ impl Replayer {
     pub fn snapshot(&mut self) -> Snapshot {
         self.flush();
         let resources = self.resources_hash;
+        let views = deltapilot_xds::view::Views::build(&self.model, &self.resources, &self.opts);
         Snapshot {
             position: self.position.clone(),
             model: self.model.clone(),
             resources: self.resources.clone(),
+            views,
             hash: snapshot_hash(self.model.hash(), resources),
             ..Default::default()
         }

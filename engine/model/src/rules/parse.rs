@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use super::host::{host_error, resolve_host};
 use super::problem::Problem;
+use super::sidecar::{Sidecar, SidecarScope, bind_sidecar};
 use super::{DestinationRule, VirtualService};
 use crate::model::{Config, ConfigKind, Hostname};
 
@@ -27,6 +28,8 @@ pub enum RuleSpec {
     VirtualService(Arc<VirtualService>),
     /// A DestinationRule.
     DestinationRule(Arc<DestinationRule>),
+    /// A Sidecar, resolved against its namespace.
+    Sidecar(Arc<SidecarScope>),
     /// A spec that does not fit its kind's schema (see the problems).
     Invalid(ConfigKind),
 }
@@ -77,7 +80,24 @@ impl Rule {
         match &self.spec {
             RuleSpec::VirtualService(_) => true,
             RuleSpec::Invalid(k) => *k == ConfigKind::VirtualService,
-            RuleSpec::DestinationRule(_) => false,
+            RuleSpec::DestinationRule(_) | RuleSpec::Sidecar(_) => false,
+        }
+    }
+
+    /// The Sidecar, if this is a valid one.
+    pub fn sidecar(&self) -> Option<&Arc<SidecarScope>> {
+        match &self.spec {
+            RuleSpec::Sidecar(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a Sidecar object (valid or not).
+    pub fn is_sidecar(&self) -> bool {
+        match &self.spec {
+            RuleSpec::Sidecar(_) => true,
+            RuleSpec::Invalid(k) => *k == ConfigKind::Sidecar,
+            _ => false,
         }
     }
 }
@@ -86,7 +106,7 @@ impl Rule {
 pub fn is_rule_kind(kind: ConfigKind) -> bool {
     matches!(
         kind,
-        ConfigKind::VirtualService | ConfigKind::DestinationRule
+        ConfigKind::VirtualService | ConfigKind::DestinationRule | ConfigKind::Sidecar
     )
 }
 
@@ -126,6 +146,13 @@ pub fn parse(cfg: &Config) -> Rule {
             if let Some(dr) = typed::<DestinationRule>(&raw, &mut rule.problems) {
                 bind_destination_rule(&dr, &mut rule);
                 rule.spec = RuleSpec::DestinationRule(Arc::new(dr));
+            }
+        }
+        ConfigKind::Sidecar => {
+            if let Some(sc) = typed::<Sidecar>(&raw, &mut rule.problems)
+                && let Some(scope) = bind_sidecar(&sc, &raw, &mut rule)
+            {
+                rule.spec = RuleSpec::Sidecar(Arc::new(scope));
             }
         }
         other => {
@@ -208,7 +235,7 @@ fn unknown_fields(raw: &Value, back: &Value, path: &str, problems: &mut Vec<Prob
 
 /// Reports each path of `raw` given by `pattern` (`*` walks every array
 /// element) as a field not yet supported.
-fn unsupported(raw: &Value, pattern: &[&str], why: &str, problems: &mut Vec<Problem>) {
+pub(super) fn unsupported(raw: &Value, pattern: &[&str], why: &str, problems: &mut Vec<Problem>) {
     fn walk(v: &Value, rest: &[&str], path: String, why: &str, out: &mut Vec<Problem>) {
         let Some((head, tail)) = rest.split_first() else {
             if !v.is_null() {
