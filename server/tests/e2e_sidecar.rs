@@ -4,7 +4,9 @@
 //! Sidecar for `test` admitting `./*` with REGISTRY_ONLY scopes it: it keeps
 //! only its namespace's clusters (Envoy's own `/clusters`), a host of `other`
 //! and an unknown host get 502 from the catch-all, `/debug/syncz` shows its view
-//! key; removing the Sidecar restores the rest (an unknown host gets the
+//! key; switched to ALLOW_ANY, an unknown host passes through to the address
+//! in `x-envoy-original-dst-host` (502 without it: no loop back into the
+//! listener); removing the Sidecar restores the rest (an unknown host gets the
 //! router's 404 again). Envoy never rejects an update.
 
 mod support;
@@ -44,6 +46,29 @@ fn is(got: Result<(u16, String), String>, status: u16, body: &str) -> Result<(),
         Ok((s, b)) if s == status && (body.is_empty() || b == body) => Ok(()),
         other => Err(format!("want {status} {body:?}, got {other:?}")),
     }
+}
+
+/// A GET of `/` for `host` with one extra header.
+fn get_with(svc: SocketAddr, host: &str, header: &str) -> Result<(u16, String), String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&svc, Duration::from_secs(2))
+        .map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    let req = format!("GET / HTTP/1.1\r\nhost: {host}\r\n{header}\r\nconnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).map_err(|e| e.to_string())?;
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no status in {out:?}"))?;
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
 }
 
 /// Cluster names Envoy holds (its admin `/clusters`).
@@ -139,6 +164,27 @@ fn scenario(example: &str) {
     assert_eq!(keys, ["sidecar/cfg/sidecar/test/default"], "{syncz}");
     let m = dp.metrics();
     assert_eq!(metric(&m, "deltapilot_views", &[]), 4.0, "{m}");
+
+    // ALLOW_ANY: under --bind-outbound there is no original destination to
+    // pass through to but the listener itself, so the destination comes from
+    // `x-envoy-original-dst-host`; without it the request gets 502, never a
+    // loop back into the listener.
+    write(
+        &watch,
+        "sidecar.yaml",
+        &SIDECAR.replace("REGISTRY_ONLY", "ALLOW_ANY"),
+    );
+    let far_dst = format!("x-envoy-original-dst-host: 127.0.0.1:{}", far.port);
+    wait_for("ALLOW_ANY to pass through by header", WAIT, || {
+        is(get_with(svc, "unknown.example.com", &far_dst), 200, "far")
+    });
+    is(http_get(svc, "/", "unknown.example.com"), 502, "").expect("no header, no loop");
+    is(http_get(svc, "/", "hello.test.local"), 200, "hello").expect("own namespace");
+    assert!(
+        envoy_clusters(&envoy).contains(&"PassthroughCluster".to_string()),
+        "{:?}",
+        envoy_clusters(&envoy)
+    );
 
     std::fs::remove_file(watch.join("sidecar.yaml")).expect("remove Sidecar");
     wait_for(

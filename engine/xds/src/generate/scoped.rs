@@ -2,10 +2,10 @@
 //! and route configuration over the hosts the Sidecar lets its proxies see, the
 //! catch-all virtual host of `outboundTrafficPolicy`, and `PassthroughCluster`.
 //!
-//! - The listener of a port is [`lds::sidecar_listener`] over the visible hosts,
+//! - The listener of a port is `lds::sidecar_listener` over the visible hosts,
 //!   so it is byte-equal to the global one whenever the same services own the
 //!   port (the view then shares the global resource).
-//! - The route configuration `<port>` is [`rds::port_route_config`] over the
+//! - The route configuration `<port>` is `rds::port_route_config` over the
 //!   visible hosts (domains are claimed among them only, so a short name hidden
 //!   hosts made ambiguous is served), followed by the catch-all:
 //!   `block_all` (REGISTRY_ONLY: every other `:authority` gets 502, Istio's
