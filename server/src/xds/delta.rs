@@ -286,12 +286,19 @@ impl DeltaStream {
         self.proxy.as_ref()
     }
 
-    /// The proxy's view key in `snap`.
-    fn key_in(&self, snap: &Snapshot) -> ViewKey {
-        match &self.proxy {
-            Some(p) => snap.view_key(p),
-            None => ViewKey::Default(ProxyType::default()),
-        }
+    /// The proxy's view key in `snap` (`None` until a request named the node:
+    /// a key guessed without the proxy must never stick).
+    fn key_in(&self, snap: &Snapshot) -> Option<ViewKey> {
+        self.proxy.as_ref().map(|p| snap.view_key(p))
+    }
+
+    /// The key to judge against in `snap`: the proxy's, or the default
+    /// sidecar view while the node is unknown.
+    fn key_or_default(&self, snap: &Snapshot) -> ViewKey {
+        self.key
+            .clone()
+            .or_else(|| self.key_in(snap))
+            .unwrap_or(ViewKey::Default(ProxyType::default()))
     }
 
     /// The key of the view this stream is judged against.
@@ -356,10 +363,10 @@ impl DeltaStream {
             self.proxy = Some(deltapilot_xds::proxy_from_node(&node));
         }
         let t = type_of(text(&req.type_url)?, self.fixed)?;
-        let key = self.key_in(snap);
         if self.key.is_none() {
-            self.key = Some(key.clone());
+            self.key = self.key_in(snap);
         }
+        let key = self.key_or_default(snap);
         let view = snap.view(&key, t);
         let subscribe: Vec<&str> = req.subscribe.iter().map(text).collect::<Result<_, _>>()?;
         let unsubscribe: Vec<&str> = req.unsubscribe.iter().map(text).collect::<Result<_, _>>()?;
@@ -506,13 +513,16 @@ impl DeltaStream {
             return;
         }
         let key = self.key_in(snap);
-        let moved = self.key.as_ref().is_some_and(|k| *k != key);
+        let moved = matches!((&self.key, &key), (Some(a), Some(b)) if a != b);
         let changes = if moved {
             None
         } else {
-            snap.view_changes_since(&key, self.seq)
+            let k = key
+                .clone()
+                .unwrap_or(ViewKey::Default(ProxyType::default()));
+            snap.view_changes_since(&k, self.seq)
         };
-        self.key = Some(key);
+        self.key = key;
         // The changes come from the snapshots after the one this stream last saw.
         let from = self.seq + 1;
         self.seq = snap.seq;
@@ -543,7 +553,7 @@ impl DeltaStream {
         if snap.seq != self.seq {
             self.on_snapshot(snap);
         }
-        let key = self.key.clone().unwrap_or_else(|| self.key_in(snap));
+        let key = self.key_or_default(snap);
         let mut work = [TypeWork::default(); 4];
         for t in ResourceType::ALL {
             let s = &mut self.types[t.index()];

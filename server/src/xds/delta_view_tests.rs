@@ -326,3 +326,34 @@ fn a_reconnecting_proxy_is_judged_against_its_own_view() {
         "b and c (cluster, assignment), 0.0.0.0_9090, two proxyless routes: {sent:?}"
     );
 }
+
+/// A snapshot seen before the first request (no node yet) must not fix the
+/// key: the proxyless client that then names itself gets its own view.
+#[test]
+fn a_key_is_never_guessed_before_the_node_is_known() {
+    let mut engine = Engine::new(GenOptions::default());
+    let mut at = 0;
+    let s0 = mesh(&mut engine, &mut at);
+    let mut st = DeltaStream::new(None, Limits::default(), &Snapshot::default());
+    st.on_snapshot(&s0);
+    assert_eq!(st.view_key(), None);
+    let mut r = req(Listener, "", false);
+    r.node = Some(Node {
+        id: "grpc-client".into(),
+        user_agent_name: "gRPC Go".into(),
+        ..Default::default()
+    });
+    on(&mut st, &s0, &r);
+    assert_eq!(
+        st.view_key(),
+        Some(&ViewKey::Default(
+            deltapilot_model::ProxyType::ProxylessGrpc
+        ))
+    );
+    let sent = drain(&mut st, &s0);
+    assert_eq!(sent[0].0, Listener);
+    assert!(
+        sent[0].1.iter().all(|n| !n.starts_with("0.0.0.0_")),
+        "api_listeners only: {sent:?}"
+    );
+}

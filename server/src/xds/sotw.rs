@@ -277,12 +277,10 @@ impl SotwStream {
         Ok(outcome)
     }
 
-    /// The proxy's view key in `snap`.
-    fn key_in(&self, snap: &Snapshot) -> ViewKey {
-        match &self.proxy {
-            Some(p) => snap.view_key(p),
-            None => ViewKey::Default(ProxyType::Sidecar),
-        }
+    /// The proxy's view key in `snap` (`None` until a request named the node:
+    /// a key guessed without the proxy must never stick).
+    fn key_in(&self, snap: &Snapshot) -> Option<ViewKey> {
+        self.proxy.as_ref().map(|p| snap.view_key(p))
     }
 
     /// The key of the view this stream sends from.
@@ -296,13 +294,14 @@ impl SotwStream {
             return;
         }
         let key = self.key_in(snap);
-        let moved = self.key.as_ref().is_some_and(|k| *k != key);
+        let moved = matches!((&self.key, &key), (Some(a), Some(b)) if a != b);
         let changes = if moved {
             None
         } else {
-            snap.view_changes_since(&key, self.seq)
+            let k = key.clone().unwrap_or(ViewKey::Default(ProxyType::Sidecar));
+            snap.view_changes_since(&k, self.seq)
         };
-        self.key = Some(key);
+        self.key = key;
         self.seq = snap.seq;
         for t in ResourceType::ALL {
             let s = &mut self.types[t.index()];
@@ -318,14 +317,13 @@ impl SotwStream {
         if snap.seq != self.seq {
             self.on_snapshot(snap);
         }
-        let key = match &self.key {
-            Some(k) => k.clone(),
-            None => {
-                let k = self.key_in(snap);
-                self.key = Some(k.clone());
-                k
-            }
-        };
+        if self.key.is_none() {
+            self.key = self.key_in(snap);
+        }
+        let key = self
+            .key
+            .clone()
+            .unwrap_or(ViewKey::Default(ProxyType::Sidecar));
         let mut work = [TypeWork::default(); 4];
         for t in ResourceType::ALL {
             work[t.index()] = self.types[t.index()].work_flags(snap.view(&key, t));
