@@ -173,11 +173,17 @@ fn event_of(op: &Op) -> Event {
                 ConfigKind::Sidecar,
                 NAMESPACES[*ns],
                 SIDECARS[*name],
-                &format!(
-                    r#"{{"egress":[{{"hosts":[{}]}}]{}{selector}}}"#,
-                    hosts.join(","),
-                    MODES[*mode]
-                ),
+                // No hosts: half the time an egress listener without hosts
+                // (rejected), else no egress at all (every host visible).
+                &if hosts.is_empty() && *mode > 0 {
+                    format!(r#"{{"egress":[]{}{selector}}}"#, MODES[*mode])
+                } else {
+                    format!(
+                        r#"{{"egress":[{{"hosts":[{}]}}]{}{selector}}}"#,
+                        hosts.join(","),
+                        MODES[*mode]
+                    )
+                },
             )
         }
         Op::SidecarDel { ns, name } => rule_del(

@@ -23,10 +23,10 @@
 //! | `DP1106` | warning | several consistent hash keys | the first is used |
 //! | `DP1110` | warning | `MUTUAL` without client certificate and key | no client certificate sent |
 //! | `DP1111` | warning | `SIMPLE`/`MUTUAL` without `caCertificates` | server not verified |
+//! | `DP1120` | warning | a setting proxyless gRPC would reject | left out on the host's `GRPC` ports |
 //! | `DP1201` | error | a Sidecar egress host that is not `namespace/dnsName` | object rejected |
 //! | `DP1202` | error | an unknown Sidecar `outboundTrafficPolicy.mode` | object rejected |
 //! | `DP1203` | warning | another Sidecar takes precedence for the same workloads | this Sidecar selects nothing there |
-//! | `DP1120` | warning | a setting proxyless gRPC would reject | left out on the host's `GRPC` ports |
 //!
 //! Route-level problems found when the rule is translated to Envoy config are
 //! reported by the xDS crate with codes from `DP2000` up.

@@ -13,7 +13,8 @@
 //!   FQDNs here).
 //!
 //! Entries without a `/` are rejected (`DP1201`), as Istio's validation rejects
-//! them. The hosts of every egress listener are united: port-scoped egress
+//! them; an egress listener without hosts is rejected too (`DP1003`), and a
+//! Sidecar without `egress` admits every host (`*/*`), as Istio's default. The hosts of every egress listener are united: port-scoped egress
 //! listeners (`egress[].port`), `bind`, `captureMode`, `ingress`,
 //! `inboundConnectionPool` and `outboundTrafficPolicy.egressProxy` are not
 //! implemented and each is reported (`DP1020`), never silently dropped.
@@ -49,7 +50,7 @@ pub struct Sidecar {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload_selector: Option<WorkloadSelector>,
     /// Outbound listeners and the hosts they may reach.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub egress: Vec<EgressListener>,
     /// Inbound listeners (not implemented, reported).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -223,16 +224,15 @@ pub(super) fn bind_sidecar(sc: &Sidecar, raw: &Value, rule: &mut Rule) -> Option
         unsupported(raw, pattern, why, &mut rule.problems);
     }
     let mut ok = true;
-    if sc.egress.is_empty() {
-        rule.problems.push(Problem::error(
-            "DP1003",
-            "egress",
-            "a Sidecar without egress listeners would hide every host; deltapilot \
-             requires at least one (with hosts)",
-        ));
-        ok = false;
-    }
     let mut hosts = Vec::new();
+    if sc.egress.is_empty() {
+        // As Istio: without egress listeners every host stays visible (a
+        // Sidecar that only sets `outboundTrafficPolicy` is common).
+        hosts.push(EgressHost {
+            namespace: EgressNamespace::Any,
+            host: "*".into(),
+        });
+    }
     for (i, e) in sc.egress.iter().enumerate() {
         if e.hosts.is_empty() {
             rule.problems.push(Problem::error(

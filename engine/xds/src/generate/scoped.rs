@@ -74,7 +74,9 @@ pub(crate) fn route_config<M: ModelRead + ?Sized>(
         return None;
     }
     let base = rds::port_route_config(model, port, http);
-    let Some(mode) = mode else {
+    // A visible host `*` already claims every authority (Envoy NACKs a
+    // domain claimed twice): it is the catch-all then.
+    let Some(mode) = mode.filter(|_| !http.iter().any(|h| h.as_str() == "*")) else {
         return Some(base);
     };
     let tail = encode(&RouteConfiguration {
