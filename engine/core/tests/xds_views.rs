@@ -396,3 +396,69 @@ fn a_sidecar_scopes_its_namespace_and_the_root_one_the_rest() {
         ViewKey::Default(ProxyType::Router)
     );
 }
+
+/// A replay following a proxy reports its own view's changes: the move into
+/// a Sidecar's view as the difference of the two views, and nothing for a
+/// hidden host's endpoints (which the global changes do list).
+#[test]
+fn a_replay_following_a_proxy_reports_its_view() {
+    use deltapilot_engine::replay::Replayer;
+    use deltapilot_log::RecordPos;
+    let mut r = Replayer::new(GenOptions::default());
+    let mut at = 0u64;
+    let mut step = |r: &mut Replayer, e: Event| {
+        at += 1;
+        r.apply_event(
+            RecordPos {
+                partition: 0,
+                offset: at,
+            },
+            &e,
+        )
+    };
+    for e in [
+        simple_svc("ns1", "a.ns1.svc.cluster.local", 80, Protocol::Http),
+        simple_svc("ns2", "b.ns2.svc.cluster.local", 80, Protocol::Http),
+    ] {
+        step(&mut r, e);
+    }
+    r.follow_proxy(Proxy {
+        namespace: Arc::from("ns1"),
+        ..Default::default()
+    });
+    let moved = step(
+        &mut r,
+        rule(
+            "src",
+            0,
+            ConfigKind::Sidecar,
+            "ns1",
+            "default",
+            r#"{"egress":[{"hosts":["./*"]}]}"#,
+        ),
+    );
+    assert!(moved.changes.is_empty(), "no global resource changed");
+    let mut got: Vec<(String, bool)> = moved
+        .proxy_changes
+        .expect("followed")
+        .iter()
+        .map(|c| (c.name.to_string(), c.new.is_some()))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("80".to_string(), true),
+            ("a.ns1.svc.cluster.local:80".to_string(), false),
+            ("b.ns2.svc.cluster.local:80".to_string(), false),
+            ("outbound|80||b.ns2.svc.cluster.local".to_string(), false),
+            ("outbound|80||b.ns2.svc.cluster.local".to_string(), false),
+        ]
+    );
+    let hidden = step(
+        &mut r,
+        Ep::new("10.0.0.7", "ns2", "b.ns2.svc.cluster.local").upsert("src", 0, "ep/b"),
+    );
+    assert!(!hidden.changes.is_empty(), "the global assignment changed");
+    assert_eq!(hidden.proxy_changes.expect("followed"), vec![]);
+}

@@ -63,13 +63,7 @@ impl Snapshot {
     /// The resources of type `t` of the view under `key` (a key this snapshot
     /// no longer has falls back to the sidecars' default view).
     pub fn view(&self, key: &ViewKey, t: ResourceType) -> &ResourceMap {
-        match key {
-            ViewKey::Default(pt) => resources_for(&self.resources, *pt, t),
-            ViewKey::Sidecar { sidecar } => match self.views.get(sidecar) {
-                Some(v) => resources_for(&v.resources, ProxyType::Sidecar, t),
-                None => resources_for(&self.resources, ProxyType::Sidecar, t),
-            },
-        }
+        view_map(&self.views, &self.resources, key, t)
     }
 
     /// What changed in the view under `key` after snapshot `since`, or `None`
@@ -98,6 +92,23 @@ impl Snapshot {
             }
         }
         Some(merged)
+    }
+}
+
+/// The resources of type `t` of the view under `key`, given a snapshot's
+/// `views` and global `resources` (see [`Snapshot::view`]).
+pub fn view_map<'a>(
+    views: &'a Views,
+    resources: &'a ResourceSet,
+    key: &ViewKey,
+    t: ResourceType,
+) -> &'a ResourceMap {
+    match key {
+        ViewKey::Default(pt) => resources_for(resources, *pt, t),
+        ViewKey::Sidecar { sidecar } => match views.get(sidecar) {
+            Some(v) => resources_for(&v.resources, ProxyType::Sidecar, t),
+            None => resources_for(resources, ProxyType::Sidecar, t),
+        },
     }
 }
 

@@ -4,9 +4,12 @@
 //!   each event, the xDS resources it changed (old and new version) and the proxy
 //!   views they belong to (see `replay/print.rs` for the format, the filters and
 //!   `--diff`). Events before `--from` are folded fast, starting from the newest
-//!   checkpoint at or before it.
+//!   checkpoint at or before it. With `--proxy`, the changes are those of that
+//!   proxy's own view (its Sidecar scoping followed event by event, a move
+//!   between views shown as their difference).
 //! - `replay --dump --proxy NODE_ID_OR_FILE [--at POS]` prints what that proxy
-//!   would have held at POS (default: the head) in Envoy's `config_dump` format.
+//!   would have held at POS (default: the head) in Envoy's `config_dump` format,
+//!   from its own view (Sidecar scoping included).
 //! - `replay bisect --resource TYPE/NAME --until PREDICATE` finds the first event
 //!   after which the resource matched (see `replay/bisect.rs`).
 //!
@@ -409,6 +412,10 @@ async fn events(args: ReplayArgs) -> anyhow::Result<()> {
     // Everything up to `from` is folded; regenerate now so the first event's
     // changes are its own.
     r.resources();
+    if let Some(p) = &filters.proxy {
+        // What that proxy was sent: its own view, Sidecar scoping included.
+        r.follow_proxy(p.clone());
+    }
 
     let stdout = std::io::stdout();
     let flush_each = stdout.is_terminal();
