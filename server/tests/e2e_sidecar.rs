@@ -4,7 +4,8 @@
 //! Sidecar for `test` admitting `./*` with REGISTRY_ONLY scopes it: it keeps
 //! only its namespace's clusters (Envoy's own `/clusters`), a host of `other`
 //! and an unknown host get 502 from the catch-all, `/debug/syncz` shows its view
-//! key; switched to ALLOW_ANY, an unknown host passes through to the address
+//! key, and its unimplemented `inboundConnectionPool` is reported (`DP1020`, in
+//! `/debug/rules` and `deltapilot_rule_problems`); switched to ALLOW_ANY, an unknown host passes through to the address
 //! in `x-envoy-original-dst-host` (502 without it: no loop back into the
 //! listener); removing the Sidecar restores the rest (an unknown host gets the
 //! router's 404 again). Envoy never rejects an update.
@@ -33,6 +34,9 @@ spec:
         - "./*"
   outboundTrafficPolicy:
     mode: REGISTRY_ONLY
+  inboundConnectionPool:
+    http:
+      http1MaxPendingRequests: 10
 "#;
 
 fn write(dir: &Path, file: &str, yaml: &str) {
@@ -164,6 +168,31 @@ fn scenario(example: &str) {
     assert_eq!(keys, ["sidecar/cfg/sidecar/test/default"], "{syncz}");
     let m = dp.metrics();
     assert_eq!(metric(&m, "deltapilot_views", &[]), 4.0, "{m}");
+    // The field deltapilot does not implement is reported, not dropped.
+    let report = http_get(dp.admin(), "/debug/rules", "localhost")
+        .expect("debug rules")
+        .1;
+    let v: serde_json::Value = serde_json::from_str(&report).expect("json");
+    let sc = v["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .find(|r| r["kind"] == "Sidecar")
+        .unwrap_or_else(|| panic!("the Sidecar in {report}"));
+    assert_eq!(sc["status"], "applied_with_warnings", "{report}");
+    assert_eq!(sc["problems"][0]["code"], "DP1020", "{report}");
+    assert_eq!(
+        sc["problems"][0]["path"], "inboundConnectionPool",
+        "{report}"
+    );
+    wait_for("the problem in /metrics", WAIT, || {
+        let m = dp.metrics();
+        if metric(&m, "deltapilot_rule_problems", &["code=\"DP1020\""]) >= 1.0 {
+            Ok(())
+        } else {
+            Err(m)
+        }
+    });
 
     // ALLOW_ANY: under --bind-outbound there is no original destination to
     // pass through to but the listener itself, so the destination comes from
