@@ -406,9 +406,10 @@ impl Views {
         let mut any = false;
         let mut scoped = OrdMap::new();
         for rule in rules.sidecars() {
+            let same = |old: &ScopedView| Arc::ptr_eq(&old.rule, rule) || old.rule == *rule;
             let view = match self.scoped.get(&rule.key) {
-                Some(old) if old.rule == *rule && quiet => old.clone(),
-                Some(old) if old.rule == *rule => {
+                Some(old) if same(old) && quiet => old.clone(),
+                Some(old) if same(old) => {
                     let mut v = (**old).clone();
                     let log = v.update(model, global, changes, touched, opts);
                     if !log.is_empty() {
