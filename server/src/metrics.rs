@@ -56,6 +56,9 @@
 //!   credentials served over SDS: how many are `loaded`, failing (`error`, the
 //!   last good one stays served) or `missing` (a proxy asks for a name the
 //!   directory lacks); the second names each one not loaded.
+//! - `views` — distinct views served: the scoped views (one per valid Sidecar)
+//!   plus the three default ones; server memory for views grows with this, not
+//!   with the number of proxies.
 //! - `engine_events_applied_total` — events folded into the state (held
 //!   endpoint events are counted apart, below).
 //! - `engine_events_skipped_total{reason}` — log records the fold could not
@@ -147,6 +150,8 @@ pub struct Metrics {
     /// See the module docs.
     pub snapshot_seq: Gauge,
     /// See the module docs.
+    pub views: Gauge,
+    /// See the module docs.
     pub resyncs_pending: Gauge,
     /// Endpoints held for a service that does not exist (yet).
     pub endpoints_held: Gauge,
@@ -231,6 +236,7 @@ impl Metrics {
             stale_nonces: Counter::default(),
             connections: crate::conn::ConnMetrics::default(),
             snapshot_seq: Gauge::default(),
+            views: Gauge::default(),
             resyncs_pending: Gauge::default(),
             endpoints_held: Gauge::default(),
             ready: Gauge::default(),
@@ -325,6 +331,11 @@ impl Metrics {
             "ready",
             "1 once the engine has caught up with the log head",
             m.ready.clone(),
+        );
+        registry.register(
+            "views",
+            "Distinct views served (one per valid Sidecar, plus the default view of each proxy type)",
+            m.views.clone(),
         );
         registry.register(
             "rules",

@@ -30,6 +30,7 @@ use deltapilot_model::fold::{SkipReason, Skipped, fold};
 use deltapilot_model::state::{ModelState, Touched};
 use deltapilot_xds::generate::{GenError, GenOptions, Generator};
 use deltapilot_xds::snapshot::{RECENT_CHANGES, Snapshot, SnapshotReader, SnapshotWriter};
+use deltapilot_xds::view::Views;
 use deltapilot_xds::{ChangeSet, ResourceSet};
 
 /// The name of the OS thread [`Engine::run`] folds on (shown by `top -H` and in
@@ -114,6 +115,8 @@ pub struct Engine {
     /// The incremental generator and its reverse indexes (entity → resources);
     /// it also keeps the hash of `resources` ([`Generator::resources_hash`]).
     generator: Generator,
+    /// The Sidecar-scoped views, updated with each batch (see `view::Views`).
+    views: Views,
     writer: SnapshotWriter,
     position: Position,
     seq: u64,
@@ -146,6 +149,7 @@ impl Engine {
         for e in &errors {
             tracing::warn!(resource = %e.name, reason = %e.reason, "xDS resource not published");
         }
+        let views = Views::build(&model, &resources, generator.options());
         let stats = Arc::new(EngineStats::default());
         stats
             .gen_errors
@@ -158,6 +162,7 @@ impl Engine {
             resources: resources.clone(),
             observed_at_micros: 0,
             recent: Vector::new(),
+            views: views.clone(),
         };
         let (writer, _reader) = SnapshotWriter::new(initial);
         let (ready, _) = watch::channel(false);
@@ -165,6 +170,7 @@ impl Engine {
             model,
             resources,
             generator,
+            views,
             writer,
             position,
             seq: 0,
@@ -268,10 +274,20 @@ impl Engine {
             .gen_errors
             .fetch_add(gen_errors.len() as u64, Ordering::Relaxed);
 
+        let (views, views_changed) = self.views.update(
+            &out.state,
+            &resources,
+            &changes,
+            &out.touched,
+            self.generator.options(),
+            self.seq + 1,
+        );
         self.model = out.state;
         self.resources = resources;
+        self.views = views;
         let changes = Arc::new(changes);
-        if !changes.is_empty() {
+        // A Sidecar change moves no global resource but must reach its proxies.
+        if !changes.is_empty() || views_changed {
             self.seq += 1;
             self.observed_at_micros = events
                 .iter()
@@ -308,6 +324,7 @@ impl Engine {
             resources: self.resources.clone(),
             observed_at_micros: self.observed_at_micros,
             recent: self.recent.clone(),
+            views: self.views.clone(),
         });
         self.releaser.release(replaced);
         hash

@@ -45,6 +45,7 @@ mod lds;
 mod policy;
 mod rds;
 mod reference;
+pub mod scoped;
 mod source;
 mod vs_routes;
 mod wire;
@@ -72,6 +73,8 @@ pub struct GenOptions {
     pub bind_outbound: bool,
     /// Upstream connect timeout.
     pub connect_timeout: std::time::Duration,
+    /// The namespace whose selector-less Sidecar is the mesh-wide default.
+    pub root_namespace: String,
 }
 
 impl Default for GenOptions {
@@ -80,6 +83,7 @@ impl Default for GenOptions {
             outbound_address: "0.0.0.0".into(),
             bind_outbound: false,
             connect_timeout: std::time::Duration::from_secs(5),
+            root_namespace: deltapilot_model::rules::DEFAULT_ROOT_NAMESPACE.into(),
         }
     }
 }
@@ -119,7 +123,7 @@ impl std::fmt::Display for GenError {
 
 /// The ports of `svc` that get resources: none for passthrough services, and never
 /// UDP ports.
-fn served_ports(svc: &Service) -> impl Iterator<Item = &Port> {
+pub(crate) fn served_ports(svc: &Service) -> impl Iterator<Item = &Port> {
     let served = svc.resolution != Resolution::Passthrough;
     svc.ports
         .iter()

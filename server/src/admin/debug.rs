@@ -182,11 +182,6 @@ async fn config_dump_route(State(s): State<DebugState>, Query(q): Query<DumpQuer
             ),
         );
     };
-    let proxy_type = first
-        .proxy
-        .as_ref()
-        .map(|p| p.proxy_type)
-        .unwrap_or_default();
     // The union of what its streams subscribed to (a proxy may use per-type services).
     let keep = |t: ResourceType, name: &str| {
         mine.iter().any(|st| {
@@ -198,7 +193,11 @@ async fn config_dump_route(State(s): State<DebugState>, Query(q): Query<DumpQuer
         })
     };
     let snap = s.snapshots.load();
-    let dump = config_dump(&snap.resources, proxy_type, &types, &keep);
+    let key = match first.proxy.as_ref() {
+        Some(p) => snap.view_key(p),
+        None => deltapilot_xds::view::ViewKey::Default(Default::default()),
+    };
+    let dump = config_dump(|t| snap.view(&key, t), &types, &keep);
     let mut text = dump.to_pretty().into_bytes();
     if text.is_empty() {
         text.push(b'\n');

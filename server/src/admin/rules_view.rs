@@ -260,6 +260,7 @@ fn kind_name(kind: deltapilot_proto::ConfigKind) -> &'static str {
         ConfigKind::VirtualService => "VirtualService",
         ConfigKind::DestinationRule => "DestinationRule",
         ConfigKind::Gateway => "Gateway",
+        ConfigKind::Sidecar => "Sidecar",
         _ => "Other",
     }
 }

@@ -303,6 +303,13 @@ pub struct Envoy {
 
 impl Envoy {
     pub fn start(dir: &Path, example: &str, xds_port: u16) -> Envoy {
+        Self::start_as(dir, example, xds_port, None)
+    }
+
+    /// As [`Envoy::start`], with the bootstrap's node id replaced by `node_id`
+    /// (e.g. Istio's `sidecar~IP~POD.NS~NS.svc.cluster.local`, which gives the
+    /// proxy a namespace).
+    pub fn start_as(dir: &Path, example: &str, xds_port: u16, node_id: Option<&str>) -> Envoy {
         let admin_port = free_port();
         let template = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -314,6 +321,17 @@ impl Envoy {
             .replace("port_value: 18000", &format!("port_value: {xds_port}"))
             .replace("port_value: 9901", &format!("port_value: {admin_port}"))
             .replace("port_value: 9902", &format!("port_value: {admin_port}"));
+        let bootstrap = match node_id {
+            Some(id) => bootstrap
+                .lines()
+                .map(|l| match l.trim_start().strip_prefix("id: ") {
+                    Some(_) if l.starts_with("  id: ") => format!("  id: \"{id}\""),
+                    _ => l.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+            None => bootstrap,
+        };
         let path = dir.join(example);
         std::fs::write(&path, bootstrap).expect("write bootstrap");
         Self::start_bootstrap(dir, &path, admin_port)

@@ -110,6 +110,8 @@ pub struct RuleIndex {
     /// How many bound VirtualServices have a route with `fault` (the sidecar
     /// HCMs carry the fault filter while any does).
     faults: usize,
+    /// Namespace → its valid Sidecars, in precedence order.
+    sidecars: OrdMap<Arc<str>, OrdSet<Claim>>,
 }
 
 /// Whether `rule` is a bound VirtualService with a `fault` in some route.
@@ -139,6 +141,16 @@ impl RuleIndex {
         }
         let mut touch = self.remove(&cfg.key).unwrap_or_default();
         let rule = Arc::new(parse(cfg));
+        if rule.is_sidecar() {
+            if rule.sidecar().is_some() {
+                self.sidecars
+                    .entry(rule.namespace.clone())
+                    .or_default()
+                    .insert(Claim::of(&rule));
+            }
+            self.rules.insert(rule.key.clone(), rule);
+            return Some(touch);
+        }
         touch.add(&rule);
         let claim = Claim::of(&rule);
         if rule.is_gateway() {
@@ -176,6 +188,10 @@ impl RuleIndex {
     /// when no rule is stored under it.
     pub fn remove(&mut self, key: &str) -> Option<RuleTouch> {
         let rule = self.rules.remove(key)?;
+        if rule.is_sidecar() {
+            drop_member(&mut self.sidecars, &rule.namespace, &Claim::of(&rule));
+            return Some(RuleTouch::default());
+        }
         if has_fault(&rule) {
             self.faults -= 1;
         }
@@ -300,7 +316,53 @@ impl RuleIndex {
         self.rules.get(key).map(|r| self.status_of(r))
     }
 
+    /// The Sidecar that scopes a sidecar proxy of namespace `ns` whose labels
+    /// `labels` answers, in Istio's order (see `sidecar`'s module doc): a
+    /// selecting Sidecar of `ns`, else `ns`'s selector-less one, else the
+    /// selector-less one of `root_ns`. O(Sidecars of the two namespaces).
+    pub fn sidecar_for<'a>(
+        &self,
+        ns: &str,
+        labels: impl Fn(&str) -> Option<&'a str>,
+        root_ns: &str,
+    ) -> Option<&Arc<Rule>> {
+        let scope = |c: &Claim| self.rules.get(&c.key).filter(|r| r.sidecar().is_some());
+        if let Some(set) = self.sidecars.get(ns) {
+            let selecting = set.iter().filter_map(scope).find(|r| {
+                r.sidecar()
+                    .is_some_and(|s| !s.selector.is_empty() && s.selects(&labels))
+            });
+            if selecting.is_some() {
+                return selecting;
+            }
+        }
+        let default_of = |n: &str| {
+            self.sidecars
+                .get(n)?
+                .iter()
+                .filter_map(scope)
+                .find(|r| r.sidecar().is_some_and(|s| s.selector.is_empty()))
+        };
+        default_of(ns).or_else(|| default_of(root_ns))
+    }
+
+    /// Every valid Sidecar, by key.
+    pub fn sidecars(&self) -> impl Iterator<Item = &Arc<Rule>> + '_ {
+        self.sidecars
+            .values()
+            .flat_map(|set| set.iter())
+            .filter_map(|c| self.rules.get(&c.key))
+    }
+
+    /// Whether any valid Sidecar is stored.
+    pub fn has_sidecars(&self) -> bool {
+        !self.sidecars.is_empty()
+    }
+
     fn status_of(&self, rule: &Rule) -> RuleStatus {
+        if rule.is_sidecar() {
+            return self.sidecar_status(rule);
+        }
         let mut problems = rule.problems.clone();
         let by_host = if rule.is_virtual_service() {
             &self.vs_hosts
@@ -389,6 +451,42 @@ impl RuleIndex {
                 Some((rule, rule.virtual_service()?))
             })
             .collect()
+    }
+
+    fn sidecar_status(&self, rule: &Rule) -> RuleStatus {
+        let mut problems = rule.problems.clone();
+        if let Some(sc) = rule.sidecar() {
+            // Only selector-less Sidecars compete as a whole; selecting ones
+            // may still apply to other workloads.
+            let first_default = self.sidecars.get(&rule.namespace).and_then(|set| {
+                set.iter().find(|c| {
+                    self.rules
+                        .get(&c.key)
+                        .and_then(|r| r.sidecar())
+                        .is_some_and(|s| s.selector.is_empty())
+                })
+            });
+            if let Some(first) =
+                first_default.filter(|f| sc.selector.is_empty() && f.key != rule.key)
+            {
+                problems.push(Problem::warning(
+                    "DP1303",
+                    "",
+                    format!(
+                        "{}/{} is the namespace's Sidecar without workloadSelector (ordered \
+                         by name): this one selects nothing",
+                        first.namespace, first.name
+                    ),
+                ));
+            }
+        }
+        if rule.rejected || rule.sidecar().is_none() {
+            RuleStatus::Rejected(problems)
+        } else if problems.is_empty() {
+            RuleStatus::Applied
+        } else {
+            RuleStatus::AppliedWithWarnings(problems)
+        }
     }
 
     /// Whether `pattern` binds any rule of either kind.

@@ -1,5 +1,5 @@
-//! Traffic rules in the model: VirtualService, DestinationRule and Gateway, typed,
-//! bound to hosts and gateways and indexed, as part of the pure fold.
+//! Traffic rules in the model: VirtualService, DestinationRule, Gateway and Sidecar,
+//! typed, bound to hosts and gateways and indexed, as part of the pure fold.
 //!
 //! Every adapter already writes these objects as config entities (kind, namespace,
 //! name, canonical spec JSON; the adapters accept `networking.istio.io` `v1`,
@@ -10,6 +10,7 @@
 //! restore reproduce it exactly.
 //!
 //! - [`VirtualService`], [`DestinationRule`]: the specs, field by field;
+//! - `sidecar`: the [`Sidecar`] spec, its egress hosts and selection;
 //! - `parse`: from a config object to a [`Rule`] (spec, bound hosts, destinations,
 //!   [`Problem`]s with stable codes; unknown fields are reported, never dropped);
 //! - `host`: how a rule's hosts name hostnames (short names, FQDNs, wildcards);
@@ -35,6 +36,7 @@ mod host;
 mod index;
 mod parse;
 mod problem;
+mod sidecar;
 mod types;
 mod vs;
 
@@ -52,6 +54,10 @@ pub use host::{DOMAIN_SUFFIX, host_error, host_matches, is_wildcard, resolve_hos
 pub use index::{BoundVirtualService, RuleIndex, RuleTouch};
 pub use parse::{Rule, RuleSpec, is_rule_kind, parse};
 pub use problem::{Problem, RuleStatus, Severity};
+pub use sidecar::{
+    DEFAULT_ROOT_NAMESPACE, EgressHost, EgressListener, EgressNamespace, OutboundMode,
+    OutboundTrafficPolicy, Sidecar, SidecarScope, WorkloadSelector,
+};
 pub use types::{F64, Percent, PortSelector, StringMatch, StringMatchKind};
 pub use vs::{
     CorsPolicy, Destination, DirectResponse, Fault, FaultAbort, FaultDelay, HeaderOps, Headers,

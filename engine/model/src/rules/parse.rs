@@ -18,6 +18,7 @@ use serde_json::Value;
 use super::gateway::{BoundGateway, Gateway, check_servers, resolve_gateway_ref};
 use super::host::{host_error, resolve_host};
 use super::problem::Problem;
+use super::sidecar::{Sidecar, SidecarScope, bind_sidecar};
 use super::{DestinationRule, VirtualService};
 use crate::model::{Config, ConfigKind, Hostname};
 
@@ -30,6 +31,8 @@ pub enum RuleSpec {
     DestinationRule(Arc<DestinationRule>),
     /// A Gateway, with its checked servers.
     Gateway(Arc<BoundGateway>),
+    /// A Sidecar, resolved against its namespace.
+    Sidecar(Arc<SidecarScope>),
     /// A spec that does not fit its kind's schema (see the problems).
     Invalid(ConfigKind),
 }
@@ -92,6 +95,7 @@ impl Rule {
             RuleSpec::VirtualService(_) => ConfigKind::VirtualService,
             RuleSpec::DestinationRule(_) => ConfigKind::DestinationRule,
             RuleSpec::Gateway(_) => ConfigKind::Gateway,
+            RuleSpec::Sidecar(_) => ConfigKind::Sidecar,
             RuleSpec::Invalid(k) => *k,
         }
     }
@@ -105,13 +109,29 @@ impl Rule {
     pub fn is_gateway(&self) -> bool {
         self.kind() == ConfigKind::Gateway
     }
+
+    /// The Sidecar, if this is a valid one.
+    pub fn sidecar(&self) -> Option<&Arc<SidecarScope>> {
+        match &self.spec {
+            RuleSpec::Sidecar(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a Sidecar object (valid or not).
+    pub fn is_sidecar(&self) -> bool {
+        self.kind() == ConfigKind::Sidecar
+    }
 }
 
 /// Whether the index keeps objects of this kind.
 pub fn is_rule_kind(kind: ConfigKind) -> bool {
     matches!(
         kind,
-        ConfigKind::VirtualService | ConfigKind::DestinationRule | ConfigKind::Gateway
+        ConfigKind::VirtualService
+            | ConfigKind::DestinationRule
+            | ConfigKind::Gateway
+            | ConfigKind::Sidecar
     )
 }
 
@@ -157,6 +177,13 @@ pub fn parse(cfg: &Config) -> Rule {
         ConfigKind::Gateway => {
             if let Some(gw) = typed::<Gateway>(&raw, &mut rule.problems) {
                 bind_gateway(gw, &mut rule);
+            }
+        }
+        ConfigKind::Sidecar => {
+            if let Some(sc) = typed::<Sidecar>(&raw, &mut rule.problems)
+                && let Some(scope) = bind_sidecar(&sc, &raw, &mut rule)
+            {
+                rule.spec = RuleSpec::Sidecar(Arc::new(scope));
             }
         }
         other => {
@@ -240,7 +267,7 @@ fn unknown_fields(raw: &Value, back: &Value, path: &str, problems: &mut Vec<Prob
 
 /// Reports each path of `raw` given by `pattern` (`*` walks every array
 /// element) as a field not yet supported.
-fn unsupported(raw: &Value, pattern: &[&str], why: &str, problems: &mut Vec<Problem>) {
+pub(super) fn unsupported(raw: &Value, pattern: &[&str], why: &str, problems: &mut Vec<Problem>) {
     fn walk(v: &Value, rest: &[&str], path: String, why: &str, out: &mut Vec<Problem>) {
         let Some((head, tail)) = rest.split_first() else {
             if !v.is_null() {

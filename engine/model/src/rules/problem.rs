@@ -34,6 +34,9 @@
 //! | `DP1206` | error | a protocol / TLS mode combination deltapilot does not serve (TCP, TLS termination, …) | server dropped |
 //! | `DP1208` | warning | a Gateway without servers | selects proxies, gives them nothing |
 //! | `DP1209` | warning | `httpsRedirect` on a server that is not plain HTTP | ignored |
+//! | `DP1301` | error | a Sidecar egress host that is not `namespace/dnsName` | object rejected |
+//! | `DP1302` | error | an unknown Sidecar `outboundTrafficPolicy.mode` | object rejected |
+//! | `DP1303` | warning | another Sidecar takes precedence for the same workloads | this Sidecar selects nothing there |
 //!
 //! Route-level problems found when the rule is translated to Envoy config are
 //! reported by the xDS crate with codes from `DP2000` up; references the

@@ -210,8 +210,7 @@ fn config_dump_lists_resources_by_name() {
     let in_map: Vec<&str> = set.sidecar_listeners.keys().map(|k| &**k).collect();
     assert_ne!(in_map, names, "the map is not in name order to begin with");
     let dump = crate::admin::dump::config_dump(
-        &set,
-        ProxyType::Sidecar,
+        |t| deltapilot_xds::view::resources_for(&set, ProxyType::Sidecar, t),
         &[ResourceType::Listener],
         &|_, _| true,
     );

@@ -85,6 +85,10 @@ pub(crate) struct RunConfig {
     /// Address sidecar outbound listeners listen on [default: 0.0.0.0].
     #[arg(long, env = "DELTAPILOT_OUTBOUND_ADDRESS")]
     outbound_address: Option<IpAddr>,
+    /// Namespace whose Sidecar without workloadSelector is the mesh-wide default
+    /// [default: istio-system].
+    #[arg(long, env = "DELTAPILOT_ROOT_NAMESPACE", value_name = "NAMESPACE")]
+    root_namespace: Option<String>,
     /// Most resource names one xDS stream may subscribe to [default: 100000].
     #[arg(long, env = "DELTAPILOT_MAX_NAMES_PER_STREAM")]
     max_names_per_stream: Option<usize>,
@@ -357,6 +361,7 @@ impl RunConfig {
                 .map(|a| a.to_string())
                 .unwrap_or(defaults.outbound_address),
             bind_outbound: self.bind_outbound.unwrap_or(false),
+            root_namespace: self.root_namespace.unwrap_or(defaults.root_namespace),
             ..defaults
         };
         let drain_grace = Duration::from_secs(self.drain_grace_secs.unwrap_or(10));

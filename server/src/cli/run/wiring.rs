@@ -367,6 +367,8 @@ async fn publish_clock(
                         });
                     clock.record(snap.seq, at);
                     metrics.snapshot_seq.set(snap.seq as i64);
+                    // The three default views (one per proxy type) and the scoped ones.
+                    metrics.views.set(3 + snap.views.len() as i64);
                 }
                 None => return Ok(()),
             },
