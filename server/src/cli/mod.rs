@@ -1,6 +1,7 @@
 //! Subcommands of the `deltapilot` binary.
 
 pub(crate) mod adapter;
+pub(crate) mod bootstrap;
 pub(crate) mod log;
 pub(crate) mod proxy_status;
 pub(crate) mod replay;

@@ -292,7 +292,6 @@ pub struct Envoy {
 
 impl Envoy {
     pub fn start(dir: &Path, example: &str, xds_port: u16) -> Envoy {
-        let envoy = tool("DELTAPILOT_ENVOY");
         let admin_port = free_port();
         let template = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -304,7 +303,14 @@ impl Envoy {
             .replace("port_value: 18000", &format!("port_value: {xds_port}"))
             .replace("port_value: 9901", &format!("port_value: {admin_port}"))
             .replace("port_value: 9902", &format!("port_value: {admin_port}"));
-        let path = dir.join(example);
+        Self::boot(dir, example, &bootstrap, admin_port)
+    }
+
+    /// A real Envoy from the bootstrap text `bootstrap` (written to
+    /// `dir/name`), whose admin listens on `admin_port`.
+    pub fn boot(dir: &Path, name: &str, bootstrap: &str, admin_port: u16) -> Envoy {
+        let envoy = tool("DELTAPILOT_ENVOY");
+        let path = dir.join(name);
         std::fs::write(&path, bootstrap).expect("write bootstrap");
         let mut cmd = Command::new("timeout");
         cmd.arg("600")
@@ -316,7 +322,7 @@ impl Envoy {
             .arg("1")
             .arg("--log-level")
             .arg("info");
-        let proc = Proc::spawn("envoy", cmd, dir.join(format!("{example}.log")));
+        let proc = Proc::spawn("envoy", cmd, dir.join(format!("{name}.log")));
         let e = Envoy { proc, admin_port };
         wait_for("envoy admin", Duration::from_secs(60), || {
             http_get(e.admin(), "/ready", "localhost")
