@@ -13,6 +13,7 @@ pub mod log_health;
 pub mod metrics;
 pub mod process;
 pub mod readiness;
+pub mod stale_proxies;
 pub mod xds;
 
 /// Result alias for the server crate.

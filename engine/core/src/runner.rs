@@ -9,7 +9,9 @@
 //! when the change set is non-empty: identical content never causes a push.
 //!
 //! Counters ([`EngineStats`]) are plain atomics that the server exports as metrics;
-//! the engine depends on no metrics crate.
+//! the engine depends on no metrics crate. How long each batch's fold and
+//! regeneration took goes to a [`StepObserver`] the server installs (it feeds
+//! histograms); the fold and the generator themselves never read a clock.
 //!
 //! What it does NOT do: decide what a proxy sees (that is `xds::view`) or serve
 //! anything. [`Engine::run`] follows a log until shutdown; everything else is
@@ -17,6 +19,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use deltapilot_proto::Event;
 use futures::StreamExt;
@@ -84,6 +87,32 @@ impl EngineStats {
     }
 }
 
+/// How long one batch took, per phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StepTimes {
+    /// Folding the batch's events into the state.
+    pub fold: Duration,
+    /// Regenerating the xDS resources the fold touched.
+    pub regenerate: Duration,
+}
+
+/// Called on the fold thread after every batch with its [`StepTimes`]; it must
+/// be quick (record into a histogram, no I/O).
+pub struct StepObserver(Box<dyn Fn(StepTimes) + Send>);
+
+impl StepObserver {
+    /// Wraps `f`.
+    pub fn new(f: impl Fn(StepTimes) + Send + 'static) -> Self {
+        StepObserver(Box::new(f))
+    }
+}
+
+impl std::fmt::Debug for StepObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StepObserver")
+    }
+}
+
 /// What one batch did.
 #[derive(Debug, Clone, Default)]
 pub struct StepReport {
@@ -105,6 +134,8 @@ pub struct StepReport {
     pub hash: u64,
     /// Its log position.
     pub position: Position,
+    /// How long the fold and the regeneration took.
+    pub times: StepTimes,
 }
 
 /// The fold loop's owner: one per process, not `Clone` (there is one writer).
@@ -129,6 +160,8 @@ pub struct Engine {
     /// `crate::release`): at 100k endpoints, freeing what a 4,096-event batch
     /// superseded cost about as much as folding it.
     releaser: Releaser<Arc<Snapshot>>,
+    /// See [`Engine::observe_steps`].
+    observer: Option<StepObserver>,
 }
 
 impl Engine {
@@ -179,6 +212,7 @@ impl Engine {
             stats,
             ready,
             releaser: Releaser::new("engine-release"),
+            observer: None,
         }
     }
 
@@ -196,6 +230,12 @@ impl Engine {
     /// so): the replica is ready to serve.
     pub fn ready(&self) -> watch::Receiver<bool> {
         self.ready.subscribe()
+    }
+
+    /// Calls `observer` after every batch with how long it took (the server's
+    /// fold and regenerate histograms). Replaces an earlier observer.
+    pub fn observe_steps(&mut self, observer: StepObserver) {
+        self.observer = Some(observer);
     }
 
     /// The snapshot currently published.
@@ -246,7 +286,9 @@ impl Engine {
     }
 
     fn step(&mut self, events: &[(RecordPos, Event)], mut skipped: Vec<Skipped>) -> StepReport {
+        let fold_started = Instant::now();
         let out = fold(&self.model, events);
+        let fold_took = fold_started.elapsed();
         skipped.extend(out.skipped);
         skipped.sort_by_key(|s| s.pos);
         for s in &skipped {
@@ -264,9 +306,17 @@ impl Engine {
             .fetch_add(out.applied as u64, Ordering::Relaxed);
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
 
+        let regen_started = Instant::now();
         let (resources, changes, gen_errors) =
             self.generator
                 .regenerate(&self.resources, &out.state, &out.touched);
+        let times = StepTimes {
+            fold: fold_took,
+            regenerate: regen_started.elapsed(),
+        };
+        if let Some(observer) = &self.observer {
+            (observer.0)(times);
+        }
         for e in &gen_errors {
             tracing::warn!(resource = %e.name, reason = %e.reason, "xDS resource not published");
         }
@@ -310,6 +360,7 @@ impl Engine {
             seq: self.seq,
             hash,
             position: self.position.clone(),
+            times,
         }
     }
 

@@ -332,7 +332,13 @@ impl Envoy {
                 .join("\n"),
             None => bootstrap,
         };
-        let path = dir.join(example);
+        Self::boot(dir, example, &bootstrap, admin_port)
+    }
+
+    /// A real Envoy from the bootstrap text `bootstrap` (written to
+    /// `dir/name`), whose admin listens on `admin_port`.
+    pub fn boot(dir: &Path, name: &str, bootstrap: &str, admin_port: u16) -> Envoy {
+        let path = dir.join(name);
         std::fs::write(&path, bootstrap).expect("write bootstrap");
         Self::start_bootstrap(dir, &path, admin_port)
     }
