@@ -96,13 +96,28 @@ pub struct StepTimes {
     pub regenerate: Duration,
 }
 
-/// Called on the fold thread after every batch with its [`StepTimes`]; it must
-/// be quick (record into a histogram, no I/O).
-pub struct StepObserver(Box<dyn Fn(StepTimes) + Send>);
+/// What the observer learns of one batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepDone {
+    /// How long its phases took.
+    pub times: StepTimes,
+    /// The sequence number of the snapshot it is about to publish, when the
+    /// batch changed what proxies see (`None`: no new snapshot).
+    pub new_seq: Option<u64>,
+    /// The observed-at time (Unix microseconds, 0 if unknown) of the newest
+    /// event in that snapshot.
+    pub observed_at_micros: i64,
+}
+
+/// Called on the fold thread after every batch, just before its snapshot is
+/// published, so that whatever it records about a sequence number (the
+/// server's convergence clock) is in place before any stream can send that
+/// snapshot and be ACKed. It must be quick (record into a histogram, no I/O).
+pub struct StepObserver(Box<dyn Fn(StepDone) + Send>);
 
 impl StepObserver {
     /// Wraps `f`.
-    pub fn new(f: impl Fn(StepTimes) + Send + 'static) -> Self {
+    pub fn new(f: impl Fn(StepDone) + Send + 'static) -> Self {
         StepObserver(Box::new(f))
     }
 }
@@ -314,9 +329,6 @@ impl Engine {
             fold: fold_took,
             regenerate: regen_started.elapsed(),
         };
-        if let Some(observer) = &self.observer {
-            (observer.0)(times);
-        }
         for e in &gen_errors {
             tracing::warn!(resource = %e.name, reason = %e.reason, "xDS resource not published");
         }
@@ -348,6 +360,14 @@ impl Engine {
             while self.recent.len() > RECENT_CHANGES {
                 self.recent.pop_front();
             }
+        }
+        if let Some(observer) = &self.observer {
+            let published = !changes.is_empty() || views_changed;
+            (observer.0)(StepDone {
+                times,
+                new_seq: published.then_some(self.seq),
+                observed_at_micros: self.observed_at_micros,
+            });
         }
         let hash = self.publish();
         StepReport {

@@ -119,11 +119,20 @@ fn every_batch_reports_its_times_to_the_observer() {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut engine = Engine::new(GenOptions::default());
     let sink = seen.clone();
+    let published = engine.reader();
     engine.observe_steps(super::StepObserver::new(move |t| {
+        // Called before the snapshot it announces is published.
+        assert!(t.new_seq.is_none_or(|s| published.load().seq < s), "{t:?}");
         sink.lock().expect("lock").push(t);
     }));
     let r1 = engine.apply_records(&records(&[svc("a", 0, "ns", "h", &[80])]));
     let r2 = engine.apply_records(&[record(1, encode_event(&svc("b", 0, "ns", "h2", &[80])))]);
+    // The same service again changes nothing: no new snapshot.
+    let r3 = engine.apply_records(&[record(2, encode_event(&svc("b", 0, "ns", "h2", &[80])))]);
     let seen = seen.lock().expect("lock").clone();
-    assert_eq!(seen, vec![r1.times, r2.times]);
+    let times: Vec<_> = seen.iter().map(|d| d.times).collect();
+    assert_eq!(times, vec![r1.times, r2.times, r3.times]);
+    let seqs: Vec<_> = seen.iter().map(|d| d.new_seq).collect();
+    assert_eq!(seqs, vec![Some(r1.seq), Some(r2.seq), None]);
+    assert_eq!(r3.seq, r2.seq);
 }

@@ -12,6 +12,7 @@
 //! What it does NOT do: build resources or decide what a proxy type may see (that is
 //! the engine's `xds::generate` and `xds::view`).
 
+mod clock;
 pub mod delta;
 pub mod encode;
 pub mod frame;

@@ -15,7 +15,6 @@
 //!
 //! What it does NOT do: decide what to send (see `delta` and `sotw`).
 
-use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -46,47 +45,7 @@ use crate::credentials::CredentialStore;
 use crate::credentials::stream::{DeltaSecrets, SecretSide, SotwSecrets};
 use crate::metrics::Metrics;
 
-/// How many snapshot publication times [`PublishClock`] remembers; pushes are
-/// ACKed within a few snapshots, and an older one is simply not measured.
-pub const CLOCK_HISTORY: usize = 1024;
-
-/// When the events folded into snapshot `seq` were observed, for the convergence
-/// histogram.
-pub trait ObservedAt: Send + Sync {
-    /// The observed-at time of the newest event folded into snapshot `seq`, if known.
-    fn observed_at(&self, seq: u64) -> Option<SystemTime>;
-}
-
-/// An [`ObservedAt`] fed per snapshot sequence: `deltapilot run` records each
-/// snapshot's `observed_at_micros` (the registry observation time of its newest
-/// event), or the time it first saw the snapshot when events carry none.
-#[derive(Debug, Default)]
-pub struct PublishClock {
-    seen: Mutex<VecDeque<(u64, SystemTime)>>,
-}
-
-impl PublishClock {
-    /// Records that snapshot `seq` was seen now (or at `at`).
-    pub fn record(&self, seq: u64, at: SystemTime) {
-        let Ok(mut seen) = self.seen.lock() else {
-            return;
-        };
-        if seen.back().is_some_and(|(s, _)| *s >= seq) {
-            return;
-        }
-        if seen.len() == CLOCK_HISTORY {
-            seen.pop_front();
-        }
-        seen.push_back((seq, at));
-    }
-}
-
-impl ObservedAt for PublishClock {
-    fn observed_at(&self, seq: u64) -> Option<SystemTime> {
-        let seen = self.seen.lock().ok()?;
-        seen.iter().find(|(s, _)| *s == seq).map(|(_, t)| *t)
-    }
-}
+pub use super::clock::{CLOCK_HISTORY, ObservedAt, PublishClock};
 
 /// Everything the streams share.
 pub struct XdsShared {

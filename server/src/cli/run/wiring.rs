@@ -198,11 +198,19 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
     let snapshots = engine.reader();
     let ready = engine.ready();
     let metrics = engine_metrics(&engine, &snapshots);
-    {
-        let metrics = metrics.clone();
-        engine.observe_steps(StepObserver::new(move |t| metrics.observe_step(t)));
-    }
     let clock = Arc::new(PublishClock::default());
+    {
+        let (metrics, clock) = (metrics.clone(), clock.clone());
+        engine.observe_steps(StepObserver::new(move |done| {
+            metrics.observe_step(done.times);
+            // Recorded on the fold thread before the snapshot is published: a
+            // task watching snapshots would skip the sequence numbers it
+            // coalesces, and ACKs of those would go unmeasured.
+            if let Some(seq) = done.new_seq {
+                clock.record(seq, observed_at(done.observed_at_micros));
+            }
+        }));
+    }
 
     let mut tasks = Tasks::new();
     {
@@ -356,8 +364,21 @@ fn engine_metrics(engine: &Engine, snapshots: &SnapshotReader) -> Arc<Metrics> {
     metrics
 }
 
-/// Records when each snapshot's registry change was observed, for the
-/// convergence metrics, until shutdown or the last snapshot.
+/// Convergence is measured from when the registry change was observed; events
+/// without that time fall back to now (when this server made or saw the
+/// snapshot).
+fn observed_at(micros: i64) -> SystemTime {
+    u64::try_from(micros)
+        .ok()
+        .filter(|m| *m > 0)
+        .map_or_else(SystemTime::now, |m| {
+            SystemTime::UNIX_EPOCH + Duration::from_micros(m)
+        })
+}
+
+/// Keeps the snapshot-derived gauges (rule counts, seq, views) current, and
+/// times the snapshots the fold did not announce, until shutdown or the last
+/// snapshot.
 async fn publish_clock(
     mut reader: SnapshotReader,
     clock: Arc<PublishClock>,
@@ -377,16 +398,9 @@ async fn publish_clock(
                         set_rule_counts(&metrics, &snap.model);
                         counted = Some((std::time::Instant::now(), rules.clone()));
                     }
-                    // Convergence is measured from when the registry change
-                    // was observed; events without that time fall back to
-                    // when this server first saw the snapshot.
-                    let at = u64::try_from(snap.observed_at_micros)
-                        .ok()
-                        .filter(|m| *m > 0)
-                        .map_or_else(SystemTime::now, |m| {
-                            SystemTime::UNIX_EPOCH + Duration::from_micros(m)
-                        });
-                    clock.record(snap.seq, at);
+                    // Snapshots the fold did not announce (the first one, a
+                    // restored state) are timed from when this task saw them.
+                    clock.record(snap.seq, observed_at(snap.observed_at_micros));
                     metrics.snapshot_seq.set(snap.seq as i64);
                     // The three default views (one per proxy type) and the scoped ones.
                     metrics.views.set(3 + snap.views.len() as i64);
