@@ -6,6 +6,7 @@
 //! - [`kafka`]: the real broker the Kafka tests use (a missing one fails the test);
 //! - [`log`]: reading back what an adapter appended to a real embedded log;
 //! - [`segments`]: a small-segment embedded log, and damage to it;
+//! - [`tls`]: certificates made by openssl for TLS tests;
 //! - [`eureka`]: a fake Eureka server speaking Eureka's wire protocol over real
 //!   HTTP on 127.0.0.1 (no Eureka server can run on these machines).
 //!
@@ -18,3 +19,4 @@ pub mod events;
 pub mod kafka;
 pub mod log;
 pub mod segments;
+pub mod tls;

@@ -1,37 +1,8 @@
 //! The store against real files and certificates made by the openssl CLI.
 
-use std::path::Path;
-use std::process::Command;
-
 use super::*;
 
-/// Writes a fresh self-signed certificate and key for `cn` into `dir`
-/// (`tls.crt`, `tls.key`), with the openssl CLI.
-pub(crate) fn make_cert(dir: &Path, cn: &str) {
-    std::fs::create_dir_all(dir).expect("mkdir");
-    let out = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-        ])
-        .args(["-nodes", "-days", "2", "-subj", &format!("/CN={cn}")])
-        .args(["-addext", &format!("subjectAltName=DNS:{cn}")])
-        .arg("-keyout")
-        .arg(dir.join("tls.key"))
-        .arg("-out")
-        .arg(dir.join("tls.crt"))
-        .output()
-        .expect("openssl runs (it is a test requirement)");
-    assert!(
-        out.status.success(),
-        "openssl: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+pub(crate) use deltapilot_testkit::tls::make_cert;
 
 #[test]
 fn loads_pairs_keeps_the_last_good_one_and_reports_by_name() {
