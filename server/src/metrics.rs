@@ -56,9 +56,9 @@
 //!   credentials served over SDS: how many are `loaded`, failing (`error`, the
 //!   last good one stays served) or `missing` (a proxy asks for a name the
 //!   directory lacks); the second names each one not loaded.
-//! - `views` — distinct views served: the scoped views (one per valid Sidecar)
-//!   plus the three default ones; server memory for views grows with this, not
-//!   with the number of proxies.
+//! - `views` — distinct views served: the scoped views (one per valid Sidecar),
+//!   the gateway views (one per set of Gateways), plus the three default ones;
+//!   server memory for views grows with this, not with the number of proxies.
 //! - `engine_events_applied_total` — events folded into the state (held
 //!   endpoint events are counted apart, below).
 //! - `engine_events_skipped_total{reason}` — log records the fold could not
@@ -378,7 +378,7 @@ impl Metrics {
         );
         registry.register(
             "views",
-            "Distinct views served (one per valid Sidecar, plus the default view of each proxy type)",
+            "Distinct views served (one per valid Sidecar, one per set of Gateways, plus the default view of each proxy type)",
             m.views.clone(),
         );
         registry.register(

@@ -2,9 +2,8 @@
 //! (`DELTAPILOT_ENVOY`, delta ADS): a Gateway and a VirtualService bound to it
 //! are folded into a model, `gateway_resources` builds the router's listeners
 //! and routes, and a snapshot holding them (with the model's clusters and
-//! assignments) is served as the router's view. The stream wiring that picks
-//! gateway views for router proxies is not part of this test: the snapshot
-//! here is the view. Envoy then publishes the service by path on plain HTTP,
+//! assignments) is served as the router's view (the fold choosing a router's
+//! gateway view is tested by `e2e_gateway_run`). Envoy then publishes the service by path on plain HTTP,
 //! answers 404 off the rule's paths and for unknown hosts, redirects to HTTPS
 //! with 301 on the redirect server, terminates HTTPS with a certificate
 //! made in the test and served over SDS, and forwards a TLS passthrough by SNI

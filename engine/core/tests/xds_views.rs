@@ -5,7 +5,11 @@
 //! added, edited (hosts, outbound mode, selector), broken and deleted. Also:
 //! each view's change log names exactly what changed in it, its clusters and
 //! assignments are the global resources themselves, and the step reports a
-//! change whenever some view changed.
+//! change whenever some view changed. Gateway views likewise: Gateways with
+//! nested, empty and unrelated selectors added, edited and deleted, and
+//! VirtualServices bound to them; each set's view equals its rebuild, its log
+//! is exact, its clusters and assignments are the global maps, and a router's
+//! key names the view of exactly the Gateways selecting it.
 
 mod xds_support;
 
@@ -47,6 +51,15 @@ const MODES: [&str; 3] = [
     r#","outboundTrafficPolicy":{"mode":"ALLOW_ANY"}"#,
 ];
 const SIDECARS: [&str; 2] = ["s0", "s1"];
+const GATEWAYS: [&str; 2] = ["g0", "g1"];
+/// Gateway selectors: empty (every router), a family, a narrower member of
+/// it, and an unrelated one.
+const GW_SELECTORS: [&str; 4] = [
+    "{}",
+    r#"{"istio":"ingressgateway"}"#,
+    r#"{"istio":"ingressgateway","zone":"a"}"#,
+    r#"{"app":"other"}"#,
+];
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -84,6 +97,22 @@ enum Op {
         ns: usize,
         name: usize,
     },
+    Gateway {
+        ns: usize,
+        name: usize,
+        selector: usize,
+        port: usize,
+        https_redirect: bool,
+    },
+    GatewayDel {
+        ns: usize,
+        name: usize,
+    },
+    GwVs {
+        host: usize,
+        dest: usize,
+        prefix: bool,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -98,7 +127,11 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (host, any::<bool>()).prop_map(|(host, subsets)| Op::Dr { host, subsets }),
         4 => (ns.clone(), 0..SIDECARS.len(), prop::collection::vec(0..EGRESS.len(), 0..3), 0..MODES.len(), prop::bool::weighted(0.3))
             .prop_map(|(ns, name, hosts, mode, selector)| Op::Sidecar { ns, name, hosts, mode, selector }),
-        1 => (ns, 0..SIDECARS.len()).prop_map(|(ns, name)| Op::SidecarDel { ns, name }),
+        1 => (ns.clone(), 0..SIDECARS.len()).prop_map(|(ns, name)| Op::SidecarDel { ns, name }),
+        3 => (ns.clone(), 0..GATEWAYS.len(), 0..GW_SELECTORS.len(), 0..PORTS.len(), any::<bool>())
+            .prop_map(|(ns, name, selector, port, https_redirect)| Op::Gateway { ns, name, selector, port, https_redirect }),
+        1 => (ns, 0..GATEWAYS.len()).prop_map(|(ns, name)| Op::GatewayDel { ns, name }),
+        2 => (0..HOSTS.len(), 0..HOSTS.len(), any::<bool>()).prop_map(|(host, dest, prefix)| Op::GwVs { host, dest, prefix }),
     ]
 }
 
@@ -186,6 +219,49 @@ fn event_of(op: &Op) -> Event {
                 },
             )
         }
+        Op::Gateway {
+            ns,
+            name,
+            selector,
+            port,
+            https_redirect,
+        } => rule(
+            "src",
+            0,
+            ConfigKind::Gateway,
+            NAMESPACES[*ns],
+            GATEWAYS[*name],
+            &format!(
+                r#"{{"selector":{},"servers":[{{"port":{{"number":{},"name":"http","protocol":"HTTP"}},"hosts":["*/*"]{}}}]}}"#,
+                GW_SELECTORS[*selector],
+                PORTS[*port],
+                if *https_redirect {
+                    r#","tls":{"httpsRedirect":true}"#
+                } else {
+                    ""
+                }
+            ),
+        ),
+        Op::GatewayDel { ns, name } => rule_del(
+            "src",
+            0,
+            ConfigKind::Gateway,
+            NAMESPACES[*ns],
+            GATEWAYS[*name],
+        ),
+        Op::GwVs { host, dest, prefix } => rule(
+            "src",
+            0,
+            ConfigKind::VirtualService,
+            "ns2",
+            &format!("gwvs{host}"),
+            &format!(
+                r#"{{"hosts":["{}"],"gateways":["ns1/g0","ns2/g1","istio-system/g0"],"http":[{{"match":[{{"uri":{{"prefix":"/{}"}}}}],"route":[{{"destination":{{"host":"{}","port":{{"number":80}}}}}}]}}]}}"#,
+                HOSTS[*host],
+                if *prefix { "api" } else { "" },
+                HOSTS[*dest]
+            ),
+        ),
         Op::SidecarDel { ns, name } => rule_del(
             "src",
             0,
@@ -194,6 +270,35 @@ fn event_of(op: &Op) -> Event {
             SIDECARS[*name],
         ),
     }
+}
+
+fn flat_map(m: &deltapilot_xds::ResourceMap) -> Vec<(String, Vec<u8>)> {
+    m.iter()
+        .map(|(n, r)| (n.to_string(), r.bytes.to_vec()))
+        .collect()
+}
+
+fn map_changes(
+    old: &deltapilot_xds::ResourceMap,
+    new: &deltapilot_xds::ResourceMap,
+) -> deltapilot_xds::TypeChanges {
+    let mut tc = deltapilot_xds::TypeChanges::default();
+    for (n, r) in new.iter() {
+        if old.get(n).is_none_or(|o| o.bytes != r.bytes) {
+            tc.upserted.insert(n.clone());
+        }
+    }
+    for (n, _) in old.iter() {
+        if new.get(n).is_none() {
+            tc.removed.insert(n.clone());
+        }
+    }
+    tc
+}
+
+/// Whether `m` holds `n` with the same bytes as `r`.
+fn set_has_same(m: &deltapilot_xds::ResourceMap, n: &str, r: &deltapilot_xds::Resource) -> bool {
+    m.get(n).is_some_and(|s| s.bytes == r.bytes)
 }
 
 fn check_views(
@@ -206,6 +311,29 @@ fn check_views(
     let inc_keys: Vec<&Arc<str>> = inc.iter().map(|(k, _)| k).collect();
     let ref_keys: Vec<&Arc<str>> = reference.iter().map(|(k, _)| k).collect();
     prop_assert_eq!(inc_keys, ref_keys, "one view per valid Sidecar");
+    let inc_gw: Vec<_> = inc.gateways().map(|(k, _)| k.clone()).collect();
+    let ref_gw: Vec<_> = reference.gateways().map(|(k, _)| k.clone()).collect();
+    prop_assert_eq!(inc_gw, ref_gw, "one view per Gateway set");
+    for (k, want) in reference.gateways() {
+        let got = inc.gateway(k).expect("same keys");
+        for t in ResourceType::ALL {
+            prop_assert_eq!(
+                flat_map(got.map(t)),
+                flat_map(want.map(t)),
+                "gateway view {:?} {:?} incremental != from scratch",
+                k,
+                t
+            );
+        }
+        prop_assert!(
+            got.clusters.ptr_eq(&set.clusters),
+            "gateway clusters are the global map"
+        );
+        prop_assert!(
+            got.endpoints.ptr_eq(&set.endpoints),
+            "gateway assignments are the global map"
+        );
+    }
     for (k, want) in reference.iter() {
         let got = inc.get(k).expect("same keys");
         prop_assert_eq!(
@@ -279,7 +407,74 @@ fn check(ops: &[Op], batch: usize) -> Result<(), TestCaseError> {
                 _ => any = true,
             }
         }
+        let mut gw_any = views.gateways().count() != next_views.gateways().count();
+        for (k, v) in next_views.gateways() {
+            match views.gateway(k) {
+                Some(old) => {
+                    let mut want = deltapilot_xds::ChangeSet::default();
+                    for t in ResourceType::ALL {
+                        *want.of_mut(t) = map_changes(old.map(t), v.map(t));
+                    }
+                    gw_any |= !want.is_empty();
+                    if changed {
+                        let log = v.changes_since(seq.saturating_sub(1), seq);
+                        prop_assert_eq!(
+                            log,
+                            Some(want),
+                            "gateway view {:?} change log after {:?}",
+                            k,
+                            chunk
+                        );
+                    } else {
+                        prop_assert!(want.is_empty(), "gateway view {:?} changed unreported", k);
+                    }
+                }
+                None => gw_any = true,
+            }
+        }
+        any |= gw_any;
         prop_assert!(!any || changed, "a view changed but the step says none did");
+        // A router's key names a gateway view exactly when Gateways select it,
+        // and that view carries no sidecar outbound listener.
+        for labels in [
+            &[][..],
+            &[("istio", "ingressgateway")][..],
+            &[("istio", "ingressgateway"), ("zone", "a")][..],
+        ] {
+            let mut p = Proxy {
+                namespace: Arc::from("istio-system"),
+                proxy_type: ProxyType::Router,
+                ..Default::default()
+            };
+            for (k, v) in labels {
+                p.labels.insert(Arc::from(*k), Arc::from(*v));
+            }
+            let selecting = next_state
+                .rules()
+                .gateways_selecting("istio-system", &p.labels, false);
+            match next_views.key_for(&p, &next_state) {
+                ViewKey::Gateway { gateways } => {
+                    prop_assert_eq!(&*gateways, &selecting[..]);
+                    let v = next_views
+                        .gateway(&gateways)
+                        .expect("the key's view exists");
+                    for (n, r) in v.listeners.iter() {
+                        prop_assert!(
+                            !set_has_same(&next.sidecar_listeners, n, r),
+                            "gateway view {:?} carries sidecar listener {}",
+                            gateways,
+                            n
+                        );
+                    }
+                }
+                ViewKey::Default(ProxyType::Router) => prop_assert!(
+                    selecting.is_empty(),
+                    "selected by {:?} but no view",
+                    selecting
+                ),
+                k => prop_assert!(false, "router key {:?}", k),
+            }
+        }
         // Every proxy's key names a view that exists.
         for ns in NAMESPACES {
             let mut p = Proxy {

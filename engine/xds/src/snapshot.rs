@@ -50,7 +50,7 @@ pub struct Snapshot {
     /// Change sets of the most recent snapshots: `(seq, changes that produced seq)`,
     /// oldest first, at most [`RECENT_CHANGES`].
     pub recent: Vector<(u64, Arc<ChangeSet>)>,
-    /// The Sidecar-scoped views, derived from `model` and `resources`.
+    /// The Sidecar-scoped and gateway views, derived from `model` and `resources`.
     pub views: Views,
 }
 
@@ -72,6 +72,9 @@ impl Snapshot {
         match key {
             ViewKey::Default(_) => self.changes_since(since),
             ViewKey::Sidecar { sidecar } => self.views.get(sidecar)?.changes_since(since, self.seq),
+            ViewKey::Gateway { gateways } => {
+                self.views.gateway(gateways)?.changes_since(since, self.seq)
+            }
         }
     }
 
@@ -108,6 +111,10 @@ pub fn view_map<'a>(
         ViewKey::Sidecar { sidecar } => match views.get(sidecar) {
             Some(v) => resources_for(&v.resources, ProxyType::Sidecar, t),
             None => resources_for(resources, ProxyType::Sidecar, t),
+        },
+        ViewKey::Gateway { gateways } => match views.gateway(gateways) {
+            Some(v) => v.map(t),
+            None => resources_for(resources, ProxyType::Router, t),
         },
     }
 }

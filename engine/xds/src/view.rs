@@ -4,9 +4,9 @@
 //! ## Views: design
 //! - [`ViewKey`] (`key`): what decides a proxy's resources, a pure and cheap
 //!   function of (proxy, model): `Default(<type>)`, or `Sidecar { key }` for a
-//!   sidecar selected by a `Sidecar` object. Routers stay `Default(Router)`
-//!   (sidecar listeners) until gateways are served; a `Gateway { gateways }`
-//!   variant plugs in there (see `key`).
+//!   sidecar selected by a `Sidecar` object, `Gateway { gateways }` for a
+//!   router selected by Gateways (one [`GatewayView`] per set, see `gateway`
+//!   for which sets exist); a router selected by none stays `Default(Router)`.
 //! - Where views live: in the snapshot, derived by the fold. Default keys read
 //!   the snapshot's own maps through [`resources_for`] (no copy; every proxy of
 //!   a type shares one persistent map). Each valid Sidecar has one
@@ -35,9 +35,11 @@
 //! per-stream state machine); it answers "what differs", the server decides what
 //! it is allowed to send.
 
+mod gateway;
 mod key;
 mod scoped;
 
+pub use gateway::{GatewaySet, GatewayView, gateway_sets};
 pub use key::{ViewKey, key_for};
 pub use scoped::{ScopedView, Views};
 

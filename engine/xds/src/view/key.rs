@@ -9,10 +9,8 @@ use deltapilot_model::{Proxy, ProxyType};
 /// view (one set of maps, one change log), so the number of distinct keys, not
 /// of proxies, bounds what views cost.
 ///
-/// Gateways plug in as one more variant, `Gateway { gateways }` (the sorted
-/// keys of the Gateway objects whose selector matches a router's labels),
-/// computed in [`key_for`]'s `ProxyType::Router` arm and served by a
-/// gateway view beside the Sidecar ones in `Views`.
+/// A router selected by at least one Gateway has `Gateway { gateways }`; one
+/// selected by none keeps `Default(Router)`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ViewKey {
     /// The snapshot's own maps for this proxy type, shared by every proxy of
@@ -23,6 +21,11 @@ pub enum ViewKey {
         /// The Sidecar's config key (`cfg/sidecar/<ns>/<name>`).
         sidecar: Arc<str>,
     },
+    /// A router selected by exactly these Gateways.
+    Gateway {
+        /// The sorted ids (`<namespace>/<name>`) of the selecting Gateways.
+        gateways: Arc<[Arc<str>]>,
+    },
 }
 
 impl ViewKey {
@@ -31,6 +34,7 @@ impl ViewKey {
         match self {
             ViewKey::Default(t) => *t,
             ViewKey::Sidecar { .. } => ProxyType::Sidecar,
+            ViewKey::Gateway { .. } => ProxyType::Router,
         }
     }
 }
@@ -40,14 +44,17 @@ impl std::fmt::Display for ViewKey {
         match self {
             ViewKey::Default(t) => write!(f, "default/{}", t.as_str()),
             ViewKey::Sidecar { sidecar } => write!(f, "sidecar/{sidecar}"),
+            ViewKey::Gateway { gateways } => write!(f, "gateway/{}", gateways.join(",")),
         }
     }
 }
 
 /// The key of `proxy` in `model`: for a sidecar, the Sidecar that selects it
 /// (Istio's order, see `RuleIndex::sidecar_for`, with `root_namespace`'s
-/// selector-less Sidecar as the mesh default); otherwise its type. A pure
-/// function of (proxy, model), O(Sidecars of two namespaces).
+/// selector-less Sidecar as the mesh default); for a router, the Gateways that
+/// select it (`RuleIndex::gateways_selecting`, any namespace), if any;
+/// otherwise its type. A pure function of (proxy, model), O(Sidecars of two
+/// namespaces) or O(Gateways).
 pub fn key_for(proxy: &Proxy, model: &ModelState, root_namespace: &str) -> ViewKey {
     match proxy.proxy_type {
         ProxyType::Sidecar => {
@@ -62,8 +69,18 @@ pub fn key_for(proxy: &Proxy, model: &ModelState, root_namespace: &str) -> ViewK
                 None => ViewKey::Default(ProxyType::Sidecar),
             }
         }
-        // Routers keep the sidecar listeners until gateways are served (see the
-        // type's doc for where the `Gateway` variant goes).
+        ProxyType::Router => {
+            let gateways = model
+                .rules()
+                .gateways_selecting(&proxy.namespace, &proxy.labels, false);
+            if gateways.is_empty() {
+                ViewKey::Default(ProxyType::Router)
+            } else {
+                ViewKey::Gateway {
+                    gateways: gateways.into(),
+                }
+            }
+        }
         t => ViewKey::Default(t),
     }
 }

@@ -39,6 +39,7 @@ use deltapilot_model::rules::{OutboundMode, Rule, SidecarScope};
 use deltapilot_model::state::{ModelState, Touched};
 use deltapilot_model::{Hostname, Proxy, ProxyType, Service};
 
+use super::gateway::{GatewaySet, GatewayView, gateway_sets};
 use super::key::{ViewKey, key_for};
 
 /// The visible hosts on one port.
@@ -367,12 +368,14 @@ impl ScopedView {
     }
 }
 
-/// Every Sidecar-scoped view of a snapshot, by the Sidecar's config key, and the
-/// root namespace that key computation uses.
+/// Every Sidecar-scoped view of a snapshot, by the Sidecar's config key, every
+/// gateway view, by its set of Gateways (see `gateway`), and the root namespace
+/// that key computation uses.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Views {
     root_namespace: Arc<str>,
     scoped: OrdMap<Arc<str>, Arc<ScopedView>>,
+    gateways: OrdMap<GatewaySet, Arc<GatewayView>>,
 }
 
 impl Views {
@@ -388,9 +391,17 @@ impl Views {
                 )
             })
             .collect();
+        let gateways = gateway_sets(model)
+            .into_iter()
+            .map(|g| {
+                let v = GatewayView::build(model, global, &g, opts);
+                (g, Arc::new(v))
+            })
+            .collect();
         Views {
             root_namespace: Arc::from(opts.root_namespace.as_str()),
             scoped,
+            gateways,
         }
     }
 
@@ -408,8 +419,11 @@ impl Views {
         seq: u64,
     ) -> (Views, bool) {
         let rules = model.rules();
+        let (gateways, gw_any) = self.update_gateways(model, global, changes, touched, opts, seq);
         if !rules.has_sidecars() && self.scoped.is_empty() {
-            return (self.clone(), false);
+            let mut next = self.clone();
+            next.gateways = gateways;
+            return (next, gw_any);
         }
         let quiet = changes.is_empty() && touched.services.is_empty();
         let mut any = false;
@@ -450,7 +464,7 @@ impl Views {
             };
             scoped.insert(rule.key.clone(), view);
         }
-        any |= self.scoped.keys().any(|k| !scoped.contains_key(k));
+        any |= self.scoped.keys().any(|k| !scoped.contains_key(k)) || gw_any;
         let root_namespace = if self.root_namespace.is_empty() {
             Arc::from(opts.root_namespace.as_str())
         } else {
@@ -460,9 +474,52 @@ impl Views {
             Views {
                 root_namespace,
                 scoped,
+                gateways,
             },
             any,
         )
+    }
+
+    /// The gateway views after one batch, and whether any changed, appeared or
+    /// went. The sets are recomputed only when a config changed.
+    fn update_gateways(
+        &self,
+        model: &ModelState,
+        global: &ResourceSet,
+        changes: &ChangeSet,
+        touched: &Touched,
+        opts: &GenOptions,
+        seq: u64,
+    ) -> (OrdMap<GatewaySet, Arc<GatewayView>>, bool) {
+        let sets: BTreeSet<GatewaySet> = if touched.configs {
+            gateway_sets(model)
+        } else {
+            self.gateways.keys().cloned().collect()
+        };
+        let mut any = self.gateways.keys().any(|k| !sets.contains(k));
+        let mut out = OrdMap::new();
+        for set in sets {
+            let view = match self.gateways.get(&set) {
+                Some(old) => match old.update(model, global, changes, touched, opts) {
+                    Some((mut v, log)) => {
+                        if !log.is_empty() {
+                            v.record(seq, log);
+                            any = true;
+                        }
+                        Arc::new(v)
+                    }
+                    None => old.clone(),
+                },
+                None => {
+                    let mut v = GatewayView::build(model, global, &set, opts);
+                    v.set_horizon(seq);
+                    any = true;
+                    Arc::new(v)
+                }
+            };
+            out.insert(set, view);
+        }
+        (out, any)
     }
 
     /// The key of `proxy`'s view in `model` (the model these views were derived
@@ -477,6 +534,9 @@ impl Views {
             ViewKey::Sidecar { sidecar } if !self.scoped.contains_key(&sidecar) => {
                 ViewKey::Default(ProxyType::Sidecar)
             }
+            ViewKey::Gateway { gateways } if !self.gateways.contains_key(&gateways) => {
+                ViewKey::Default(ProxyType::Router)
+            }
             k => k,
         }
     }
@@ -484,6 +544,25 @@ impl Views {
     /// The scoped view under a Sidecar's config key.
     pub fn get(&self, sidecar: &str) -> Option<&Arc<ScopedView>> {
         self.scoped.get(sidecar)
+    }
+
+    /// The gateway view of a set of Gateways (sorted ids).
+    pub fn gateway(&self, gateways: &[Arc<str>]) -> Option<&Arc<GatewayView>> {
+        self.gateways.get(gateways)
+    }
+
+    /// Every gateway view, by its set of Gateways.
+    pub fn gateways(&self) -> impl Iterator<Item = (&GatewaySet, &Arc<GatewayView>)> + '_ {
+        self.gateways.iter()
+    }
+
+    /// Whether `proxy` is a router selected by Gateways whose set has no view
+    /// (it then gets `Default(Router)`; see `gateway`'s module doc).
+    pub fn missing_gateway_set(&self, proxy: &Proxy, model: &ModelState) -> bool {
+        matches!(
+            key_for(proxy, model, ""),
+            ViewKey::Gateway { gateways } if !self.gateways.contains_key(&gateways)
+        )
     }
 
     /// How many scoped views exist.

@@ -402,8 +402,10 @@ async fn publish_clock(
                     // restored state) are timed from when this task saw them.
                     clock.record(snap.seq, observed_at(snap.observed_at_micros));
                     metrics.snapshot_seq.set(snap.seq as i64);
-                    // The three default views (one per proxy type) and the scoped ones.
-                    metrics.views.set(3 + snap.views.len() as i64);
+                    // The three default views (one per proxy type), the scoped
+                    // and the gateway ones.
+                    let n = snap.views.len() + snap.views.gateways().count();
+                    metrics.views.set(3 + n as i64);
                 }
                 None => return Ok(()),
             },

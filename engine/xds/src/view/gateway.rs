@@ -1,0 +1,193 @@
+//! [`GatewayView`]: what the routers selected by one set of Gateways receive.
+//!
+//! Which sets get a view: the fold is pure and does not know which routers are
+//! connected, so the keys must follow from config alone. For every valid
+//! Gateway, its own selector taken as a label set is selected by some set of
+//! Gateways (those whose selectors are subsets of it, plus the selector-less
+//! ones); [`gateway_sets`] collects these sets, and each gets one view. This
+//! covers every router whose labels match the selectors of one "family" of
+//! Gateways (the usual `istio: ingressgateway` deployment). A router selected by
+//! a set that is no Gateway's own selection (labels combining two unrelated
+//! selectors) has no prebuilt view: `Views::key_for` then gives it
+//! `Default(Router)` and the server reports it (see `Views::missing_gateway_set`).
+//!
+//! A view holds the global clusters and assignments (the global maps
+//! themselves, as Istio gives gateways every cluster) and the listeners and
+//! route configurations of [`gateway_resources`] for its set. The listeners and
+//! routes are rebuilt only when [`gateway_touched`] says the batch may change
+//! them; the change log names exactly what changed in the view.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use imbl::Vector;
+
+use crate::generate::{GenOptions, gateway_resources, gateway_touched};
+use crate::snapshot::RECENT_CHANGES;
+use crate::{ChangeSet, ResourceMap, ResourceSet, ResourceType};
+use deltapilot_model::Labels;
+use deltapilot_model::state::{ModelState, Touched};
+
+/// The sorted ids (`<namespace>/<name>`) of a set of Gateways.
+pub type GatewaySet = Arc<[Arc<str>]>;
+
+/// Every set of Gateways that gets a view (see the module doc), sorted.
+/// O(gateways²).
+pub fn gateway_sets(model: &ModelState) -> BTreeSet<GatewaySet> {
+    let rules = model.rules();
+    let mut out = BTreeSet::new();
+    for (_, rule, gw) in rules.gateways() {
+        let labels: Labels = gw
+            .spec
+            .selector
+            .iter()
+            .flatten()
+            .map(|(k, v)| (Arc::from(k.as_str()), Arc::from(v.as_str())))
+            .collect();
+        let set = rules.gateways_selecting(&rule.namespace, &labels, false);
+        if !set.is_empty() {
+            out.insert(GatewaySet::from(set));
+        }
+    }
+    out
+}
+
+/// The resources of the routers selected by exactly one set of Gateways.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayView {
+    /// The Gateways, sorted ids.
+    pub gateways: GatewaySet,
+    /// The global clusters (shared map).
+    pub clusters: ResourceMap,
+    /// The global assignments (shared map).
+    pub endpoints: ResourceMap,
+    /// The gateway listeners `0.0.0.0_<port>`.
+    pub listeners: ResourceMap,
+    /// The gateway route configurations.
+    pub routes: ResourceMap,
+    recent: Vector<(u64, Arc<ChangeSet>)>,
+    /// Changes at or before this seq are not in `recent`.
+    horizon: u64,
+}
+
+impl GatewayView {
+    /// The view of `gateways` over `model` and its global resources, from
+    /// scratch: the reference the incremental update equals.
+    pub fn build(
+        model: &ModelState,
+        global: &ResourceSet,
+        gateways: &GatewaySet,
+        opts: &GenOptions,
+    ) -> Self {
+        let gr = gateway_resources(model, gateways, opts);
+        GatewayView {
+            gateways: gateways.clone(),
+            clusters: global.clusters.clone(),
+            endpoints: global.endpoints.clone(),
+            listeners: gr.listeners,
+            routes: gr.routes,
+            recent: Vector::new(),
+            horizon: 0,
+        }
+    }
+
+    /// The view's map of type `t` (secrets come from the credentials store).
+    pub fn map(&self, t: ResourceType) -> &ResourceMap {
+        match t {
+            ResourceType::Cluster => &self.clusters,
+            ResourceType::Endpoint => &self.endpoints,
+            ResourceType::Listener => &self.listeners,
+            ResourceType::Route => &self.routes,
+            ResourceType::Secret => ResourceMap::empty(),
+        }
+    }
+
+    /// The view after one batch, and what changed in it (possibly nothing,
+    /// when only the global maps were replaced by equal ones); `None` when the
+    /// old view can be kept as is.
+    pub(crate) fn update(
+        &self,
+        model: &ModelState,
+        global: &ResourceSet,
+        changes: &ChangeSet,
+        touched: &Touched,
+        opts: &GenOptions,
+    ) -> Option<(GatewayView, ChangeSet)> {
+        let mut log = ChangeSet::default();
+        for t in [ResourceType::Cluster, ResourceType::Endpoint] {
+            *log.of_mut(t) = changes.of(t).clone();
+        }
+        let mut next = self.clone();
+        next.clusters = global.clusters.clone();
+        next.endpoints = global.endpoints.clone();
+        if gateway_touched(touched) {
+            let gr = gateway_resources(model, &self.gateways, opts);
+            next.listeners = merge(
+                &self.listeners,
+                gr.listeners,
+                ResourceType::Listener,
+                &mut log,
+            );
+            next.routes = merge(&self.routes, gr.routes, ResourceType::Route, &mut log);
+        }
+        let same_maps =
+            next.clusters.ptr_eq(&self.clusters) && next.endpoints.ptr_eq(&self.endpoints);
+        (!log.is_empty() || !same_maps).then_some((next, log))
+    }
+
+    /// Everything that changed in this view after snapshot `since`, merged, or
+    /// `None` when that is not known (the caller then does a full diff).
+    pub fn changes_since(&self, since: u64, now: u64) -> Option<ChangeSet> {
+        if since >= now {
+            return Some(ChangeSet::default());
+        }
+        if since < self.horizon {
+            return None;
+        }
+        let mut merged = ChangeSet::default();
+        for (seq, cs) in self.recent.iter() {
+            if *seq > since {
+                merged.merge(cs);
+            }
+        }
+        Some(merged)
+    }
+
+    pub(crate) fn set_horizon(&mut self, seq: u64) {
+        self.horizon = seq;
+    }
+
+    pub(crate) fn record(&mut self, seq: u64, cs: ChangeSet) {
+        self.recent.push_back((seq, Arc::new(cs)));
+        while self.recent.len() > RECENT_CHANGES {
+            if let Some((s, _)) = self.recent.pop_front() {
+                self.horizon = self.horizon.max(s);
+            }
+        }
+    }
+}
+
+/// `next`, keeping `prev`'s resource wherever the bytes are equal (so streams
+/// see an unchanged pointer), and logging every name that differs.
+fn merge(
+    prev: &ResourceMap,
+    next: ResourceMap,
+    t: ResourceType,
+    log: &mut ChangeSet,
+) -> ResourceMap {
+    let mut out = prev.clone();
+    for (name, r) in next.iter() {
+        if prev.get(name).is_some_and(|p| p.bytes == r.bytes) {
+            continue;
+        }
+        out.insert(r.clone());
+        log.of_mut(t).upserted.insert(name.clone());
+    }
+    for (name, _) in prev.iter() {
+        if next.get(name).is_none() {
+            out.remove(name);
+            log.of_mut(t).removed.insert(name.clone());
+        }
+    }
+    out
+}
