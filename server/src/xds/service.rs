@@ -203,10 +203,21 @@ struct StreamGuard {
 }
 
 impl StreamGuard {
-    fn identify(&mut self, proxy: Option<&Proxy>) {
+    fn identify(&mut self, proxy: Option<&Proxy>, snap: &Snapshot) {
         if self.proxy_type.is_none()
             && let Some(p) = proxy
         {
+            if snap.views.missing_gateway_set(p, &snap.model) {
+                // Not silently: the router gets the default router view
+                // (sidecar listeners) until a view exists for its set.
+                tracing::warn!(
+                    proxy = %p.id,
+                    gateways = ?snap.model.rules().gateways_selecting(&p.namespace, &p.labels, false),
+                    "router selected by a set of Gateways that no Gateway's own selector \
+                     yields: deltapilot builds no gateway view for it, so it gets the default \
+                     router view; give one Gateway a selector matching exactly this router's labels"
+                );
+            }
             let pt = p.proxy_type.as_str();
             self.proxy_type = Some(pt);
             self.shared
@@ -459,7 +470,7 @@ fn run_stream<P: Protocol>(
                         });
                         match result {
                             Ok(outcome) => {
-                                guard.identify(lock(&state).proxy());
+                                guard.identify(lock(&state).proxy(), &snap);
                                 shared.record(P::API, &outcome);
                             }
                             Err(e @ Error::UnknownTypeUrl(_)) => {
