@@ -39,31 +39,7 @@ fn make_cert(dir: &Path) {
     make_cert_for(dir, HOST);
 }
 
-fn make_cert_for(dir: &Path, host: &str) {
-    std::fs::create_dir_all(dir).expect("mkdir");
-    let out = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-        ])
-        .args(["-nodes", "-days", "2", "-subj", &format!("/CN={host}")])
-        .args(["-addext", &format!("subjectAltName=DNS:{host}")])
-        .arg("-keyout")
-        .arg(dir.join("tls.key"))
-        .arg("-out")
-        .arg(dir.join("tls.crt"))
-        .output()
-        .expect("openssl runs (a test requirement)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use deltapilot_testkit::tls::make_cert as make_cert_for;
 
 /// An endpoint of `host` (namespace `web`) at 127.0.0.1:`port` for its
 /// service port `svc_port`.

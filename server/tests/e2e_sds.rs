@@ -22,29 +22,7 @@ const HOST: &str = "gw.test.local";
 
 /// A fresh self-signed certificate for [`HOST`] in `dir` (`tls.crt`, `tls.key`).
 fn make_cert(dir: &Path) {
-    std::fs::create_dir_all(dir).expect("mkdir");
-    let out = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-        ])
-        .args(["-nodes", "-days", "2", "-subj", &format!("/CN={HOST}")])
-        .args(["-addext", &format!("subjectAltName=DNS:{HOST}")])
-        .arg("-keyout")
-        .arg(dir.join("tls.key"))
-        .arg("-out")
-        .arg(dir.join("tls.crt"))
-        .output()
-        .expect("openssl runs (a test requirement)");
-    assert!(
-        out.status.success(),
-        "openssl: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    deltapilot_testkit::tls::make_cert(dir, HOST);
 }
 
 /// A mounted Kubernetes Secret: the files live in a timestamped directory,
