@@ -142,6 +142,7 @@ fn flipped(st: &States, seq: u64) -> Snapshot {
         resources: src.resources.clone(),
         recent: [(seq, cs)].into_iter().collect(),
         observed_at_micros: 0,
+        views: src.views.clone(),
     }
 }
 

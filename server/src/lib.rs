@@ -8,10 +8,12 @@
 pub mod adapter_health;
 pub mod admin;
 pub mod conn;
+pub mod credentials;
 pub mod log_health;
 pub mod metrics;
 pub mod process;
 pub mod readiness;
+pub mod stale_proxies;
 pub mod xds;
 
 /// Result alias for the server crate.

@@ -37,6 +37,10 @@ enum Command {
     /// Every problem with the traffic rules of files or a running server, one
     /// message each with a stable code; with --impact, what a change would do.
     Analyze(cli::analyze::AnalyzeArgs),
+    /// Print a ready bootstrap for a proxy of this deployment: Envoy sidecar or
+    /// router (delta or SotW), or proxyless gRPC's GRPC_XDS_BOOTSTRAP JSON. Plaintext
+    /// only: `run` has no xDS TLS flags yet (issue 31).
+    Bootstrap(cli::bootstrap::BootstrapArgs),
     /// Run one registry adapter as its own process, appending to a log.
     Adapter(cli::adapter::AdapterArgs),
     /// The load generator: simulated Envoys plus churn, with a report.
@@ -79,6 +83,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::ProxyStatus(args) => cli::proxy_status::status(args).await,
             Command::ProxyConfig(args) => cli::proxy_status::config(args).await,
             Command::Analyze(args) => cli::analyze::main(args).await,
+            Command::Bootstrap(args) => cli::bootstrap::main(args),
             Command::Adapter(args) => cli::adapter::main(args).await,
             Command::Loadgen(args) => deltapilot_load_tests::run(args).await,
         }

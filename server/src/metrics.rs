@@ -52,6 +52,13 @@
 //! - `rules{status}`, `rule_problems{code}` — traffic rules by status and their
 //!   problems by stable code, as `/debug/rules` reports them (refreshed at most
 //!   second while rules exist, and on every rule change).
+//! - `credentials{state}`, `credential_problems{name,state}` — gateway
+//!   credentials served over SDS: how many are `loaded`, failing (`error`, the
+//!   last good one stays served) or `missing` (a proxy asks for a name the
+//!   directory lacks); the second names each one not loaded.
+//! - `views` — distinct views served: the scoped views (one per valid Sidecar)
+//!   plus the three default ones; server memory for views grows with this, not
+//!   with the number of proxies.
 //! - `engine_events_applied_total` — events folded into the state (held
 //!   endpoint events are counted apart, below).
 //! - `engine_events_skipped_total{reason}` — log records the fold could not
@@ -64,6 +71,28 @@
 //!   encode and were not published (each is logged; one still failing is
 //!   counted again whenever a batch rebuilds it).
 //! - `engine_batches_total` — batches folded.
+//! - `engine_fold_seconds`, `engine_regenerate_seconds` — histograms, per batch:
+//!   folding its events into the state, and regenerating the xDS resources the
+//!   fold touched (measured by the runner around each phase; a slow fold shows
+//!   as convergence latency and as log lag).
+//! - `log_lag_records` — records in the log the engine has not folded: the
+//!   log probe's settled head (measured at least one probe interval ago, see
+//!   `log_health`) minus the engine's position, summed over partitions. 0 before
+//!   the first two probes succeed. Steadily above 0: the fold cannot keep up
+//!   (or is stuck; `serving_state` says which).
+//! - `checkpoint_failures_total{reason}` — checkpoints not written (`write_io`,
+//!   `write_log`: reading the log's fingerprints, `write_task`) or passed over at
+//!   start (`restore_rejected`: damaged or not matching the log or this build;
+//!   `restore_unreadable`: the directory could not be read). Every reason is
+//!   present from the start at 0.
+//! - `xds_stale_proxies` — streams that identified a proxy and have stayed out
+//!   of date for longer than [`crate::stale_proxies::STALE_AFTER`]: for one of the
+//!   types they requested (and did not NACK last), a response waits for its ACK
+//!   or changes wait to be sent, or the stream has not yet taken the current
+//!   snapshot into account (`/debug/syncz`'s `STALE`, without its per-name view
+//!   check). Recomputed every [`crate::stale_proxies::CHECK_EVERY`] from the
+//!   stream registry, not per scrape. NACKing proxies are counted by
+//!   `xds_nacks_total` instead.
 //! - `adapter_events_emitted_total{adapter}` — events an in-process adapter appended
 //!   (`rate()` of it is events per second).
 //! - `adapter_view_entities{adapter}` — entities in the adapter's last-known view.
@@ -75,7 +104,9 @@
 //!
 //! What it does NOT do: serve HTTP (see `admin`).
 
-use deltapilot_engine::runner::EngineStats;
+use deltapilot_engine::checkpoint::{CheckpointFailure, CheckpointStats};
+use deltapilot_engine::runner::{EngineStats, StepTimes};
+use deltapilot_log::Position;
 use deltapilot_model::fold::SkipReason;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -103,6 +134,11 @@ pub type HistogramFamily = Family<Labels<1>, Histogram, fn() -> Histogram>;
 fn convergence_histogram() -> Histogram {
     // 1 ms … ~65 s: covers a local push (milliseconds) up to a badly stuck proxy.
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+fn step_histogram() -> Histogram {
+    // 10 µs … ~40 s: a one-event batch up to a cold fold of a large log.
+    Histogram::new(exponential_buckets(0.000_01, 4.0, 12))
 }
 
 /// Sets gauges from current state when `/metrics` is scraped (see
@@ -143,6 +179,8 @@ pub struct Metrics {
     /// See the module docs.
     pub snapshot_seq: Gauge,
     /// See the module docs.
+    pub views: Gauge,
+    /// See the module docs.
     pub resyncs_pending: Gauge,
     /// Endpoints held for a service that does not exist (yet).
     pub endpoints_held: Gauge,
@@ -152,6 +190,10 @@ pub struct Metrics {
     pub rules: Family<Labels<1>, Gauge>,
     /// Traffic-rule problems by code.
     pub rule_problems: Family<Labels<1>, Gauge>,
+    /// Gateway credentials by state (`loaded`, `error`, `missing`).
+    pub credentials: Family<Labels<1>, Gauge>,
+    /// 1 for each credential that is not loaded, by name and state.
+    pub credential_problems: Family<[(&'static str, String); 2], Gauge>,
     /// See the module docs.
     pub engine_applied: Counter,
     /// See the module docs.
@@ -188,6 +230,16 @@ pub struct Metrics {
     pub log_append_failures: Family<Labels<1>, Counter>,
     /// See the module docs.
     pub log_producer_rebuilds: Counter,
+    /// See the module docs.
+    pub engine_fold_seconds: Histogram,
+    /// See the module docs.
+    pub engine_regenerate_seconds: Histogram,
+    /// See the module docs.
+    pub log_lag: Gauge,
+    /// See the module docs.
+    pub checkpoint_failures: Family<Labels<1>, Counter>,
+    /// See the module docs.
+    pub stale_proxies: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -223,11 +275,14 @@ impl Metrics {
             stale_nonces: Counter::default(),
             connections: crate::conn::ConnMetrics::default(),
             snapshot_seq: Gauge::default(),
+            views: Gauge::default(),
             resyncs_pending: Gauge::default(),
             endpoints_held: Gauge::default(),
             ready: Gauge::default(),
             rules: Family::default(),
             rule_problems: Family::default(),
+            credentials: Family::default(),
+            credential_problems: Family::default(),
             engine_applied: Counter::default(),
             engine_skipped: Family::default(),
             engine_held: Counter::default(),
@@ -246,6 +301,11 @@ impl Metrics {
             log_last_read_success: FloatGauge::default(),
             log_append_failures: Family::default(),
             log_producer_rebuilds: Counter::default(),
+            engine_fold_seconds: step_histogram(),
+            engine_regenerate_seconds: step_histogram(),
+            log_lag: Gauge::default(),
+            checkpoint_failures: Family::default(),
+            stale_proxies: Gauge::default(),
         };
         registry.register(
             "xds_connected_proxies",
@@ -317,6 +377,11 @@ impl Metrics {
             m.ready.clone(),
         );
         registry.register(
+            "views",
+            "Distinct views served (one per valid Sidecar, plus the default view of each proxy type)",
+            m.views.clone(),
+        );
+        registry.register(
             "rules",
             "VirtualServices and DestinationRules by status (applied, applied_with_warnings, rejected)",
             m.rules.clone(),
@@ -325,6 +390,17 @@ impl Metrics {
             "rule_problems",
             "Problems found in traffic rules, by stable code (see /debug/rules)",
             m.rule_problems.clone(),
+        );
+        registry.register(
+            "credentials",
+            "Gateway credentials of --credentials-dir by state (see /debug/credentials)",
+            m.credentials.clone(),
+        );
+        registry.register(
+            "credential_problems",
+            "1 for each credential not loaded (error: unreadable or mismatched; missing: \
+             asked for by a proxy, not in the directory), by name",
+            m.credential_problems.clone(),
         );
         registry.register(
             "engine_events_applied",
@@ -416,10 +492,40 @@ impl Metrics {
             "Kafka producers rebuilt after a fatal error",
             m.log_producer_rebuilds.clone(),
         );
+        registry.register(
+            "engine_fold_seconds",
+            "Time to fold one batch of events into the state",
+            m.engine_fold_seconds.clone(),
+        );
+        registry.register(
+            "engine_regenerate_seconds",
+            "Time to regenerate the xDS resources one batch touched",
+            m.engine_regenerate_seconds.clone(),
+        );
+        registry.register(
+            "log_lag_records",
+            "Records between the log head (measured at least one probe interval ago) and the engine's position",
+            m.log_lag.clone(),
+        );
+        registry.register(
+            "checkpoint_failures",
+            "Checkpoints not written, or passed over at start, by reason",
+            m.checkpoint_failures.clone(),
+        );
+        registry.register(
+            "xds_stale_proxies",
+            "Proxies out of date (waiting for an ACK or a push) for longer than the stale threshold",
+            m.stale_proxies.clone(),
+        );
         // Every reason from the start, so a rate() over them has a baseline.
         for reason in deltapilot_log::AppendFailure::ALL {
             let _ = m
                 .log_append_failures
+                .get_or_create(&[("reason", reason.as_str())]);
+        }
+        for reason in CheckpointFailure::ALL {
+            let _ = m
+                .checkpoint_failures
                 .get_or_create(&[("reason", reason.as_str())]);
         }
         Metrics { registry, ..m }
@@ -464,6 +570,31 @@ impl Metrics {
         }
         raise(&self.engine_resource_errors, stats.gen_errors());
         raise(&self.engine_batches, stats.batches());
+    }
+
+    /// Brings `checkpoint_failures_total` up to `stats` (a scrape hook).
+    pub fn follow_checkpoints(&self, stats: &CheckpointStats) {
+        for reason in CheckpointFailure::ALL {
+            let counter = self
+                .checkpoint_failures
+                .get_or_create(&[("reason", reason.as_str())]);
+            raise(&counter, stats.failures(reason));
+        }
+    }
+
+    /// Records one batch's fold and regenerate times.
+    pub fn observe_step(&self, times: StepTimes) {
+        self.engine_fold_seconds.observe(times.fold.as_secs_f64());
+        self.engine_regenerate_seconds
+            .observe(times.regenerate.as_secs_f64());
+    }
+
+    /// Sets `log_lag_records` from the settled head and the engine's position.
+    pub fn set_log_lag(&self, head: &Position, engine: &Position) {
+        let lag: u64 = (0..head.partitions() as u32)
+            .map(|p| head.offset(p).saturating_sub(engine.offset(p)))
+            .sum();
+        self.log_lag.set(i64::try_from(lag).unwrap_or(i64::MAX));
     }
 
     /// The registry in Prometheus/OpenMetrics text format, after the scrape hooks.

@@ -196,9 +196,18 @@ fn syncz_config_dump_and_the_cli_views_of_connected_proxies() {
         .find(|l| l.starts_with(DELTA_ID))
         .expect("delta row");
     let cols: Vec<&str> = row.split_whitespace().collect();
+    // The fixture's Sidecar in `default` scopes the probe: its view key shows.
     assert_eq!(
-        &cols[1..7],
-        ["sidecar", "delta", "SYNCED", "NACKED", "NOT", "SENT"],
+        &cols[1..8],
+        [
+            "sidecar",
+            "sidecar/cfg/sidecar/default/default",
+            "delta",
+            "SYNCED",
+            "NACKED",
+            "NOT",
+            "SENT"
+        ],
         "{row}"
     );
     assert!(

@@ -68,7 +68,7 @@ fn our_dumps_equal_a_real_envoys_config_dump() {
                 .find(|l| l.starts_with("demo-envoy-delta"))
                 .map(str::to_owned);
             match row {
-                Some(r) if r.split_whitespace().skip(3).take(4).all(|s| s == "SYNCED") => Ok(r),
+                Some(r) if r.split_whitespace().skip(4).take(4).all(|s| s == "SYNCED") => Ok(r),
                 other => Err(format!("{other:?}\n{}", o.stdout)),
             }
         },

@@ -35,6 +35,7 @@ const ROOTS: &[&str] = &[
     "envoy/extensions/filters/http/cors/v3/cors.proto",
     "envoy/extensions/retry/host/previous_hosts/v3/previous_hosts.proto",
     "envoy/extensions/transport_sockets/tls/v3/tls.proto",
+    "envoy/extensions/filters/listener/tls_inspector/v3/tls_inspector.proto",
 ];
 
 /// Include paths under envoy-types' `proto/`.

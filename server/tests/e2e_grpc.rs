@@ -2,7 +2,8 @@
 //! `GRPC_XDS_BOOTSTRAP` pointed at `deltapilot run` calls
 //! `xds:///<host>:<port>` and reaches a real Python gRPC server through the
 //! listener, route, cluster and endpoints deltapilot serves over SotW ADS; the
-//! grpc-go client (`DELTAPILOT_GRPC_GO`) does the same.
+//! grpc-go client (`DELTAPILOT_GRPC_GO`) does the same. grpcio also starts from
+//! the bootstrap `deltapilot bootstrap --type proxyless-grpc` prints.
 
 mod support;
 
@@ -181,6 +182,38 @@ fn grpcio_calls_through_deltapilot_resources() {
         .arg(mesh.tmp.path().join("client.py"))
         .arg(&mesh.target);
     let out = mesh.call_until_ok("a proxyless grpcio call to succeed", client);
+    assert_eq!(out.trim(), "hello from backend-1");
+    mesh.assert_acked();
+}
+
+#[test]
+fn grpcio_starts_from_the_printed_proxyless_bootstrap() {
+    let mesh = Mesh::start("replaced-below");
+    let out = Command::new(env!("CARGO_BIN_EXE_deltapilot"))
+        .args(["bootstrap", "--type", "proxyless-grpc", "--xds-address"])
+        .arg(format!("127.0.0.1:{}", mesh.dp.xds_port))
+        .args(["--pod", "grpc-client-1", "--namespace", "test"])
+        .args(["--labels", "app=grpc-client"])
+        .output()
+        .expect("run deltapilot bootstrap");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("bootstrap JSON");
+    let node_id = "sidecar~127.0.0.1~grpc-client-1.test~test.svc.cluster.local";
+    assert_eq!(v["node"]["id"], node_id, "{text}");
+    assert_eq!(v["node"]["metadata"]["GENERATOR"], "grpc", "{text}");
+    std::fs::write(&mesh.bootstrap, &text).expect("write the printed bootstrap");
+    let mut client = Command::new("timeout");
+    client
+        .arg("40")
+        .arg(&mesh.python)
+        .arg(mesh.tmp.path().join("client.py"))
+        .arg(&mesh.target);
+    let out = mesh.call_until_ok("grpcio from the printed bootstrap", client);
     assert_eq!(out.trim(), "hello from backend-1");
     mesh.assert_acked();
 }

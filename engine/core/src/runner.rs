@@ -9,7 +9,9 @@
 //! when the change set is non-empty: identical content never causes a push.
 //!
 //! Counters ([`EngineStats`]) are plain atomics that the server exports as metrics;
-//! the engine depends on no metrics crate.
+//! the engine depends on no metrics crate. How long each batch's fold and
+//! regeneration took goes to a [`StepObserver`] the server installs (it feeds
+//! histograms); the fold and the generator themselves never read a clock.
 //!
 //! What it does NOT do: decide what a proxy sees (that is `xds::view`) or serve
 //! anything. [`Engine::run`] follows a log until shutdown; everything else is
@@ -17,6 +19,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use deltapilot_proto::Event;
 use futures::StreamExt;
@@ -30,6 +33,7 @@ use deltapilot_model::fold::{SkipReason, Skipped, fold};
 use deltapilot_model::state::{ModelState, Touched};
 use deltapilot_xds::generate::{GenError, GenOptions, Generator};
 use deltapilot_xds::snapshot::{RECENT_CHANGES, Snapshot, SnapshotReader, SnapshotWriter};
+use deltapilot_xds::view::Views;
 use deltapilot_xds::{ChangeSet, ResourceSet};
 
 /// The name of the OS thread [`Engine::run`] folds on (shown by `top -H` and in
@@ -83,6 +87,32 @@ impl EngineStats {
     }
 }
 
+/// How long one batch took, per phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StepTimes {
+    /// Folding the batch's events into the state.
+    pub fold: Duration,
+    /// Regenerating the xDS resources the fold touched.
+    pub regenerate: Duration,
+}
+
+/// Called on the fold thread after every batch with its [`StepTimes`]; it must
+/// be quick (record into a histogram, no I/O).
+pub struct StepObserver(Box<dyn Fn(StepTimes) + Send>);
+
+impl StepObserver {
+    /// Wraps `f`.
+    pub fn new(f: impl Fn(StepTimes) + Send + 'static) -> Self {
+        StepObserver(Box::new(f))
+    }
+}
+
+impl std::fmt::Debug for StepObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StepObserver")
+    }
+}
+
 /// What one batch did.
 #[derive(Debug, Clone, Default)]
 pub struct StepReport {
@@ -104,6 +134,8 @@ pub struct StepReport {
     pub hash: u64,
     /// Its log position.
     pub position: Position,
+    /// How long the fold and the regeneration took.
+    pub times: StepTimes,
 }
 
 /// The fold loop's owner: one per process, not `Clone` (there is one writer).
@@ -114,6 +146,8 @@ pub struct Engine {
     /// The incremental generator and its reverse indexes (entity → resources);
     /// it also keeps the hash of `resources` ([`Generator::resources_hash`]).
     generator: Generator,
+    /// The Sidecar-scoped views, updated with each batch (see `view::Views`).
+    views: Views,
     writer: SnapshotWriter,
     position: Position,
     seq: u64,
@@ -126,6 +160,8 @@ pub struct Engine {
     /// `crate::release`): at 100k endpoints, freeing what a 4,096-event batch
     /// superseded cost about as much as folding it.
     releaser: Releaser<Arc<Snapshot>>,
+    /// See [`Engine::observe_steps`].
+    observer: Option<StepObserver>,
 }
 
 impl Engine {
@@ -146,6 +182,7 @@ impl Engine {
         for e in &errors {
             tracing::warn!(resource = %e.name, reason = %e.reason, "xDS resource not published");
         }
+        let views = Views::build(&model, &resources, generator.options());
         let stats = Arc::new(EngineStats::default());
         stats
             .gen_errors
@@ -158,6 +195,7 @@ impl Engine {
             resources: resources.clone(),
             observed_at_micros: 0,
             recent: Vector::new(),
+            views: views.clone(),
         };
         let (writer, _reader) = SnapshotWriter::new(initial);
         let (ready, _) = watch::channel(false);
@@ -165,6 +203,7 @@ impl Engine {
             model,
             resources,
             generator,
+            views,
             writer,
             position,
             seq: 0,
@@ -173,6 +212,7 @@ impl Engine {
             stats,
             ready,
             releaser: Releaser::new("engine-release"),
+            observer: None,
         }
     }
 
@@ -190,6 +230,12 @@ impl Engine {
     /// so): the replica is ready to serve.
     pub fn ready(&self) -> watch::Receiver<bool> {
         self.ready.subscribe()
+    }
+
+    /// Calls `observer` after every batch with how long it took (the server's
+    /// fold and regenerate histograms). Replaces an earlier observer.
+    pub fn observe_steps(&mut self, observer: StepObserver) {
+        self.observer = Some(observer);
     }
 
     /// The snapshot currently published.
@@ -240,7 +286,9 @@ impl Engine {
     }
 
     fn step(&mut self, events: &[(RecordPos, Event)], mut skipped: Vec<Skipped>) -> StepReport {
+        let fold_started = Instant::now();
         let out = fold(&self.model, events);
+        let fold_took = fold_started.elapsed();
         skipped.extend(out.skipped);
         skipped.sort_by_key(|s| s.pos);
         for s in &skipped {
@@ -258,9 +306,17 @@ impl Engine {
             .fetch_add(out.applied as u64, Ordering::Relaxed);
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
 
+        let regen_started = Instant::now();
         let (resources, changes, gen_errors) =
             self.generator
                 .regenerate(&self.resources, &out.state, &out.touched);
+        let times = StepTimes {
+            fold: fold_took,
+            regenerate: regen_started.elapsed(),
+        };
+        if let Some(observer) = &self.observer {
+            (observer.0)(times);
+        }
         for e in &gen_errors {
             tracing::warn!(resource = %e.name, reason = %e.reason, "xDS resource not published");
         }
@@ -268,10 +324,20 @@ impl Engine {
             .gen_errors
             .fetch_add(gen_errors.len() as u64, Ordering::Relaxed);
 
+        let (views, views_changed) = self.views.update(
+            &out.state,
+            &resources,
+            &changes,
+            &out.touched,
+            self.generator.options(),
+            self.seq + 1,
+        );
         self.model = out.state;
         self.resources = resources;
+        self.views = views;
         let changes = Arc::new(changes);
-        if !changes.is_empty() {
+        // A Sidecar change moves no global resource but must reach its proxies.
+        if !changes.is_empty() || views_changed {
             self.seq += 1;
             self.observed_at_micros = events
                 .iter()
@@ -294,6 +360,7 @@ impl Engine {
             seq: self.seq,
             hash,
             position: self.position.clone(),
+            times,
         }
     }
 
@@ -308,6 +375,7 @@ impl Engine {
             resources: self.resources.clone(),
             observed_at_micros: self.observed_at_micros,
             recent: self.recent.clone(),
+            views: self.views.clone(),
         });
         self.releaser.release(replaced);
         hash

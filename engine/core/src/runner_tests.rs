@@ -113,3 +113,17 @@ fn caught_up_makes_the_engine_ready_and_moves_position() {
     assert!(*ready.borrow() && engine.stats().caught_up());
     assert_eq!(engine.current().position.offsets(), &[5, 7]);
 }
+
+#[test]
+fn every_batch_reports_its_times_to_the_observer() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut engine = Engine::new(GenOptions::default());
+    let sink = seen.clone();
+    engine.observe_steps(super::StepObserver::new(move |t| {
+        sink.lock().expect("lock").push(t);
+    }));
+    let r1 = engine.apply_records(&records(&[svc("a", 0, "ns", "h", &[80])]));
+    let r2 = engine.apply_records(&[record(1, encode_event(&svc("b", 0, "ns", "h2", &[80])))]);
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen, vec![r1.times, r2.times]);
+}

@@ -9,7 +9,8 @@ mod replay_support;
 use std::time::Duration;
 
 use deltapilot_engine::checkpoint::{
-    CheckpointPolicy, CheckpointStore, fingerprints, generator_id, load_verified, run_checkpointer,
+    CheckpointFailure, CheckpointPolicy, CheckpointStats, CheckpointStore, fingerprints,
+    generator_id, load_verified, run_checkpointer, run_counted,
 };
 use deltapilot_engine::replay::Replayer;
 use deltapilot_engine::replay::drive::{fold_to, start_before};
@@ -423,4 +424,62 @@ async fn stored_resources_are_only_reused_by_the_same_generator() {
         want.hash,
         "built from the entity set instead"
     );
+}
+
+/// A checkpoint that cannot be written (its directory's path is a regular file)
+/// is counted as a `write_io` failure, and the writer keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_is_counted_by_reason() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let events = history();
+    let log = std::sync::Arc::new(log_with(&dir.path().join("log"), &events[..12]).await);
+    let blocked = dir.path().join("checkpoints");
+    std::fs::write(&blocked, b"not a directory").expect("block the directory");
+    let store = CheckpointStore::new(&blocked, 2);
+    let policy = CheckpointPolicy {
+        every_events: 1,
+        every: Duration::from_secs(3600),
+        keep: 2,
+    };
+    let engine = Engine::new(GenOptions::default());
+    let reader = engine.reader();
+    let stats = std::sync::Arc::new(CheckpointStats::default());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let writer = tokio::spawn(run_counted(
+        log.clone(),
+        store,
+        policy,
+        GenOptions::default(),
+        reader,
+        Position::default(),
+        stop_rx.clone(),
+        stats.clone(),
+    ));
+    let follower = log.clone();
+    let fold = tokio::spawn(async move {
+        let from = follower.start();
+        engine.run(&*follower, from, stop_rx).await.expect("engine");
+    });
+    let mut counted = 0;
+    for _ in 0..500 {
+        counted = stats.failures(CheckpointFailure::WriteIo);
+        if counted > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(counted > 0, "no write_io failure counted within 10 s");
+    for other in CheckpointFailure::ALL
+        .into_iter()
+        .filter(|r| *r != CheckpointFailure::WriteIo)
+    {
+        assert_eq!(stats.failures(other), 0, "{}", other.as_str());
+    }
+    stop_tx.send(true).expect("stop");
+    tokio::time::timeout(Duration::from_secs(10), writer)
+        .await
+        .expect("writer stops")
+        .expect("no panic")
+        .expect("a failed write never stops the writer");
+    fold.await.expect("fold");
 }

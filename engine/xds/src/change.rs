@@ -39,7 +39,7 @@ impl TypeChanges {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ChangeSet {
     /// Per type, indexed by [`ResourceType::index`].
-    pub types: [TypeChanges; 4],
+    pub types: [TypeChanges; ResourceType::COUNT],
 }
 
 impl ChangeSet {

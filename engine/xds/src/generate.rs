@@ -31,23 +31,28 @@
 //! Traffic rules: a host's VirtualService shapes its routes (`vs_routes`); a
 //! rule change reaches the generator as `Touched::rule_hosts`.
 //!
-//! What it does NOT do: DestinationRule policies and subset clusters, inbound
-//! listeners, gateways, TLS, or per-proxy filtering (see `view`).
+//! Gateways: [`gateway_resources`] builds a router proxy's listeners and routes
+//! from the Gateways that select it, on demand (see `gateway`).
+//!
+//! What it does NOT do: inbound listeners, or per-proxy filtering (see `view`).
 
 mod cds;
 mod common;
 mod eds;
+mod gateway;
 mod incremental;
-mod lds;
+pub(crate) mod lds;
 mod policy;
 mod rds;
 mod reference;
+pub mod scoped;
 mod source;
 mod vs_routes;
 mod wire;
 
 use std::sync::Arc;
 
+pub use gateway::{GatewayResources, ca_secret_name, gateway_resources, gateway_touched};
 pub use incremental::Generator;
 pub use policy::hash_policies;
 pub use reference::{AssignmentSlot, build_all, build_assignments};
@@ -68,6 +73,8 @@ pub struct GenOptions {
     pub bind_outbound: bool,
     /// Upstream connect timeout.
     pub connect_timeout: std::time::Duration,
+    /// The namespace whose selector-less Sidecar is the mesh-wide default.
+    pub root_namespace: String,
 }
 
 impl Default for GenOptions {
@@ -76,6 +83,7 @@ impl Default for GenOptions {
             outbound_address: "0.0.0.0".into(),
             bind_outbound: false,
             connect_timeout: std::time::Duration::from_secs(5),
+            root_namespace: deltapilot_model::rules::DEFAULT_ROOT_NAMESPACE.into(),
         }
     }
 }
@@ -115,7 +123,7 @@ impl std::fmt::Display for GenError {
 
 /// The ports of `svc` that get resources: none for passthrough services, and never
 /// UDP ports.
-fn served_ports(svc: &Service) -> impl Iterator<Item = &Port> {
+pub(crate) fn served_ports(svc: &Service) -> impl Iterator<Item = &Port> {
     let served = svc.resolution != Resolution::Passthrough;
     svc.ports
         .iter()

@@ -85,6 +85,7 @@ impl ResourceKind {
             ResourceType::Endpoint => &[ResourceKind::Endpoint],
             ResourceType::Listener => &[ResourceKind::SidecarListener, ResourceKind::GrpcListener],
             ResourceType::Route => &[ResourceKind::Route],
+            ResourceType::Secret => &[],
         }
     }
 

@@ -19,10 +19,21 @@ pub enum ResourceType {
     Listener,
     /// RDS: `envoy.config.route.v3.RouteConfiguration`.
     Route,
+    /// SDS: `envoy.extensions.transport_sockets.tls.v3.Secret`. Not one of
+    /// [`ResourceType::ALL`]: secrets never enter a snapshot (key material
+    /// stays out of the fold, the log and replay); the server serves them
+    /// from its credential store on the same ADS stream, by explicit
+    /// subscription only.
+    Secret,
 }
 
 impl ResourceType {
-    /// All types, in push order.
+    /// How many types there are, [`ResourceType::Secret`] included: the size
+    /// of arrays indexed by [`ResourceType::index`] for every type.
+    pub const COUNT: usize = 5;
+
+    /// The snapshot's types, in push order ([`ResourceType::Secret`] is not
+    /// one: see there).
     pub const ALL: [ResourceType; 4] = [
         ResourceType::Cluster,
         ResourceType::Endpoint,
@@ -39,12 +50,21 @@ impl ResourceType {
             }
             ResourceType::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
             ResourceType::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+            ResourceType::Secret => {
+                "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+            }
         }
     }
 
-    /// The type for a v3 type URL, or `None` for one deltapilot does not serve.
+    /// The snapshot type for a v3 type URL, or `None` for one the snapshot
+    /// does not hold (secrets included: see [`ResourceType::is_secret_url`]).
     pub fn from_type_url(url: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|t| t.type_url() == url)
+    }
+
+    /// Whether `url` is the SDS `Secret` type URL.
+    pub fn is_secret_url(url: &[u8]) -> bool {
+        url == ResourceType::Secret.type_url().as_bytes()
     }
 
     /// Short name (`cds`, `eds`, `lds`, `rds`) for metrics, CLI flags and debug views.
@@ -54,10 +74,12 @@ impl ResourceType {
             ResourceType::Endpoint => "eds",
             ResourceType::Listener => "lds",
             ResourceType::Route => "rds",
+            ResourceType::Secret => "sds",
         }
     }
 
-    /// Index into per-type arrays (`[T; 4]`).
+    /// Index into per-type arrays: `[T; 4]` over [`ResourceType::ALL`], or
+    /// `[T; ResourceType::COUNT]` (Secret is last).
     pub fn index(self) -> usize {
         self as usize
     }

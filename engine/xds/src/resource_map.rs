@@ -77,6 +77,12 @@ impl ResourceMap {
         ResourceMap::default()
     }
 
+    /// The shared empty map, borrowed for as long as needed (what a view of a
+    /// type the snapshot does not hold is).
+    pub fn empty() -> &'static ResourceMap {
+        &EMPTY
+    }
+
     /// How many resources it holds.
     pub fn len(&self) -> usize {
         self.records.len()

@@ -18,8 +18,10 @@ use arc_swap::ArcSwap;
 use imbl::Vector;
 use tokio::sync::watch;
 
-use crate::{ChangeSet, ResourceSet};
+use crate::view::{ViewKey, Views, resources_for};
+use crate::{ChangeSet, ResourceMap, ResourceSet, ResourceType};
 use deltapilot_model::state::ModelState;
+use deltapilot_model::{Proxy, ProxyType};
 use deltapilot_types::Position;
 
 /// How many past change sets a snapshot keeps for coalescing laggards. A stream more
@@ -48,9 +50,31 @@ pub struct Snapshot {
     /// Change sets of the most recent snapshots: `(seq, changes that produced seq)`,
     /// oldest first, at most [`RECENT_CHANGES`].
     pub recent: Vector<(u64, Arc<ChangeSet>)>,
+    /// The Sidecar-scoped views, derived from `model` and `resources`.
+    pub views: Views,
 }
 
 impl Snapshot {
+    /// The key of `proxy`'s view in this snapshot.
+    pub fn view_key(&self, proxy: &Proxy) -> ViewKey {
+        self.views.key_for(proxy, &self.model)
+    }
+
+    /// The resources of type `t` of the view under `key` (a key this snapshot
+    /// no longer has falls back to the sidecars' default view).
+    pub fn view(&self, key: &ViewKey, t: ResourceType) -> &ResourceMap {
+        view_map(&self.views, &self.resources, key, t)
+    }
+
+    /// What changed in the view under `key` after snapshot `since`, or `None`
+    /// when unknown (then diff the whole view).
+    pub fn view_changes_since(&self, key: &ViewKey, since: u64) -> Option<ChangeSet> {
+        match key {
+            ViewKey::Default(_) => self.changes_since(since),
+            ViewKey::Sidecar { sidecar } => self.views.get(sidecar)?.changes_since(since, self.seq),
+        }
+    }
+
     /// Everything that changed after snapshot `since` up to this one, merged, or
     /// `None` if `since` is too old to know (the caller then does a full diff).
     pub fn changes_since(&self, since: u64) -> Option<ChangeSet> {
@@ -68,6 +92,23 @@ impl Snapshot {
             }
         }
         Some(merged)
+    }
+}
+
+/// The resources of type `t` of the view under `key`, given a snapshot's
+/// `views` and global `resources` (see [`Snapshot::view`]).
+pub fn view_map<'a>(
+    views: &'a Views,
+    resources: &'a ResourceSet,
+    key: &ViewKey,
+    t: ResourceType,
+) -> &'a ResourceMap {
+    match key {
+        ViewKey::Default(pt) => resources_for(resources, *pt, t),
+        ViewKey::Sidecar { sidecar } => match views.get(sidecar) {
+            Some(v) => resources_for(&v.resources, ProxyType::Sidecar, t),
+            None => resources_for(resources, ProxyType::Sidecar, t),
+        },
     }
 }
 

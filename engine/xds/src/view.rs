@@ -1,13 +1,27 @@
 //! Per-proxy views and diffs: which resources a proxy sees, and what it must be
 //! sent to hold exactly them.
 //!
-//! - [`resources_for`]: a proxy's view. Today only the proxy type decides it
-//!   (sidecars and routers see sidecar listeners, proxyless gRPC clients see
-//!   `api_listener`s; all other types are shared), and a view is the snapshot's
-//!   own maps: every proxy of one type gets the same persistent map, so proxies
-//!   of one type share their view with nothing built or cached (the server's
-//!   streams and debug views call it). Scoping by namespace and `Sidecar`
-//!   resource will key views by more than the type.
+//! ## Views: design
+//! - [`ViewKey`] (`key`): what decides a proxy's resources, a pure and cheap
+//!   function of (proxy, model): `Default(<type>)`, or `Sidecar { key }` for a
+//!   sidecar selected by a `Sidecar` object. Routers stay `Default(Router)`
+//!   (sidecar listeners) until gateways are served; a `Gateway { gateways }`
+//!   variant plugs in there (see `key`).
+//! - Where views live: in the snapshot, derived by the fold. Default keys read
+//!   the snapshot's own maps through [`resources_for`] (no copy; every proxy of
+//!   a type shares one persistent map). Each valid Sidecar has one
+//!   [`ScopedView`] in [`Views`] (`scoped`), updated incrementally with every
+//!   batch and carrying its own change log, so proxies with equal keys share one
+//!   set of maps, and memory grows with distinct views, not proxies. Being
+//!   derived from the model and the global resources, a view at any log
+//!   position is rebuilt by replay ([`Views::build`]), and the incremental
+//!   update is property-tested against that rebuild.
+//! - [`Snapshot::view`](crate::snapshot::Snapshot::view) and
+//!   [`Snapshot::view_changes_since`](crate::snapshot::Snapshot::view_changes_since)
+//!   give a stream its maps and what changed in them (O(changed) pushes). A
+//!   stream whose key changes (a Sidecar appears, is deleted or stops selecting
+//!   it) diffs the new view against what the proxy holds ([`diff`], the
+//!   minimal delta); a reconnecting proxy is judged against its own view.
 //! - [`judge`]: the one comparison, name by name, of the view with what a proxy
 //!   holds. The server's delta state machine judges each name it must
 //!   re-examine with it, on live pushes and on reconnects alike.
@@ -21,18 +35,26 @@
 //! per-stream state machine); it answers "what differs", the server decides what
 //! it is allowed to send.
 
+mod key;
+mod scoped;
+
+pub use key::{ViewKey, key_for};
+pub use scoped::{ScopedView, Views};
+
 use std::sync::Arc;
 
 use deltapilot_model::ProxyType;
 
 use super::{Resource, ResourceMap, ResourceSet, ResourceType, TypeChanges};
 
-/// The resources of one type a proxy of `proxy_type` should see.
+/// The resources of one type a proxy of `proxy_type` sees in `set` (a
+/// snapshot's global set, or a scoped view's own).
 pub fn resources_for(set: &ResourceSet, proxy_type: ProxyType, t: ResourceType) -> &ResourceMap {
     match t {
         ResourceType::Cluster => &set.clusters,
         ResourceType::Endpoint => &set.endpoints,
         ResourceType::Route => &set.routes,
+        ResourceType::Secret => ResourceMap::empty(),
         ResourceType::Listener => match proxy_type {
             ProxyType::ProxylessGrpc => &set.grpc_listeners,
             ProxyType::Sidecar | ProxyType::Router => &set.sidecar_listeners,

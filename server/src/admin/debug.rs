@@ -7,8 +7,9 @@
 //! | `/debug/snapshot` | the current snapshot: seq, position, hash, entity and resource counts |
 //! | `/debug/events?from=POS&limit=N` | log records as `deltapilot log read` prints them (see `events`) |
 //! | `/debug/registry[?host=H[&port=P[&labels=k=v]]][?ip=A]` | the ServiceDiscovery query API (see `registry_view`) |
-//! | `/debug/rules` | every VirtualService and DestinationRule: status and problems with stable codes (see `rules_view`) |
+//! | `/debug/rules` | every VirtualService, DestinationRule and Gateway: status and problems with stable codes (see `rules_view`) |
 //! | `POST /debug/impact` | what proposed objects would change, folded onto a copy of the state (see `impact`) |
+//! | `/debug/credentials` | every gateway credential: `loaded`, `error` (why; the last good one stays served) or `missing` (asked for, absent), subscribers; never key material (see `credentials`) |
 //!
 //! Every answer is computed on request from the current snapshot and the stream
 //! registry; nothing here changes state (`/debug/impact` folds onto a copy and
@@ -61,6 +62,9 @@ pub struct DebugState {
     /// The in-process file adapters' statuses: where each object was written,
     /// for `/debug/rules` (empty: no file and line there).
     pub file_status: Vec<tokio::sync::watch::Receiver<FileAdapterStatus>>,
+    /// The gateway credentials, for `/debug/credentials` (names and states
+    /// only, never key material; absent: that route answers 404).
+    pub credentials: Option<Arc<crate::credentials::CredentialStore>>,
 }
 
 impl DebugState {
@@ -79,7 +83,14 @@ impl DebugState {
             gen_opts,
             impact_permits: Arc::new(tokio::sync::Semaphore::new(IMPACT_CONCURRENCY)),
             file_status,
+            credentials: None,
         }
+    }
+
+    /// The same, with the gateway credentials for `/debug/credentials`.
+    pub fn with_credentials(mut self, store: Arc<crate::credentials::CredentialStore>) -> Self {
+        self.credentials = Some(store);
+        self
     }
 }
 
@@ -89,8 +100,8 @@ impl DebugState {
 pub const EXPOSES: &str = "/debug/syncz (every connected proxy: node ids, versions, NACK \
      messages), /debug/config_dump (any proxy's full configuration), /debug/snapshot, \
      /debug/events (the event log's records), /debug/registry (every service and \
-     endpoint address), /debug/rules and POST /debug/impact (a preview that rebuilds \
-     every resource)";
+     endpoint address), /debug/rules, POST /debug/impact (a preview that rebuilds \
+     every resource) and /debug/credentials (credential names and their state, no keys)";
 
 /// The debug routes.
 pub fn routes(state: DebugState) -> Router {
@@ -105,6 +116,7 @@ pub fn routes(state: DebugState) -> Router {
             "/debug/impact",
             post(impact_route).layer(DefaultBodyLimit::max(MAX_IMPACT_BODY)),
         )
+        .route("/debug/credentials", get(credentials_route))
         .with_state(state)
 }
 
@@ -170,11 +182,6 @@ async fn config_dump_route(State(s): State<DebugState>, Query(q): Query<DumpQuer
             ),
         );
     };
-    let proxy_type = first
-        .proxy
-        .as_ref()
-        .map(|p| p.proxy_type)
-        .unwrap_or_default();
     // The union of what its streams subscribed to (a proxy may use per-type services).
     let keep = |t: ResourceType, name: &str| {
         mine.iter().any(|st| {
@@ -186,7 +193,11 @@ async fn config_dump_route(State(s): State<DebugState>, Query(q): Query<DumpQuer
         })
     };
     let snap = s.snapshots.load();
-    let dump = config_dump(&snap.resources, proxy_type, &types, &keep);
+    let key = match first.proxy.as_ref() {
+        Some(p) => snap.view_key(p),
+        None => deltapilot_xds::view::ViewKey::Default(Default::default()),
+    };
+    let dump = config_dump(|t| snap.view(&key, t), &types, &keep);
     let mut text = dump.to_pretty().into_bytes();
     if text.is_empty() {
         text.push(b'\n');
@@ -269,6 +280,21 @@ async fn registry_route(State(s): State<DebugState>, Query(q): Query<RegistryQue
         Err((true, m)) => error(StatusCode::NOT_FOUND, m),
         Err((false, m)) => error(StatusCode::BAD_REQUEST, m),
     }
+}
+
+async fn credentials_route(State(s): State<DebugState>) -> Response {
+    let Some(store) = &s.credentials else {
+        return error(StatusCode::NOT_FOUND, "no credential store");
+    };
+    let (credentials, scan_error) = store.report();
+    json_response(
+        StatusCode::OK,
+        &serde_json::json!({
+            "dir": store.dir().map(|d| d.display().to_string()),
+            "scan_error": scan_error,
+            "credentials": credentials,
+        }),
+    )
 }
 
 async fn rules_route(State(s): State<DebugState>) -> Response {

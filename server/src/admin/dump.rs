@@ -22,9 +22,7 @@
 //!
 //! What it does NOT do: decide what a proxy subscribed to; callers pass a filter.
 
-use deltapilot_model::ProxyType;
-use deltapilot_xds::view::resources_for;
-use deltapilot_xds::{ResourceSet, ResourceType};
+use deltapilot_xds::{ResourceMap, ResourceType};
 
 use super::render::{Json, renderer};
 
@@ -37,12 +35,12 @@ pub const SECTIONS: [ResourceType; 4] = [
     ResourceType::Endpoint,
 ];
 
-/// The config dump of the resources a proxy of type `proxy_type` sees in `set`,
-/// for the `types` asked (all four in Envoy's order if empty), keeping only the
-/// names `keep` accepts (e.g. a live proxy's subscriptions).
-pub fn config_dump(
-    set: &ResourceSet,
-    proxy_type: ProxyType,
+/// The config dump of a proxy's view (`view` gives its map of each type, e.g.
+/// `|t| snap.view(&key, t)`), for the `types` asked (all four in Envoy's order
+/// if empty), keeping only the names `keep` accepts (e.g. a live proxy's
+/// subscriptions).
+pub fn config_dump<'a>(
+    view: impl Fn(ResourceType) -> &'a ResourceMap,
     types: &[ResourceType],
     keep: &dyn Fn(ResourceType, &str) -> bool,
 ) -> Json {
@@ -57,13 +55,12 @@ pub fn config_dump(
             ResourceType::Listener => ("ListenersConfigDump", "dynamic_listeners"),
             ResourceType::Route => ("RoutesConfigDump", "dynamic_route_configs"),
             ResourceType::Endpoint => ("EndpointsConfigDump", "dynamic_endpoint_configs"),
+            // Never dumped: key material stays out of every debug view.
+            ResourceType::Secret => continue,
         };
         let mut items = Vec::new();
         // By name, as people read it (the map iterates in hash order).
-        let mut chosen: Vec<_> = resources_for(set, proxy_type, t)
-            .iter()
-            .filter(|(name, _)| keep(t, name))
-            .collect();
+        let mut chosen: Vec<_> = view(t).iter().filter(|(name, _)| keep(t, name)).collect();
         chosen.sort_unstable_by(|a, b| a.0.cmp(b.0));
         for (name, res) in chosen {
             let body = r.resource(t, &res.bytes);
@@ -89,6 +86,7 @@ pub fn config_dump(
                     item.push("version_info", version);
                     item.push("endpoint_config", body);
                 }
+                ResourceType::Secret => continue,
             }
             items.push(item);
         }

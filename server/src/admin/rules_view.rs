@@ -1,7 +1,9 @@
-//! `/debug/rules`: every VirtualService and DestinationRule with its status
+//! `/debug/rules`: every VirtualService, DestinationRule and Gateway with its status
 //! (applied, applied with warnings, rejected) and every problem, with its stable
 //! code and path: the model's own (schema, hosts, binding) and those found
-//! translating the rule's routes for each host and HTTP port it wins.
+//! translating the rule's routes for each host and HTTP port it wins, and
+//! those generating each Gateway on its own finds (`DP21xx`, and route
+//! problems of the VirtualServices bound to it, with a `gateway` field).
 //!
 //! On top, references the registry cannot satisfy (codes from `DP3000` up, found
 //! here because they concern the registry as a whole, not one rule):
@@ -19,11 +21,12 @@
 //! What it does NOT do: change anything.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use deltapilot_model::rules::{Problem, RuleStatus, Severity, host_matches, is_wildcard};
 use deltapilot_model::state::ModelState;
 use deltapilot_model::{Hostname, Protocol};
-use deltapilot_xds::generate::route_problems;
+use deltapilot_xds::generate::{GenOptions, gateway_resources, route_problems};
 use serde_json::{Value, json};
 
 /// The hosts (with a service) where `key` is the winning VirtualService.
@@ -133,8 +136,23 @@ pub fn rule_counts(model: &ModelState) -> RuleCounts {
     collect(model).1
 }
 
+/// The problems generating each Gateway on its own finds (merging servers,
+/// translating the routes of the VirtualServices bound to it), by the key of
+/// the object they concern, each with the Gateway it was found for.
+fn gateway_problems(model: &ModelState) -> BTreeMap<Arc<str>, Vec<(Arc<str>, Problem)>> {
+    let mut out: BTreeMap<Arc<str>, Vec<(Arc<str>, Problem)>> = BTreeMap::new();
+    for (id, _, _) in model.rules().gateways() {
+        let r = gateway_resources(model, std::slice::from_ref(id), &GenOptions::default());
+        for (key, p) in r.problems {
+            out.entry(key).or_default().push((id.clone(), p));
+        }
+    }
+    out
+}
+
 fn collect(model: &ModelState) -> (Vec<Value>, RuleCounts) {
     let idx = model.rules();
+    let mut by_gateway = gateway_problems(model);
     let mut rules = Vec::new();
     let mut counts = RuleCounts::default();
     let by_code = &mut counts.by_code;
@@ -150,6 +168,13 @@ fn collect(model: &ModelState) -> (Vec<Value>, RuleCounts) {
             problems.push(problem_json(&p, None));
         }
         let mut route_trouble = false;
+        for (gw, p) in by_gateway.remove(&rule.key).unwrap_or_default() {
+            route_trouble |= p.severity == Severity::Error;
+            *by_code.entry(p.code).or_default() += 1;
+            let mut v = problem_json(&p, None);
+            v["gateway"] = json!(gw.as_ref());
+            problems.push(v);
+        }
         if rule.virtual_service().is_some() {
             for h in won_hosts(model, &rule.key, &rule.hosts) {
                 let Some(svc) = model.get_service(&h) else {
@@ -181,11 +206,12 @@ fn collect(model: &ModelState) -> (Vec<Value>, RuleCounts) {
         *counts.by_status.entry(status_name).or_default() += 1;
         rules.push(json!({
             "key": rule.key.as_ref(),
-            "kind": if rule.is_virtual_service() { "VirtualService" } else { "DestinationRule" },
+            "kind": kind_name(rule.kind()),
             "namespace": rule.namespace.as_ref(),
             "name": rule.name.as_ref(),
             "status": status_name,
             "hosts": rule.hosts.iter().map(Hostname::as_str).collect::<Vec<_>>(),
+            "gateways": rule.gateways.iter().map(|g| g.as_ref()).collect::<Vec<&str>>(),
             "problems": problems,
         }));
     }
@@ -225,4 +251,70 @@ pub fn problem_list(report: &Value) -> Vec<Value> {
         }
     }
     out
+}
+
+/// The Istio kind name of a rule object.
+fn kind_name(kind: deltapilot_proto::ConfigKind) -> &'static str {
+    use deltapilot_proto::ConfigKind;
+    match kind {
+        ConfigKind::VirtualService => "VirtualService",
+        ConfigKind::DestinationRule => "DestinationRule",
+        ConfigKind::Gateway => "Gateway",
+        ConfigKind::Sidecar => "Sidecar",
+        _ => "Other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use deltapilot_model::state::mk::{rule, svc};
+    use deltapilot_proto::ConfigKind;
+
+    #[test]
+    fn gateways_and_their_problems_are_reported_by_code() {
+        let model = ModelState::from_events(&[
+            svc("k", 0, "web", "web.web.svc.cluster.local", &[80]),
+            rule(
+                "k",
+                0,
+                ConfigKind::Gateway,
+                "edge",
+                "gw",
+                r#"{"servers":[
+                  {"port":{"number":80,"protocol":"HTTP"},"hosts":["*"]},
+                  {"port":{"number":80,"protocol":"HTTPS"},"hosts":["a.example.com"],
+                   "tls":{"mode":"SIMPLE","credentialName":"c"}},
+                  {"port":{"number":443,"protocol":"HTTPS"},"hosts":["b"],"tls":{"mode":"ISTIO_MUTUAL"}}
+                ]}"#,
+            ),
+            rule(
+                "k",
+                0,
+                ConfigKind::VirtualService,
+                "web",
+                "vs",
+                r#"{"hosts":["a.example.com"],"gateways":["edge/gw"],
+                    "http":[{"route":[{"destination":{"host":"nowhere"}}]}]}"#,
+            ),
+        ]);
+        let report = rules_report(&model);
+        let text = report.to_string();
+        let counts = rule_counts(&model);
+        for code in ["DP1204", "DP2101", "DP2004"] {
+            assert_eq!(counts.by_code.get(code), Some(&1), "{code}: {text}");
+        }
+        let rules = report["rules"].as_array().expect("rules");
+        let gw = rules
+            .iter()
+            .find(|r| r["kind"] == "Gateway")
+            .expect("the Gateway is listed");
+        assert_eq!(gw["status"], "applied_with_warnings", "{gw}");
+        let vs = rules
+            .iter()
+            .find(|r| r["kind"] == "VirtualService")
+            .expect("vs");
+        assert_eq!(vs["gateways"], json!(["edge/gw"]));
+        assert_eq!(vs["problems"][0]["gateway"], "edge/gw", "{vs}");
+    }
 }

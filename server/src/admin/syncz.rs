@@ -18,7 +18,6 @@
 
 use deltapilot_model::Proxy;
 use deltapilot_xds::snapshot::Snapshot;
-use deltapilot_xds::view::resources_for;
 use serde::Serialize;
 
 use crate::xds::registry::{StreamStatus, TypeStatus};
@@ -91,6 +90,9 @@ pub struct ProxyView {
     pub proxy_type: Option<&'static str>,
     /// Namespace from the node.
     pub namespace: Option<String>,
+    /// The key of its view in the current snapshot (`default/<type>` or
+    /// `sidecar/<Sidecar key>`).
+    pub view_key: Option<String>,
     /// Workload IPs from the node.
     pub ips: Vec<String>,
     /// Stream id.
@@ -119,11 +121,14 @@ pub struct Syncz {
 }
 
 fn type_view(t: &TypeStatus, proxy: Option<&Proxy>, seen: u64, snap: &Snapshot) -> TypeView {
-    let pt = proxy.map(|p| p.proxy_type).unwrap_or_default();
-    let view = resources_for(&snap.resources, pt, t.resource_type);
+    let key = match proxy {
+        Some(p) => snap.view_key(p),
+        None => deltapilot_xds::view::ViewKey::Default(Default::default()),
+    };
+    let view = snap.view(&key, t.resource_type);
     let wants = |name: &str| t.wildcard || t.names.iter().any(|n| &**n == name);
     let relevant_since = |seq: u64| {
-        snap.changes_since(seq).map(|cs| {
+        snap.view_changes_since(&key, seq).map(|cs| {
             let tc = cs.of(t.resource_type);
             tc.upserted
                 .iter()
@@ -184,6 +189,7 @@ pub fn syncz(streams: &[StreamStatus], snap: &Snapshot) -> Syncz {
                 cluster: p.map(|p| p.cluster.to_string()),
                 proxy_type: p.map(|p| p.proxy_type.as_str()),
                 namespace: p.map(|p| p.namespace.to_string()),
+                view_key: p.map(|p| snap.view_key(p).to_string()),
                 ips: p
                     .map(|p| p.ips.iter().map(|i| i.to_string()).collect())
                     .unwrap_or_default(),

@@ -2,6 +2,7 @@
 
 pub(crate) mod adapter;
 pub(crate) mod analyze;
+pub(crate) mod bootstrap;
 pub(crate) mod log;
 pub(crate) mod proxy_status;
 pub(crate) mod replay;

@@ -194,6 +194,8 @@ struct Behind {
 struct ProxyView {
     id: Option<String>,
     proxy_type: Option<String>,
+    #[serde(default)]
+    view_key: Option<String>,
     api: String,
     stream: u64,
     types: std::collections::BTreeMap<String, TypeView>,
@@ -211,6 +213,7 @@ fn table(s: &Syncz) -> String {
     let mut rows = vec![vec![
         "NAME".to_string(),
         "TYPE".into(),
+        "VIEW".into(),
         "API".into(),
         "CDS".into(),
         "EDS".into(),
@@ -226,6 +229,7 @@ fn table(s: &Syncz) -> String {
         let mut row = vec![
             name.clone(),
             p.proxy_type.clone().unwrap_or_else(|| "-".into()),
+            p.view_key.clone().unwrap_or_else(|| "-".into()),
             p.api.clone(),
         ];
         let mut behind: Option<u64> = Some(0);

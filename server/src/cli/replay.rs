@@ -4,9 +4,12 @@
 //!   each event, the xDS resources it changed (old and new version) and the proxy
 //!   views they belong to (see `replay/print.rs` for the format, the filters and
 //!   `--diff`). Events before `--from` are folded fast, starting from the newest
-//!   checkpoint at or before it.
+//!   checkpoint at or before it. With `--proxy`, the changes are those of that
+//!   proxy's own view (its Sidecar scoping followed event by event, a move
+//!   between views shown as their difference).
 //! - `replay --dump --proxy NODE_ID_OR_FILE [--at POS]` prints what that proxy
-//!   would have held at POS (default: the head) in Envoy's `config_dump` format.
+//!   would have held at POS (default: the head) in Envoy's `config_dump` format,
+//!   from its own view (Sidecar scoping included).
 //! - `replay bisect --resource TYPE/NAME --until PREDICATE` finds the first event
 //!   after which the resource matched (see `replay/bisect.rs`).
 //!
@@ -77,6 +80,15 @@ pub(crate) struct Source {
     /// As `deltapilot run --outbound-address`.
     #[arg(long, global = true, env = "DELTAPILOT_OUTBOUND_ADDRESS")]
     outbound_address: Option<IpAddr>,
+    /// As `run --root-namespace` (the Sidecar scoping a replayed proxy's view
+    /// depends on it) [default: istio-system].
+    #[arg(
+        long,
+        global = true,
+        env = "DELTAPILOT_ROOT_NAMESPACE",
+        value_name = "NAMESPACE"
+    )]
+    root_namespace: Option<String>,
 }
 
 /// Arguments of `deltapilot replay`.
@@ -181,6 +193,7 @@ impl Source {
                 .map(|a| a.to_string())
                 .unwrap_or(d.outbound_address),
             bind_outbound: self.bind_outbound.unwrap_or(false),
+            root_namespace: self.root_namespace.clone().unwrap_or(d.root_namespace),
             ..d
         }
     }
@@ -338,10 +351,14 @@ async fn dump(args: ReplayArgs) -> anyhow::Result<()> {
         .await?;
     let at = session.position("--at", args.at).await?;
     let mut r = session.replayer_at(&at).await?;
-    let dump = config_dump(r.resources(), proxy.proxy_type, &types, &|_, _| true);
+    // The proxy's own view at that position: its Sidecar scoping is derived
+    // from the replayed model exactly as the engine derives it.
+    let snap = r.snapshot();
+    let key = snap.view_key(&proxy);
+    let dump = config_dump(|t| snap.view(&key, t), &types, &|_, _| true);
     write_stdout(dump.to_pretty().as_bytes())?;
     eprintln!(
-        "replay: config of {} ({}) at position {}",
+        "replay: config of {} ({}, view {key}) at position {}",
         proxy.id,
         proxy.proxy_type.as_str(),
         r.position()
@@ -395,6 +412,10 @@ async fn events(args: ReplayArgs) -> anyhow::Result<()> {
     // Everything up to `from` is folded; regenerate now so the first event's
     // changes are its own.
     r.resources();
+    if let Some(p) = &filters.proxy {
+        // What that proxy was sent: its own view, Sidecar scoping included.
+        r.follow_proxy(p.clone());
+    }
 
     let stdout = std::io::stdout();
     let flush_each = stdout.is_terminal();

@@ -19,7 +19,8 @@ use std::sync::Arc;
 
 use deltapilot_model::{Proxy, ProxyType};
 use deltapilot_xds::snapshot::Snapshot;
-use deltapilot_xds::view::{Verdict, judge, resources_for};
+use deltapilot_xds::view::ViewKey;
+use deltapilot_xds::view::{Verdict, judge};
 use deltapilot_xds::{Resource, ResourceMap, ResourceType};
 
 use super::encode::DeltaOut;
@@ -252,6 +253,10 @@ pub struct DeltaPush {
 #[derive(Debug)]
 pub struct DeltaStream {
     proxy: Option<Proxy>,
+    /// The key of the view this stream was last judged against: a snapshot
+    /// that gives the proxy another key moves it (a full diff of the new view
+    /// against what it holds: the minimal delta).
+    key: Option<ViewKey>,
     fixed: Option<ResourceType>,
     limits: Limits,
     nonces: NonceGen,
@@ -266,6 +271,7 @@ impl DeltaStream {
     pub fn new(fixed: Option<ResourceType>, limits: Limits, snap: &Snapshot) -> Self {
         DeltaStream {
             proxy: None,
+            key: None,
             fixed,
             limits,
             nonces: NonceGen::default(),
@@ -280,11 +286,24 @@ impl DeltaStream {
         self.proxy.as_ref()
     }
 
-    fn proxy_type(&self) -> ProxyType {
-        self.proxy
-            .as_ref()
-            .map(|p| p.proxy_type)
-            .unwrap_or_default()
+    /// The proxy's view key in `snap` (`None` until a request named the node:
+    /// a key guessed without the proxy must never stick).
+    fn key_in(&self, snap: &Snapshot) -> Option<ViewKey> {
+        self.proxy.as_ref().map(|p| snap.view_key(p))
+    }
+
+    /// The key to judge against in `snap`: the proxy's, or the default
+    /// sidecar view while the node is unknown.
+    fn key_or_default(&self, snap: &Snapshot) -> ViewKey {
+        self.key
+            .clone()
+            .or_else(|| self.key_in(snap))
+            .unwrap_or(ViewKey::Default(ProxyType::default()))
+    }
+
+    /// The key of the view this stream is judged against.
+    pub fn view_key(&self) -> Option<&ViewKey> {
+        self.key.as_ref()
     }
 
     /// The last NACK's error message for a type, if its latest answer was a NACK.
@@ -344,7 +363,11 @@ impl DeltaStream {
             self.proxy = Some(deltapilot_xds::proxy_from_node(&node));
         }
         let t = type_of(text(&req.type_url)?, self.fixed)?;
-        let view = resources_for(&snap.resources, self.proxy_type(), t);
+        if self.key.is_none() {
+            self.key = self.key_in(snap);
+        }
+        let key = self.key_or_default(snap);
+        let view = snap.view(&key, t);
         let subscribe: Vec<&str> = req.subscribe.iter().map(text).collect::<Result<_, _>>()?;
         let unsubscribe: Vec<&str> = req.unsubscribe.iter().map(text).collect::<Result<_, _>>()?;
         let seq = self.seq;
@@ -489,7 +512,17 @@ impl DeltaStream {
         if snap.seq == self.seq {
             return;
         }
-        let changes = snap.changes_since(self.seq);
+        let key = self.key_in(snap);
+        let moved = matches!((&self.key, &key), (Some(a), Some(b)) if a != b);
+        let changes = if moved {
+            None
+        } else {
+            let k = key
+                .clone()
+                .unwrap_or(ViewKey::Default(ProxyType::default()));
+            snap.view_changes_since(&k, self.seq)
+        };
+        self.key = key;
         // The changes come from the snapshots after the one this stream last saw.
         let from = self.seq + 1;
         self.seq = snap.seq;
@@ -520,12 +553,12 @@ impl DeltaStream {
         if snap.seq != self.seq {
             self.on_snapshot(snap);
         }
-        let pt = self.proxy_type();
+        let key = self.key_or_default(snap);
         let mut work = [TypeWork::default(); 4];
         for t in ResourceType::ALL {
             let s = &mut self.types[t.index()];
             if s.started {
-                s.resolve(resources_for(&snap.resources, pt, t), self.seq);
+                s.resolve(snap.view(&key, t), self.seq);
             }
             work[t.index()] = s.work(t);
         }
@@ -576,7 +609,7 @@ impl DeltaStream {
         if !s.has_pending() {
             s.pending_since = None;
         }
-        s.reshare(resources_for(&snap.resources, pt, p.t));
+        s.reshare(snap.view(&key, p.t));
         s.acks.sent(SentResponse {
             nonce: out.nonce.clone(),
             seq: self.seq,
@@ -638,3 +671,7 @@ fn holds_exactly(req: &DeltaRequest, view: &ResourceMap) -> Result<bool, Error> 
 #[cfg(test)]
 #[path = "delta_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "delta_view_tests.rs"]
+mod view_tests;

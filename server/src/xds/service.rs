@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
@@ -42,6 +42,8 @@ use super::{Limits, RequestOutcome};
 use crate::Error;
 use crate::conn::accept::Acceptor;
 use crate::conn::{ConnInfo, ListenerKind, XdsConnOptions};
+use crate::credentials::CredentialStore;
+use crate::credentials::stream::{DeltaSecrets, SecretSide, SotwSecrets};
 use crate::metrics::Metrics;
 
 /// How many snapshot publication times [`PublishClock`] remembers; pushes are
@@ -97,6 +99,7 @@ pub struct XdsShared {
     next_stream: AtomicU64,
     open_streams: AtomicUsize,
     streams: Arc<StreamRegistry>,
+    credentials: OnceLock<Arc<CredentialStore>>,
 }
 
 impl XdsShared {
@@ -122,7 +125,22 @@ impl XdsShared {
             next_stream: AtomicU64::new(1),
             open_streams: AtomicUsize::new(0),
             streams: Arc::new(StreamRegistry::default()),
+            credentials: OnceLock::new(),
         })
+    }
+
+    /// Serves SDS secrets from `store` (once, before streams start; without
+    /// it, every secret a proxy asks for is missing). Returns `false` if a
+    /// store was already set.
+    pub fn set_credentials(&self, store: Arc<CredentialStore>) -> bool {
+        self.credentials.set(store).is_ok()
+    }
+
+    /// The credential store the streams serve secrets from.
+    pub fn credentials(&self) -> Arc<CredentialStore> {
+        self.credentials
+            .get_or_init(|| CredentialStore::new(None, Some(self.metrics.clone())))
+            .clone()
     }
 
     /// The live streams, for the admin debug views.
@@ -273,6 +291,8 @@ struct NextResponse<O> {
 trait Protocol: Send + 'static {
     type Req: Send + 'static;
     type Out: WireOut;
+    /// The SDS state beside it on the same stream.
+    type Secrets: SecretSide<Req = Self::Req, Out = Self::Out>;
     const API: &'static str;
     fn decode(msg: Bytes) -> Result<Self::Req, Error>;
     fn on_request(&mut self, req: &Self::Req, snap: &Snapshot) -> Result<RequestOutcome, Error>;
@@ -305,6 +325,7 @@ fn lock<P>(m: &Mutex<P>) -> std::sync::MutexGuard<'_, P> {
 impl Protocol for DeltaStream {
     type Req = DeltaRequest;
     type Out = DeltaOut;
+    type Secrets = DeltaSecrets;
     const API: &'static str = "delta";
     fn decode(msg: Bytes) -> Result<DeltaRequest, Error> {
         DeltaRequest::decode_from(msg)
@@ -345,6 +366,7 @@ impl Protocol for DeltaStream {
 impl Protocol for SotwStream {
     type Req = DiscoveryRequest;
     type Out = SotwOut;
+    type Secrets = SotwSecrets;
     const API: &'static str = "sotw";
     fn decode(msg: Bytes) -> Result<DiscoveryRequest, Error> {
         <DiscoveryRequest as prost::Message>::decode(msg)
@@ -429,11 +451,23 @@ fn run_stream<P: Protocol>(
         let mut snap = snapshots.load();
         lock(&state).on_snapshot(&snap);
         let mut snapshots_open = true;
+        let store = shared.credentials();
+        let mut secrets = P::Secrets::new(store.clone());
+        let mut creds = store.subscribe();
+        let mut secret_set = creds.borrow_and_update().clone();
+        let mut creds_open = true;
         let mut last_heard = Instant::now();
         let stall = shared.limits.stall_timeout;
         let end: Option<Status> = loop {
             loop {
-                let Some(next) = lock(&state).next(&snap) else {
+                let next = lock(&state).next(&snap);
+                let Some(next) = next else {
+                    // The snapshot types first; then secrets (listeners reference them).
+                    if let Some((out, n)) = secrets.next(&secret_set) {
+                        shared.sent(P::API, ResourceType::Secret, n, 0);
+                        yield Ok(out);
+                        continue;
+                    }
                     break;
                 };
                 shared.sent(P::API, next.resource_type, next.resources, next.removed);
@@ -446,7 +480,7 @@ fn run_stream<P: Protocol>(
                 }
                 yield Ok(next.out);
             }
-            let waiting = lock(&state).in_flight() > 0;
+            let waiting = lock(&state).in_flight() > 0 || secrets.in_flight();
             let deadline = tokio::time::Instant::from_std(last_heard + stall);
             tokio::select! {
                 r = drain.changed() => {
@@ -457,7 +491,13 @@ fn run_stream<P: Protocol>(
                 msg = inbound.message() => match msg {
                     Ok(Some(msg)) => {
                         last_heard = Instant::now();
-                        let result = P::decode(msg).and_then(|req| lock(&state).on_request(&req, &snap));
+                        let result = P::decode(msg).and_then(|req| {
+                            if P::Secrets::is_secret(&req) {
+                                secrets.on_request(&req)
+                            } else {
+                                lock(&state).on_request(&req, &snap)
+                            }
+                        });
                         match result {
                             Ok(outcome) => {
                                 guard.identify(lock(&state).proxy());
@@ -487,6 +527,10 @@ fn run_stream<P: Protocol>(
                         }
                         break Some(status);
                     }
+                },
+                c = creds.changed(), if creds_open => match c {
+                    Ok(()) => secret_set = creds.borrow_and_update().clone(),
+                    Err(_) => creds_open = false,
                 },
                 s = snapshots.changed(), if snapshots_open => match s {
                     Some(s) => {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use deltapilot_model::{Proxy, ProxyType};
 use deltapilot_xds::snapshot::Snapshot;
-use deltapilot_xds::view::resources_for;
+use deltapilot_xds::view::ViewKey;
 use deltapilot_xds::{Resource, ResourceMap, ResourceType};
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
@@ -127,6 +127,8 @@ pub struct SotwPush {
 #[derive(Debug)]
 pub struct SotwStream {
     proxy: Option<Proxy>,
+    /// The key of the view last sent from (see `DeltaStream`).
+    key: Option<ViewKey>,
     fixed: Option<ResourceType>,
     limits: Limits,
     nonces: NonceGen,
@@ -139,6 +141,7 @@ impl SotwStream {
     pub fn new(fixed: Option<ResourceType>, limits: Limits, snap: &Snapshot) -> Self {
         SotwStream {
             proxy: None,
+            key: None,
             fixed,
             limits,
             nonces: NonceGen::default(),
@@ -274,12 +277,31 @@ impl SotwStream {
         Ok(outcome)
     }
 
+    /// The proxy's view key in `snap` (`None` until a request named the node:
+    /// a key guessed without the proxy must never stick).
+    fn key_in(&self, snap: &Snapshot) -> Option<ViewKey> {
+        self.proxy.as_ref().map(|p| snap.view_key(p))
+    }
+
+    /// The key of the view this stream sends from.
+    pub fn view_key(&self) -> Option<&ViewKey> {
+        self.key.as_ref()
+    }
+
     /// Notes a newly published snapshot.
     pub fn on_snapshot(&mut self, snap: &Snapshot) {
         if snap.seq == self.seq {
             return;
         }
-        let changes = snap.changes_since(self.seq);
+        let key = self.key_in(snap);
+        let moved = matches!((&self.key, &key), (Some(a), Some(b)) if a != b);
+        let changes = if moved {
+            None
+        } else {
+            let k = key.clone().unwrap_or(ViewKey::Default(ProxyType::Sidecar));
+            snap.view_changes_since(&k, self.seq)
+        };
+        self.key = key;
         self.seq = snap.seq;
         for t in ResourceType::ALL {
             let s = &mut self.types[t.index()];
@@ -295,15 +317,16 @@ impl SotwStream {
         if snap.seq != self.seq {
             self.on_snapshot(snap);
         }
-        let pt = self
-            .proxy
-            .as_ref()
-            .map(|p| p.proxy_type)
-            .unwrap_or(ProxyType::Sidecar);
+        if self.key.is_none() {
+            self.key = self.key_in(snap);
+        }
+        let key = self
+            .key
+            .clone()
+            .unwrap_or(ViewKey::Default(ProxyType::Sidecar));
         let mut work = [TypeWork::default(); 4];
         for t in ResourceType::ALL {
-            work[t.index()] =
-                self.types[t.index()].work_flags(resources_for(&snap.resources, pt, t));
+            work[t.index()] = self.types[t.index()].work_flags(snap.view(&key, t));
         }
         // State of the world cannot split a type's upserts from its removals; the
         // full state goes as soon as its upserts may.

@@ -12,6 +12,7 @@ pub(crate) fn map_mut(s: &mut Snapshot, t: ResourceType) -> &mut ResourceMap {
         ResourceType::Endpoint => &mut s.resources.endpoints,
         ResourceType::Listener => &mut s.resources.sidecar_listeners,
         ResourceType::Route => &mut s.resources.routes,
+        ResourceType::Secret => unreachable!("secrets are not in snapshots"),
     }
 }
 

@@ -44,6 +44,17 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// `n` distinct free loopback ports, held together while picked so that no
+/// two are the same (then released).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("free port"))
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().expect("addr").port())
+        .collect()
+}
+
 /// Polls `f` every 100 ms until it returns `Some` or `within` passes (then panics
 /// with `what` and the last state `f` reported through `last`).
 pub fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
@@ -292,7 +303,13 @@ pub struct Envoy {
 
 impl Envoy {
     pub fn start(dir: &Path, example: &str, xds_port: u16) -> Envoy {
-        let envoy = tool("DELTAPILOT_ENVOY");
+        Self::start_as(dir, example, xds_port, None)
+    }
+
+    /// As [`Envoy::start`], with the bootstrap's node id replaced by `node_id`
+    /// (e.g. Istio's `sidecar~IP~POD.NS~NS.svc.cluster.local`, which gives the
+    /// proxy a namespace).
+    pub fn start_as(dir: &Path, example: &str, xds_port: u16, node_id: Option<&str>) -> Envoy {
         let admin_port = free_port();
         let template = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -304,13 +321,41 @@ impl Envoy {
             .replace("port_value: 18000", &format!("port_value: {xds_port}"))
             .replace("port_value: 9901", &format!("port_value: {admin_port}"))
             .replace("port_value: 9902", &format!("port_value: {admin_port}"));
-        let path = dir.join(example);
+        let bootstrap = match node_id {
+            Some(id) => bootstrap
+                .lines()
+                .map(|l| match l.trim_start().strip_prefix("id: ") {
+                    Some(_) if l.starts_with("  id: ") => format!("  id: \"{id}\""),
+                    _ => l.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+            None => bootstrap,
+        };
+        Self::boot(dir, example, &bootstrap, admin_port)
+    }
+
+    /// A real Envoy from the bootstrap text `bootstrap` (written to
+    /// `dir/name`), whose admin listens on `admin_port`.
+    pub fn boot(dir: &Path, name: &str, bootstrap: &str, admin_port: u16) -> Envoy {
+        let path = dir.join(name);
         std::fs::write(&path, bootstrap).expect("write bootstrap");
+        Self::start_bootstrap(dir, &path, admin_port)
+    }
+
+    /// An Envoy with the bootstrap at `path`, whose admin listens on
+    /// `admin_port`.
+    pub fn start_bootstrap(dir: &Path, path: &Path, admin_port: u16) -> Envoy {
+        let envoy = tool("DELTAPILOT_ENVOY");
+        let example = path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let mut cmd = Command::new("timeout");
         cmd.arg("600")
             .arg(envoy)
             .arg("-c")
-            .arg(&path)
+            .arg(path)
             .arg("--disable-hot-restart")
             .arg("--concurrency")
             .arg("1")

@@ -70,7 +70,9 @@ use deltapilot_xds::generate::GenOptions;
 
 pub use format::FORMAT_VERSION;
 pub use store::{CheckpointFile, CheckpointStore, Loaded};
-pub use task::{CheckpointPolicy, run_checkpointer};
+pub use task::{
+    CheckpointFailure, CheckpointPolicy, CheckpointStats, run_checkpointer, run_counted,
+};
 
 /// The directory name, under the data directory, that holds checkpoints.
 pub const CHECKPOINT_DIR: &str = "checkpoints";

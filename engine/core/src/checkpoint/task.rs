@@ -6,9 +6,13 @@
 //! blocking thread. Writes are sequential: at most one is in progress, and a
 //! snapshot that moves on meanwhile is simply checkpointed next time.
 //!
+//! Failures are counted in [`CheckpointStats`] (plain atomics the server
+//! exports as `checkpoint_failures_total{reason}`).
+//!
 //! What it does NOT do: restore (see [`super::load_verified`]).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -44,6 +48,75 @@ impl Default for CheckpointPolicy {
     }
 }
 
+/// Why a checkpoint was not written, or not used at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointFailure {
+    /// Writing failed on the filesystem (create, write, fsync, rename, prune).
+    WriteIo,
+    /// Reading the log's fingerprints for the checkpoint failed.
+    WriteLog,
+    /// The blocking write task died.
+    WriteTask,
+    /// At start, a stored checkpoint was passed over (damaged, or it does not
+    /// match the log or this build).
+    RestoreRejected,
+    /// At start, the checkpoint directory could not be read at all.
+    RestoreUnreadable,
+}
+
+impl CheckpointFailure {
+    /// Every reason, in a fixed order.
+    pub const ALL: [CheckpointFailure; 5] = [
+        CheckpointFailure::WriteIo,
+        CheckpointFailure::WriteLog,
+        CheckpointFailure::WriteTask,
+        CheckpointFailure::RestoreRejected,
+        CheckpointFailure::RestoreUnreadable,
+    ];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckpointFailure::WriteIo => "write_io",
+            CheckpointFailure::WriteLog => "write_log",
+            CheckpointFailure::WriteTask => "write_task",
+            CheckpointFailure::RestoreRejected => "restore_rejected",
+            CheckpointFailure::RestoreUnreadable => "restore_unreadable",
+        }
+    }
+
+    /// The write-failure reason of `e`.
+    pub fn of_write(e: &crate::Error) -> Self {
+        match e {
+            crate::Error::Io { .. } => CheckpointFailure::WriteIo,
+            crate::Error::Log(_) => CheckpointFailure::WriteLog,
+            crate::Error::Task(_) => CheckpointFailure::WriteTask,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Checkpoint failures by reason, readable from any thread.
+#[derive(Debug, Default)]
+pub struct CheckpointStats {
+    failures: [AtomicU64; CheckpointFailure::ALL.len()],
+}
+
+impl CheckpointStats {
+    /// Counts one failure.
+    pub fn count(&self, reason: CheckpointFailure) {
+        self.failures[reason.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Failures for `reason` so far.
+    pub fn failures(&self, reason: CheckpointFailure) -> u64 {
+        self.failures[reason.index()].load(Ordering::Relaxed)
+    }
+}
+
 /// How often the task looks at the current snapshot: the record-count threshold
 /// is noticed within this long.
 const POLL: Duration = Duration::from_secs(1);
@@ -61,7 +134,23 @@ pub async fn run_checkpointer<L: EventLog + ?Sized + 'static>(
     opts: GenOptions,
     reader: SnapshotReader,
     from: Position,
+    shutdown: watch::Receiver<bool>,
+) -> Result<()> {
+    let stats = Arc::new(CheckpointStats::default());
+    run_counted(log, store, policy, opts, reader, from, shutdown, stats).await
+}
+
+/// [`run_checkpointer`], counting each failed write in `stats`.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_counted<L: EventLog + ?Sized + 'static>(
+    log: Arc<L>,
+    store: CheckpointStore,
+    policy: CheckpointPolicy,
+    opts: GenOptions,
+    reader: SnapshotReader,
+    from: Position,
     mut shutdown: watch::Receiver<bool>,
+    stats: Arc<CheckpointStats>,
 ) -> Result<()> {
     let generator = generator_id(&opts);
     let mut last = from;
@@ -86,6 +175,7 @@ pub async fn run_checkpointer<L: EventLog + ?Sized + 'static>(
                     last_at = Instant::now();
                 }
                 Err(e) => {
+                    stats.count(CheckpointFailure::of_write(&e));
                     tracing::warn!(error = %e, position = %snap.position, "checkpoint not written")
                 }
             }

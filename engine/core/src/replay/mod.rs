@@ -49,12 +49,14 @@ use deltapilot_proto::Event;
 use crate::checkpoint::{Checkpoint, generator_id};
 use crate::release::Releaser;
 use deltapilot_log::{Position, Record, RecordPos};
+use deltapilot_model::Proxy;
 use deltapilot_model::fold::{Prepared, Skipped, fold_iter, fold_prepared_owned};
 use deltapilot_model::state::{ModelState, Touched};
 pub use deltapilot_xds::ResourceKind;
 use deltapilot_xds::generate::{GenError, GenOptions, Generator};
 use deltapilot_xds::hash::snapshot_hash;
-use deltapilot_xds::snapshot::Snapshot;
+use deltapilot_xds::snapshot::{Snapshot, view_map};
+use deltapilot_xds::view::{ViewKey, Views};
 use deltapilot_xds::{Resource, ResourceSet, ResourceType};
 
 /// One resource an event changed.
@@ -79,6 +81,10 @@ pub struct EventReport {
     pub changes: Vec<ResourceChange>,
     /// Resources that failed to build after the event (left out of the set).
     pub gen_errors: Vec<GenError>,
+    /// With [`Replayer::follow_proxy`]: what changed in that proxy's own view
+    /// (its Sidecar scoping included; a move between views is the difference
+    /// of the two), instead of the global `changes`.
+    pub proxy_changes: Option<Vec<ResourceChange>>,
 }
 
 /// A record replay cannot get past: the log failed its checks there (the
@@ -136,6 +142,17 @@ pub struct Replayer {
     pending: Touched,
     position: Position,
     stats: ReplayStats,
+    /// The proxy whose view [`Replayer::apply_event`] reports, with the views
+    /// at the current position and a step counter for their change logs.
+    follow: Option<Follow>,
+}
+
+/// See [`Replayer::follow_proxy`].
+#[derive(Debug)]
+struct Follow {
+    proxy: Proxy,
+    views: Views,
+    step: u64,
 }
 
 impl Replayer {
@@ -151,6 +168,7 @@ impl Replayer {
             pending: Touched::default(),
             position: Position::default(),
             stats: ReplayStats::default(),
+            follow: None,
         }
     }
 
@@ -188,6 +206,7 @@ impl Replayer {
             pending,
             position: cp.position,
             stats: ReplayStats::default(),
+            follow: None,
         }
     }
 
@@ -261,10 +280,12 @@ impl Replayer {
     pub fn snapshot(&mut self) -> Snapshot {
         self.flush();
         let resources = self.resources_hash;
+        let views = deltapilot_xds::view::Views::build(&self.model, &self.resources, &self.opts);
         Snapshot {
             position: self.position.clone(),
             model: self.model.clone(),
             resources: self.resources.clone(),
+            views,
             hash: snapshot_hash(self.model.hash(), resources),
             ..Default::default()
         }
@@ -310,6 +331,21 @@ impl Replayer {
             skipped: Some(skipped),
             ..Default::default()
         }
+    }
+
+    /// From now on, [`Replayer::apply_event`] also reports what changed in
+    /// `proxy`'s own view ([`EventReport::proxy_changes`]): its key is
+    /// recomputed after every event, and its Sidecar-scoped view (if any) is
+    /// kept as the engine keeps it (`Views::update`), so the report is what
+    /// that proxy was sent.
+    pub fn follow_proxy(&mut self, proxy: Proxy) {
+        self.flush();
+        let views = Views::build(&self.model, &self.resources, &self.opts);
+        self.follow = Some(Follow {
+            proxy,
+            views,
+            step: 0,
+        });
     }
 
     /// Folds one event at `pos` and reports every resource it changed.
@@ -362,12 +398,79 @@ impl Replayer {
                 }
             }
         }
+        if let Some(f) = self.follow.as_mut() {
+            let before = f.views.key_for(&f.proxy, &self.model);
+            let (views, _) = f.views.update(
+                &out.state,
+                &set,
+                &changes,
+                &out.touched,
+                &self.opts,
+                f.step + 1,
+            );
+            f.step += 1;
+            let after = views.key_for(&f.proxy, &out.state);
+            let mut found = Vec::new();
+            for t in ResourceType::ALL {
+                let old_map = view_map(&f.views, &self.resources, &before, t);
+                let new_map = view_map(&views, &set, &after, t);
+                let names: std::collections::BTreeSet<Arc<str>> = if before != after {
+                    old_map.keys().chain(new_map.keys()).cloned().collect()
+                } else {
+                    let tc = changes.of(t);
+                    let mut n: std::collections::BTreeSet<Arc<str>> = tc
+                        .upserted
+                        .iter()
+                        .chain(tc.removed.iter())
+                        .cloned()
+                        .collect();
+                    if let Some(cs) = views_log(&views, &after, f.step) {
+                        let vt = cs.of(t);
+                        n.extend(vt.upserted.iter().chain(vt.removed.iter()).cloned());
+                    }
+                    n
+                };
+                let kind = match (t, after.proxy_type()) {
+                    (ResourceType::Listener, deltapilot_model::ProxyType::ProxylessGrpc) => {
+                        ResourceKind::GrpcListener
+                    }
+                    (ResourceType::Listener, _) => ResourceKind::SidecarListener,
+                    (ResourceType::Cluster, _) => ResourceKind::Cluster,
+                    (ResourceType::Endpoint, _) => ResourceKind::Endpoint,
+                    (ResourceType::Route, _) => ResourceKind::Route,
+                    // Not in `ALL`: secrets never enter snapshots or views.
+                    (ResourceType::Secret, _) => continue,
+                };
+                for name in names {
+                    let old = old_map.get(&name).cloned();
+                    let new = new_map.get(&name).cloned();
+                    if old.as_ref().map(|r| &r.bytes) != new.as_ref().map(|r| &r.bytes) {
+                        found.push(ResourceChange {
+                            kind,
+                            name,
+                            old,
+                            new,
+                        });
+                    }
+                }
+            }
+            f.views = views;
+            report.proxy_changes = Some(found);
+        }
         self.stats.gen_errors += errors.len() as u64;
         report.gen_errors = errors;
         self.model = out.state;
         self.resources = set;
         self.resources_hash = generator.resources_hash();
         report
+    }
+}
+
+/// What the scoped view under `key` logged at `step` (none for default keys).
+fn views_log(views: &Views, key: &ViewKey, step: u64) -> Option<deltapilot_xds::ChangeSet> {
+    match key {
+        ViewKey::Sidecar { sidecar } => views.get(sidecar)?.changes_since(step - 1, step),
+        ViewKey::Default(_) => None,
     }
 }
 

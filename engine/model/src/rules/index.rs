@@ -23,11 +23,13 @@ use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
 
+use super::gateway::BoundGateway;
+use super::gateway::gateway_id;
 use super::host::{host_matches, wildcards_of};
 use super::parse::{Rule, is_rule_kind, parse};
 use super::problem::{Problem, RuleStatus, Severity};
 use super::{DestinationRule, VirtualService};
-use crate::model::{Config, Hostname};
+use crate::model::{Config, Hostname, Labels};
 
 /// The precedence order of rules bound to one pattern (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -56,16 +58,24 @@ pub struct RuleTouch {
     /// Patterns of DestinationRules (callers also touch the hosts whose
     /// VirtualService routes to them).
     pub destination_rule: Vec<Hostname>,
+    /// Gateways (`<namespace>/<name>`) whose resources may have changed: the
+    /// Gateway object itself, or a VirtualService bound to it.
+    pub gateways: Vec<Arc<str>>,
 }
 
 impl RuleTouch {
     fn add(&mut self, rule: &Rule) {
+        if rule.is_gateway() {
+            self.gateways.push(gateway_id(&rule.namespace, &rule.name));
+            return;
+        }
         let to = if rule.is_virtual_service() {
             &mut self.virtual_service
         } else {
             &mut self.destination_rule
         };
         to.extend(rule.hosts.iter().cloned());
+        self.gateways.extend(rule.gateways.iter().cloned());
     }
 }
 
@@ -93,12 +103,18 @@ pub struct RuleIndex {
     dr_hosts: OrdMap<Hostname, OrdSet<Claim>>,
     /// Destination host → the VirtualServices (by key) whose routes name it.
     routes_to: OrdMap<Hostname, OrdSet<Arc<str>>>,
+    /// Gateway id (`<namespace>/<name>`) → the key of its object.
+    gateways: OrdMap<Arc<str>, Arc<str>>,
+    /// Gateway id → the VirtualServices bound to it, in merge order.
+    gateway_vs: OrdMap<Arc<str>, OrdSet<Claim>>,
     /// How many bound VirtualServices have a route with `fault` (the sidecar
     /// HCMs carry the fault filter while any does).
     faults: usize,
     /// How many bound VirtualServices have a route with `corsPolicy` (the
     /// sidecar HCMs carry the CORS filter while any does).
     cors: usize,
+    /// Namespace → its valid Sidecars, in precedence order.
+    sidecars: OrdMap<Arc<str>, OrdSet<Claim>>,
 }
 
 /// Whether `rule` is a bound VirtualService with a `corsPolicy` in some route.
@@ -136,8 +152,28 @@ impl RuleIndex {
         }
         let mut touch = self.remove(&cfg.key).unwrap_or_default();
         let rule = Arc::new(parse(cfg));
+        if rule.is_sidecar() {
+            if rule.sidecar().is_some() {
+                self.sidecars
+                    .entry(rule.namespace.clone())
+                    .or_default()
+                    .insert(Claim::of(&rule));
+            }
+            self.rules.insert(rule.key.clone(), rule);
+            return Some(touch);
+        }
         touch.add(&rule);
         let claim = Claim::of(&rule);
+        if rule.is_gateway() {
+            self.gateways
+                .insert(gateway_id(&rule.namespace, &rule.name), rule.key.clone());
+        }
+        for g in &rule.gateways {
+            self.gateway_vs
+                .entry(g.clone())
+                .or_default()
+                .insert(claim.clone());
+        }
         let by_host = if rule.is_virtual_service() {
             &mut self.vs_hosts
         } else {
@@ -166,6 +202,10 @@ impl RuleIndex {
     /// when no rule is stored under it.
     pub fn remove(&mut self, key: &str) -> Option<RuleTouch> {
         let rule = self.rules.remove(key)?;
+        if rule.is_sidecar() {
+            drop_member(&mut self.sidecars, &rule.namespace, &Claim::of(&rule));
+            return Some(RuleTouch::default());
+        }
         if has_fault(&rule) {
             self.faults -= 1;
         }
@@ -173,6 +213,13 @@ impl RuleIndex {
             self.cors -= 1;
         }
         let claim = Claim::of(&rule);
+        if rule.is_gateway() {
+            self.gateways
+                .remove(gateway_id(&rule.namespace, &rule.name).as_ref());
+        }
+        for g in &rule.gateways {
+            drop_member(&mut self.gateway_vs, g, &claim);
+        }
         let by_host = if rule.is_virtual_service() {
             &mut self.vs_hosts
         } else {
@@ -291,7 +338,53 @@ impl RuleIndex {
         self.rules.get(key).map(|r| self.status_of(r))
     }
 
+    /// The Sidecar that scopes a sidecar proxy of namespace `ns` whose labels
+    /// `labels` answers, in Istio's order (see `sidecar`'s module doc): a
+    /// selecting Sidecar of `ns`, else `ns`'s selector-less one, else the
+    /// selector-less one of `root_ns`. O(Sidecars of the two namespaces).
+    pub fn sidecar_for<'a>(
+        &self,
+        ns: &str,
+        labels: impl Fn(&str) -> Option<&'a str>,
+        root_ns: &str,
+    ) -> Option<&Arc<Rule>> {
+        let scope = |c: &Claim| self.rules.get(&c.key).filter(|r| r.sidecar().is_some());
+        if let Some(set) = self.sidecars.get(ns) {
+            let selecting = set.iter().filter_map(scope).find(|r| {
+                r.sidecar()
+                    .is_some_and(|s| !s.selector.is_empty() && s.selects(&labels))
+            });
+            if selecting.is_some() {
+                return selecting;
+            }
+        }
+        let default_of = |n: &str| {
+            self.sidecars
+                .get(n)?
+                .iter()
+                .filter_map(scope)
+                .find(|r| r.sidecar().is_some_and(|s| s.selector.is_empty()))
+        };
+        default_of(ns).or_else(|| default_of(root_ns))
+    }
+
+    /// Every valid Sidecar, by key.
+    pub fn sidecars(&self) -> impl Iterator<Item = &Arc<Rule>> + '_ {
+        self.sidecars
+            .values()
+            .flat_map(|set| set.iter())
+            .filter_map(|c| self.rules.get(&c.key))
+    }
+
+    /// Whether any valid Sidecar is stored.
+    pub fn has_sidecars(&self) -> bool {
+        !self.sidecars.is_empty()
+    }
+
     fn status_of(&self, rule: &Rule) -> RuleStatus {
+        if rule.is_sidecar() {
+            return self.sidecar_status(rule);
+        }
         let mut problems = rule.problems.clone();
         let by_host = if rule.is_virtual_service() {
             &self.vs_hosts
@@ -317,8 +410,99 @@ impl RuleIndex {
                 ));
             }
         }
-        let nowhere = rule.hosts.is_empty() || shadowed == rule.hosts.len();
+        let nowhere = if rule.is_gateway() {
+            rule.gateway().is_none_or(|g| g.servers.is_empty())
+        } else {
+            (rule.hosts.is_empty() || shadowed == rule.hosts.len()) && rule.gateways.is_empty()
+        };
         if rule.rejected || (problems.iter().any(|p| p.severity == Severity::Error) && nowhere) {
+            RuleStatus::Rejected(problems)
+        } else if problems.is_empty() {
+            RuleStatus::Applied
+        } else {
+            RuleStatus::AppliedWithWarnings(problems)
+        }
+    }
+
+    /// The Gateway `<namespace>/<name>`, if it is stored and valid.
+    pub fn gateway(&self, id: &str) -> Option<(&Arc<Rule>, &Arc<BoundGateway>)> {
+        let rule = self.rules.get(self.gateways.get(id)?)?;
+        Some((rule, rule.gateway()?))
+    }
+
+    /// Every valid Gateway, by id (`<namespace>/<name>`), in id order.
+    pub fn gateways(&self) -> impl Iterator<Item = (&Arc<str>, &Arc<Rule>, &Arc<BoundGateway>)> {
+        self.gateways.iter().filter_map(|(id, key)| {
+            let rule = self.rules.get(key)?;
+            Some((id, rule, rule.gateway()?))
+        })
+    }
+
+    /// The ids of the Gateways that select a router proxy of `namespace` with
+    /// `labels`, sorted (see `gateway` for the rule; `scope_to_namespace` is
+    /// Istio's `PILOT_SCOPE_GATEWAY_TO_NAMESPACE`, `false` by default).
+    /// O(gateways).
+    pub fn gateways_selecting(
+        &self,
+        namespace: &str,
+        labels: &Labels,
+        scope_to_namespace: bool,
+    ) -> Vec<Arc<str>> {
+        self.gateways()
+            .filter(|(_, rule, gw)| {
+                gw.selects(&rule.namespace, namespace, labels, scope_to_namespace)
+            })
+            .map(|(id, _, _)| id.clone())
+            .collect()
+    }
+
+    /// The VirtualServices bound to Gateway `id` (valid, not rejected), in merge
+    /// order: `(name, namespace)`, as for sidecar precedence (Istio merges
+    /// oldest first; the model has no creation time). The Gateway itself need
+    /// not exist.
+    pub fn virtual_services_for_gateway(
+        &self,
+        id: &str,
+    ) -> Vec<(&Arc<Rule>, &Arc<VirtualService>)> {
+        let Some(set) = self.gateway_vs.get(id) else {
+            return Vec::new();
+        };
+        set.iter()
+            .filter_map(|c| {
+                let rule = self.rules.get(&c.key)?;
+                Some((rule, rule.virtual_service()?))
+            })
+            .collect()
+    }
+
+    fn sidecar_status(&self, rule: &Rule) -> RuleStatus {
+        let mut problems = rule.problems.clone();
+        if let Some(sc) = rule.sidecar() {
+            // Only selector-less Sidecars compete as a whole; selecting ones
+            // may still apply to other workloads.
+            let first_default = self.sidecars.get(&rule.namespace).and_then(|set| {
+                set.iter().find(|c| {
+                    self.rules
+                        .get(&c.key)
+                        .and_then(|r| r.sidecar())
+                        .is_some_and(|s| s.selector.is_empty())
+                })
+            });
+            if let Some(first) =
+                first_default.filter(|f| sc.selector.is_empty() && f.key != rule.key)
+            {
+                problems.push(Problem::warning(
+                    "DP1303",
+                    "",
+                    format!(
+                        "{}/{} is the namespace's Sidecar without workloadSelector (ordered \
+                         by name): this one selects nothing",
+                        first.namespace, first.name
+                    ),
+                ));
+            }
+        }
+        if rule.rejected || rule.sidecar().is_none() {
             RuleStatus::Rejected(problems)
         } else if problems.is_empty() {
             RuleStatus::Applied

@@ -1,5 +1,5 @@
-//! Traffic rules in the model: VirtualService and DestinationRule, typed, bound to
-//! hosts and indexed, as part of the pure fold.
+//! Traffic rules in the model: VirtualService, DestinationRule, Gateway and Sidecar,
+//! typed, bound to hosts and gateways and indexed, as part of the pure fold.
 //!
 //! Every adapter already writes these objects as config entities (kind, namespace,
 //! name, canonical spec JSON; the adapters accept `networking.istio.io` `v1`,
@@ -10,14 +10,17 @@
 //! restore reproduce it exactly.
 //!
 //! - [`VirtualService`], [`DestinationRule`]: the specs, field by field;
+//! - `sidecar`: the [`Sidecar`] spec, its egress hosts and selection;
 //! - `parse`: from a config object to a [`Rule`] (spec, bound hosts, destinations,
 //!   [`Problem`]s with stable codes; unknown fields are reported, never dropped);
 //! - `host`: how a rule's hosts name hostnames (short names, FQDNs, wildcards);
 //! - [`RuleIndex`]: which rule applies to a host, the reverse indexes, statuses.
 //!
 //! Binding: `gateways` absent or containing `mesh` binds the rule to sidecars and
-//! proxyless clients; a rule bound only to named gateways is stored and reported
-//! (`DP1010`), since gateways come with the next issue. `exportTo` is parsed and
+//! proxyless clients; each named gateway (`ns/name`, or `name` in the rule's
+//! namespace) binds it to that Gateway's servers (see `gateway` and
+//! [`RuleIndex::virtual_services_for_gateway`]); a malformed entry is reported
+//! (`DP1013`). `exportTo` is parsed and
 //! stored; every proxy shares one view today, so `.` or a namespace list cannot be
 //! honoured and is reported (`DP1011`) while the rule applies mesh-wide; `~` alone
 //! binds nothing (`DP1012`).
@@ -28,10 +31,12 @@
 mod dr;
 mod dr_check;
 mod duration;
+mod gateway;
 mod host;
 mod index;
 mod parse;
 mod problem;
+mod sidecar;
 mod types;
 mod vs;
 
@@ -41,16 +46,27 @@ pub use dr::{
     RingHash, Subset, TcpKeepalive, TcpPool, TrafficPolicy,
 };
 pub use duration::parse_duration;
+pub use gateway::{
+    BoundGateway, Gateway, GatewayServer, Server, ServerHost, ServerMode, ServerPort, ServerTls,
+    gateway_id, resolve_gateway_ref, valid_credential,
+};
 pub use host::{DOMAIN_SUFFIX, host_error, host_matches, is_wildcard, resolve_host, wildcards_of};
 pub use index::{BoundVirtualService, RuleIndex, RuleTouch};
 pub use parse::{Rule, RuleSpec, is_rule_kind, parse};
 pub use problem::{Problem, RuleStatus, Severity};
+pub use sidecar::{
+    DEFAULT_ROOT_NAMESPACE, EgressHost, EgressListener, EgressNamespace, OutboundMode,
+    OutboundTrafficPolicy, Sidecar, SidecarScope, WorkloadSelector,
+};
 pub use types::{F64, Percent, PortSelector, StringMatch, StringMatchKind};
 pub use vs::{
     CorsPolicy, Destination, DirectResponse, Fault, FaultAbort, FaultDelay, HeaderOps, Headers,
     HttpMatch, HttpRoute, Redirect, RegexRewrite, ResponseBody, Retries, Rewrite, RouteDestination,
-    VirtualService,
+    TlsMatch, TlsRoute, VirtualService,
 };
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod gateway_tests;

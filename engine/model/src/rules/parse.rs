@@ -15,8 +15,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::gateway::{BoundGateway, Gateway, check_servers, resolve_gateway_ref};
 use super::host::{host_error, resolve_host};
 use super::problem::Problem;
+use super::sidecar::{Sidecar, SidecarScope, bind_sidecar};
 use super::{DestinationRule, VirtualService};
 use crate::model::{Config, ConfigKind, Hostname};
 
@@ -27,6 +29,10 @@ pub enum RuleSpec {
     VirtualService(Arc<VirtualService>),
     /// A DestinationRule.
     DestinationRule(Arc<DestinationRule>),
+    /// A Gateway, with its checked servers.
+    Gateway(Arc<BoundGateway>),
+    /// A Sidecar, resolved against its namespace.
+    Sidecar(Arc<SidecarScope>),
     /// A spec that does not fit its kind's schema (see the problems).
     Invalid(ConfigKind),
 }
@@ -46,6 +52,9 @@ pub struct Rule {
     /// (resolved; may be wildcards). Empty when it applies to none (rejected,
     /// bound only to gateways, or exported nowhere).
     pub hosts: Vec<Hostname>,
+    /// For a VirtualService: the Gateways it binds to (`<namespace>/<name>`,
+    /// sorted, each once; `mesh` is not one of them). Empty when rejected.
+    pub gateways: Vec<Arc<str>>,
     /// For a VirtualService: every destination host its routes and mirrors name
     /// (resolved, sorted, each once).
     pub destinations: Vec<Hostname>,
@@ -72,13 +81,46 @@ impl Rule {
         }
     }
 
+    /// The Gateway, if this is a valid one.
+    pub fn gateway(&self) -> Option<&Arc<BoundGateway>> {
+        match &self.spec {
+            RuleSpec::Gateway(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// The kind of object (valid or not).
+    pub fn kind(&self) -> ConfigKind {
+        match &self.spec {
+            RuleSpec::VirtualService(_) => ConfigKind::VirtualService,
+            RuleSpec::DestinationRule(_) => ConfigKind::DestinationRule,
+            RuleSpec::Gateway(_) => ConfigKind::Gateway,
+            RuleSpec::Sidecar(_) => ConfigKind::Sidecar,
+            RuleSpec::Invalid(k) => *k,
+        }
+    }
+
     /// Whether this is a VirtualService object (valid or not).
     pub fn is_virtual_service(&self) -> bool {
+        self.kind() == ConfigKind::VirtualService
+    }
+
+    /// Whether this is a Gateway object (valid or not).
+    pub fn is_gateway(&self) -> bool {
+        self.kind() == ConfigKind::Gateway
+    }
+
+    /// The Sidecar, if this is a valid one.
+    pub fn sidecar(&self) -> Option<&Arc<SidecarScope>> {
         match &self.spec {
-            RuleSpec::VirtualService(_) => true,
-            RuleSpec::Invalid(k) => *k == ConfigKind::VirtualService,
-            RuleSpec::DestinationRule(_) => false,
+            RuleSpec::Sidecar(s) => Some(s),
+            _ => None,
         }
+    }
+
+    /// Whether this is a Sidecar object (valid or not).
+    pub fn is_sidecar(&self) -> bool {
+        self.kind() == ConfigKind::Sidecar
     }
 }
 
@@ -86,11 +128,14 @@ impl Rule {
 pub fn is_rule_kind(kind: ConfigKind) -> bool {
     matches!(
         kind,
-        ConfigKind::VirtualService | ConfigKind::DestinationRule
+        ConfigKind::VirtualService
+            | ConfigKind::DestinationRule
+            | ConfigKind::Gateway
+            | ConfigKind::Sidecar
     )
 }
 
-/// Parses and binds `cfg` (a VirtualService or DestinationRule; see
+/// Parses and binds `cfg` (a VirtualService, DestinationRule or Gateway; see
 /// [`is_rule_kind`]).
 pub fn parse(cfg: &Config) -> Rule {
     let mut rule = Rule {
@@ -99,6 +144,7 @@ pub fn parse(cfg: &Config) -> Rule {
         name: cfg.name.clone(),
         spec: RuleSpec::Invalid(cfg.kind),
         hosts: Vec::new(),
+        gateways: Vec::new(),
         destinations: Vec::new(),
         problems: Vec::new(),
         rejected: false,
@@ -128,6 +174,18 @@ pub fn parse(cfg: &Config) -> Rule {
                 rule.spec = RuleSpec::DestinationRule(Arc::new(dr));
             }
         }
+        ConfigKind::Gateway => {
+            if let Some(gw) = typed::<Gateway>(&raw, &mut rule.problems) {
+                bind_gateway(gw, &mut rule);
+            }
+        }
+        ConfigKind::Sidecar => {
+            if let Some(sc) = typed::<Sidecar>(&raw, &mut rule.problems)
+                && let Some(scope) = bind_sidecar(&sc, &raw, &mut rule)
+            {
+                rule.spec = RuleSpec::Sidecar(Arc::new(scope));
+            }
+        }
         other => {
             rule.problems.push(Problem::error(
                 "DP1001",
@@ -141,6 +199,7 @@ pub fn parse(cfg: &Config) -> Rule {
     }
     if rule.rejected {
         rule.hosts.clear();
+        rule.gateways.clear();
     }
     rule.problems.sort();
     rule.problems.dedup();
@@ -208,7 +267,7 @@ fn unknown_fields(raw: &Value, back: &Value, path: &str, problems: &mut Vec<Prob
 
 /// Reports each path of `raw` given by `pattern` (`*` walks every array
 /// element) as a field not yet supported.
-fn unsupported(raw: &Value, pattern: &[&str], why: &str, problems: &mut Vec<Problem>) {
+pub(super) fn unsupported(raw: &Value, pattern: &[&str], why: &str, problems: &mut Vec<Problem>) {
     fn walk(v: &Value, rest: &[&str], path: String, why: &str, out: &mut Vec<Problem>) {
         let Some((head, tail)) = rest.split_first() else {
             if !v.is_null() {
@@ -287,30 +346,24 @@ fn bind_virtual_service(vs: &VirtualService, rule: &mut Rule) {
         }
     }
     let gateways = vs.gateways.as_deref().unwrap_or_default();
-    let mesh = gateways.is_empty() || gateways.iter().any(|g| g == "mesh");
-    let named: Vec<&String> = gateways.iter().filter(|g| *g != "mesh").collect();
-    if !named.is_empty() {
-        if mesh {
-            rule.problems.push(Problem::warning(
-                "DP1010",
-                "gateways",
-                format!("gateway binding is not yet supported: {named:?} ignored, mesh applied"),
-            ));
-        } else {
-            rule.problems.push(Problem::error(
-                "DP1010",
-                "gateways",
-                format!(
-                    "bound only to gateways {named:?}; gateway binding is not yet supported, \
-                     so the rule applies to no proxy"
-                ),
-            ));
+    let mesh = gateways.is_empty() || gateways.iter().any(|g| g.trim() == "mesh");
+    let mut named = BTreeSet::new();
+    for (i, g) in gateways.iter().enumerate() {
+        match resolve_gateway_ref(g, &rule.namespace) {
+            Ok(Some(id)) => {
+                named.insert(id);
+            }
+            Ok(None) => {}
+            Err(why) => rule.problems.push(Problem::error(
+                "DP1013",
+                format!("gateways[{i}]"),
+                format!("{why}: entry ignored"),
+            )),
         }
     }
     let exported = check_export(vs.export_to.as_ref(), rule);
     for (pattern, why) in [
         (&["tcp"][..], "TCP routes"),
-        (&["tls"][..], "TLS routes"),
         (&["http", "*", "delegate"][..], "delegation"),
         (
             &["http", "*", "mirrors"][..],
@@ -340,15 +393,57 @@ fn bind_virtual_service(vs: &VirtualService, rule: &mut Rule) {
             &["http", "*", "fault", "abort", "http2Error"][..],
             "HTTP/2 error aborts",
         ),
+        (
+            &["tls", "*", "match", "*", "destinationSubnets"][..],
+            "TLS matching on destination subnets",
+        ),
+        (
+            &["tls", "*", "match", "*", "sourceLabels"][..],
+            "TLS matching on source labels",
+        ),
+        (
+            &["tls", "*", "match", "*", "gateways"][..],
+            "per-match gateways",
+        ),
+        (
+            &["tls", "*", "match", "*", "sourceNamespace"][..],
+            "TLS matching on source namespace",
+        ),
+        (
+            &["tls", "*", "route", "*", "headers"][..],
+            "header edits on TLS routes (they do not apply)",
+        ),
     ] {
         unsupported(&raw, pattern, why, &mut rule.problems);
+    }
+    if mesh {
+        unsupported(
+            &raw,
+            &["tls"],
+            "TLS routes for sidecars (they apply on gateway PASSTHROUGH servers)",
+            &mut rule.problems,
+        );
     }
     let ns = &*rule.namespace;
     if mesh && exported && !rule.rejected {
         let set: BTreeSet<Hostname> = hosts.iter().map(|h| resolve_host(h, ns)).collect();
         rule.hosts = set.into_iter().collect();
     }
+    if exported && !rule.rejected {
+        rule.gateways = named.into_iter().collect();
+    }
     let mut dests = BTreeSet::new();
+    let tls_dests = vs
+        .tls
+        .iter()
+        .flatten()
+        .flat_map(|t| t.route.iter().flatten())
+        .filter_map(|d| d.destination.as_ref());
+    for d in tls_dests {
+        if let Some(h) = d.host.as_deref().filter(|h| !h.trim().is_empty()) {
+            dests.insert(resolve_host(h, ns));
+        }
+    }
     for route in vs.http.iter().flatten() {
         let named = route
             .route
@@ -451,6 +546,53 @@ fn bind_destination_rule(dr: &DestinationRule, rule: &mut Rule) {
     if exported && !rule.rejected {
         rule.hosts = vec![resolve_host(host, &rule.namespace)];
     }
+}
+
+fn bind_gateway(gw: Gateway, rule: &mut Rule) {
+    let raw = serde_json::to_value(&gw).unwrap_or(Value::Null);
+    for (pattern, why) in [
+        (
+            &["servers", "*", "bind"][..],
+            "binding a server to an address",
+        ),
+        (
+            &["servers", "*", "defaultEndpoint"][..],
+            "default endpoints",
+        ),
+        (&["servers", "*", "port", "targetPort"][..], "target ports"),
+        (
+            &["servers", "*", "tls", "serverCertificate"][..],
+            "certificate file paths (use credentialName)",
+        ),
+        (
+            &["servers", "*", "tls", "privateKey"][..],
+            "key file paths (use credentialName)",
+        ),
+        (
+            &["servers", "*", "tls", "caCertificates"][..],
+            "CA file paths (use credentialName with ca.crt)",
+        ),
+        (
+            &["servers", "*", "tls", "credentialNames"][..],
+            "several credentials (use credentialName)",
+        ),
+        (
+            &["servers", "*", "tls", "minProtocolVersion"][..],
+            "TLS version bounds",
+        ),
+        (
+            &["servers", "*", "tls", "maxProtocolVersion"][..],
+            "TLS version bounds",
+        ),
+        (
+            &["servers", "*", "tls", "cipherSuites"][..],
+            "cipher suites",
+        ),
+    ] {
+        unsupported(&raw, pattern, why, &mut rule.problems);
+    }
+    let servers = check_servers(&gw, &rule.namespace, &mut rule.problems);
+    rule.spec = RuleSpec::Gateway(Arc::new(BoundGateway { spec: gw, servers }));
 }
 
 /// Paths of every `tls.mode: ISTIO_MUTUAL` in a DestinationRule.

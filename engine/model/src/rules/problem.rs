@@ -7,9 +7,10 @@
 //! | `DP1002` | warning | a field this build does not know | field ignored |
 //! | `DP1003` | error | a required field is missing or empty (`hosts`, `host`) | object rejected |
 //! | `DP1004` | error | a host that cannot be bound (`a.*.com`, `ns/host`, empty label) | object rejected |
-//! | `DP1010` | warning / error | bound to named gateways: gateway binding is not yet supported | gateways ignored; rejected when `mesh` is not bound either |
+//! | `DP1010` | — | retired (named gateways now bind, see `DP1013`) | — |
 //! | `DP1011` | warning | `exportTo` other than `*`: every proxy shares one view, so the rule applies to all | applied mesh-wide |
 //! | `DP1012` | error | `exportTo: ["~"]`: exported to no namespace | applies to nothing |
+//! | `DP1013` | error | a `gateways` entry that is neither `name` nor `ns/name` | entry ignored |
 //! | `DP1020` | warning | a field deltapilot does not implement yet | field ignored |
 //! | `DP1030` | warning | another rule for the same host takes precedence | this rule is shadowed for that host |
 //! | `DP1040` | error | two subsets share a name | object rejected |
@@ -24,6 +25,18 @@
 //! | `DP1110` | warning | `MUTUAL` without client certificate and key | no client certificate sent |
 //! | `DP1111` | warning | `SIMPLE`/`MUTUAL` without `caCertificates` | server not verified |
 //! | `DP1120` | warning | a setting proxyless gRPC would reject | left out on the host's `GRPC` ports |
+//! | `DP1200` | error | Gateway server port number missing or out of range | server dropped |
+//! | `DP1201` | error | Gateway server without a valid host | server dropped |
+//! | `DP1202` | error | Gateway server host that cannot be bound (`ns/` empty, `~/`, `a.*.com`) | host dropped |
+//! | `DP1203` | error | HTTPS server without `tls.mode` | server dropped |
+//! | `DP1204` | error | `tls.mode` `ISTIO_MUTUAL`, `OPTIONAL_MUTUAL` or `AUTO_PASSTHROUGH` | server dropped |
+//! | `DP1205` | error | `SIMPLE`/`MUTUAL` without a usable `credentialName` | server dropped |
+//! | `DP1206` | error | a protocol / TLS mode combination deltapilot does not serve (TCP, TLS termination, …) | server dropped |
+//! | `DP1208` | warning | a Gateway without servers | selects proxies, gives them nothing |
+//! | `DP1209` | warning | `httpsRedirect` on a server that is not plain HTTP | ignored |
+//! | `DP1301` | error | a Sidecar egress host that is not `namespace/dnsName` | object rejected |
+//! | `DP1302` | error | an unknown Sidecar `outboundTrafficPolicy.mode` | object rejected |
+//! | `DP1303` | warning | another Sidecar takes precedence for the same workloads | this Sidecar selects nothing there |
 //!
 //! Route-level problems found when the rule is translated to Envoy config are
 //! reported by the xDS crate with codes from `DP2000` up; references the

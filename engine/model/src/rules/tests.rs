@@ -140,17 +140,18 @@ fn a_schema_mismatch_rejects_with_the_path() {
 #[test]
 fn gateways_export_and_unsupported_parts_are_reported() {
     let gw_only = parse(&vs("ns", "a", r#"{"hosts":["a"],"gateways":["ingress"]}"#));
-    assert!(gw_only.hosts.is_empty());
-    assert_eq!(codes(&gw_only), [("DP1010", "gateways")]);
-    assert_eq!(gw_only.problems[0].severity, Severity::Error);
+    assert!(gw_only.hosts.is_empty(), "not bound to sidecars");
+    assert_eq!(gw_only.gateways, [Arc::<str>::from("ns/ingress")]);
+    assert_eq!(codes(&gw_only), []);
 
     let both = parse(&vs(
         "ns",
         "a",
-        r#"{"hosts":["a"],"gateways":["mesh","ingress"]}"#,
+        r#"{"hosts":["a"],"gateways":["mesh","other/ingress","x/y/z"]}"#,
     ));
     assert_eq!(both.hosts, [h("a.ns.svc.cluster.local")]);
-    assert_eq!(both.problems[0].severity, Severity::Warning);
+    assert_eq!(both.gateways, [Arc::<str>::from("other/ingress")]);
+    assert_eq!(codes(&both), [("DP1013", "gateways[2]")]);
 
     let dot = parse(&vs("ns", "a", r#"{"hosts":["a"],"exportTo":["."]}"#));
     assert_eq!(codes(&dot), [("DP1011", "exportTo")]);

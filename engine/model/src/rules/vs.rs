@@ -4,8 +4,9 @@
 //! Every field is optional, as in proto3: absent and `null` are the same. Fields
 //! this build does not know are not dropped: `parse` finds them by comparing the
 //! input with what these types read back (see `unknown`) and reports each one.
-//! `tcp` and `tls` routes are kept as raw JSON only so that they can be reported
-//! as not yet supported.
+//! `tcp` routes are kept as raw JSON only so that they can be reported as not
+//! yet supported; `tls` routes are typed (gateway PASSTHROUGH servers honour
+//! them).
 //!
 //! What it does NOT do: decide what a field means for Envoy (the xDS crate
 //! translates), or bind the rule to hosts (see `index`).
@@ -36,9 +37,46 @@ pub struct VirtualService {
     /// TCP routes: kept to be reported as not yet supported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<Vec<serde_json::Value>>,
-    /// TLS routes: kept to be reported as not yet supported.
+    /// TLS routes by SNI: honoured on gateway `PASSTHROUGH` servers; reported
+    /// as not yet supported for sidecars.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<Vec<serde_json::Value>>,
+    pub tls: Option<Vec<TlsRoute>>,
+}
+
+/// One TLS route: SNI match blocks (any one matches) and weighted destinations.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsRoute {
+    /// Match blocks, ORed.
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub matches: Option<Vec<TlsMatch>>,
+    /// Weighted destinations (header edits do not apply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<Vec<RouteDestination>>,
+}
+
+/// One TLS match block.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsMatch {
+    /// SNI names (wildcards allowed); required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sni_hosts: Option<Vec<String>>,
+    /// Only on this port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u32>,
+    /// Destination subnets: reported as not yet supported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_subnets: Option<Vec<String>>,
+    /// Source labels: reported as not yet supported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_labels: Option<BTreeMap<String, String>>,
+    /// Per-match gateways: reported as not yet supported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateways: Option<Vec<String>>,
+    /// Source namespace: reported as not yet supported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_namespace: Option<String>,
 }
 
 /// One HTTP route: match blocks (any one matches) and what to do.

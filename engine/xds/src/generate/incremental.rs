@@ -168,6 +168,8 @@ impl Out {
             ResourceType::Listener if grpc => ResourceKind::GrpcListener,
             ResourceType::Listener => ResourceKind::SidecarListener,
             ResourceType::Route => ResourceKind::Route,
+            // The generator builds no secrets (see `ResourceType::Secret`).
+            ResourceType::Secret => return,
         };
         let map = kind.map_mut(&mut self.set);
         let changes: &mut TypeChanges = self.changes.of_mut(t);

@@ -57,7 +57,7 @@ use super::common::{
 };
 use deltapilot_model::Hostname;
 
-const HCM_FILTER: &str = "envoy.filters.network.http_connection_manager";
+pub(crate) const HCM_FILTER: &str = "envoy.filters.network.http_connection_manager";
 const TCP_PROXY_FILTER: &str = "envoy.filters.network.tcp_proxy";
 const ROUTER_FILTER: &str = "envoy.filters.http.router";
 
@@ -65,8 +65,20 @@ const ROUTER_FILTER: &str = "envoy.filters.http.router";
 /// config).
 pub(crate) const FAULT_FILTER: &str = "envoy.filters.http.fault";
 
+/// The fault filter, empty: it acts only where a route's per-route config
+/// says so.
+pub(crate) fn fault_filter() -> HttpFilter {
+    HttpFilter {
+        name: FAULT_FILTER.to_string(),
+        config_type: Some(HttpFilterConfig::TypedConfig(to_any(
+            &envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault::default(),
+        ))),
+        ..Default::default()
+    }
+}
+
 /// An HCM that fetches `route_name` over ADS and ends in the router filter.
-fn hcm(stat_prefix: String, route_name: String) -> HttpConnectionManager {
+pub(crate) fn hcm(stat_prefix: String, route_name: String) -> HttpConnectionManager {
     HttpConnectionManager {
         codec_type: CodecType::Auto as i32,
         stat_prefix,
@@ -162,10 +174,7 @@ pub(crate) fn sidecar_listener(
             ));
         }
         if filters.fault {
-            before_router.push(http_filter(
-                FAULT_FILTER,
-                &envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault::default(),
-            ));
+            before_router.push(fault_filter());
         }
         h.http_filters.splice(0..0, before_router);
         let filter = Filter {
@@ -211,13 +220,7 @@ pub(crate) fn grpc_listener<M: super::ModelRead + ?Sized>(
     let name = grpc_name(host, port).to_string();
     let mut h = hcm(name.clone(), name.clone());
     if super::vs_routes::host_injects_faults(model, host) {
-        h.http_filters.insert(
-            0,
-            http_filter(
-                FAULT_FILTER,
-                &envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault::default(),
-            ),
-        );
+        h.http_filters.insert(0, fault_filter());
     }
     encode(&Listener {
         name,

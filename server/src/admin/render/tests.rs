@@ -210,8 +210,7 @@ fn config_dump_lists_resources_by_name() {
     let in_map: Vec<&str> = set.sidecar_listeners.keys().map(|k| &**k).collect();
     assert_ne!(in_map, names, "the map is not in name order to begin with");
     let dump = crate::admin::dump::config_dump(
-        &set,
-        ProxyType::Sidecar,
+        |t| deltapilot_xds::view::resources_for(&set, ProxyType::Sidecar, t),
         &[ResourceType::Listener],
         &|_, _| true,
     );
@@ -353,4 +352,55 @@ mod envoy_forms {
             "{t}"
         );
     }
+}
+
+#[test]
+fn gateway_listeners_and_routes_render_with_known_fields_only() {
+    use deltapilot_model::state::mk::{rule, svc};
+    use deltapilot_proto::ConfigKind;
+    let m = ModelState::from_events(&[
+        svc("k", 0, "web", "a.web.svc.cluster.local", &[80]),
+        rule(
+            "k",
+            0,
+            ConfigKind::Gateway,
+            "edge",
+            "gw",
+            r#"{"servers":[
+              {"port":{"number":80,"protocol":"HTTP"},"hosts":["*"],"tls":{"httpsRedirect":true}},
+              {"port":{"number":443,"name":"https","protocol":"HTTPS"},"hosts":["a.example.com"],
+               "tls":{"mode":"MUTUAL","credentialName":"c"}},
+              {"port":{"number":443,"protocol":"TLS"},"hosts":["p.example.com"],"tls":{"mode":"PASSTHROUGH"}}
+            ]}"#,
+        ),
+        rule(
+            "k",
+            0,
+            ConfigKind::VirtualService,
+            "web",
+            "vs",
+            r#"{"hosts":["*.example.com"],"gateways":["edge/gw"],
+                "http":[{"route":[{"destination":{"host":"a"}}]}],
+                "tls":[{"match":[{"sniHosts":["p.example.com"]}],"route":[{"destination":{"host":"a"}}]}]}"#,
+        ),
+    ]);
+    let gw = deltapilot_xds::generate::gateway_resources(
+        &m,
+        &[std::sync::Arc::from("edge/gw")],
+        &GenOptions::default(),
+    );
+    assert!(gw.problems.is_empty(), "{:?}", gw.problems);
+    let r = renderer();
+    let mut n = 0;
+    for (t, map) in [
+        (ResourceType::Listener, &gw.listeners),
+        (ResourceType::Route, &gw.routes),
+    ] {
+        for (name, res) in map.iter() {
+            let j = r.resource(t, &res.bytes);
+            assert_eq!(has_unknown(&j), None, "{name}: {}", j.to_pretty());
+            n += 1;
+        }
+    }
+    assert_eq!(n, 4, "two listeners, http.80 and the HTTPS route");
 }

@@ -155,8 +155,11 @@ impl Filters {
         if !self.event_selected(ev) {
             return None;
         }
+        // Following a proxy, the replayer reports its own view's changes.
         let changes: Vec<&ResourceChange> = report
-            .changes
+            .proxy_changes
+            .as_ref()
+            .unwrap_or(&report.changes)
             .iter()
             .filter(|c| self.change_selected(c))
             .collect();

@@ -9,7 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use deltapilot_engine::checkpoint::{
-    CHECKPOINT_DIR, Checkpoint, CheckpointPolicy, CheckpointStore, load_verified, run_checkpointer,
+    CHECKPOINT_DIR, Checkpoint, CheckpointFailure, CheckpointPolicy, CheckpointStats,
+    CheckpointStore, load_verified, run_counted,
 };
 use deltapilot_engine::runner::Engine;
 use deltapilot_log::{EventLog, Log, Position};
@@ -22,6 +23,8 @@ use tokio::sync::watch;
 pub(crate) struct Checkpoints {
     store: CheckpointStore,
     policy: CheckpointPolicy,
+    /// Failures at restore and while writing (`checkpoint_failures_total`).
+    stats: Arc<CheckpointStats>,
 }
 
 impl Checkpoints {
@@ -30,7 +33,13 @@ impl Checkpoints {
         Checkpoints {
             store: CheckpointStore::new(data_dir.join(CHECKPOINT_DIR), policy.keep),
             policy,
+            stats: Arc::default(),
         }
+    }
+
+    /// The failure counts, for the metrics.
+    pub(crate) fn stats(&self) -> Arc<CheckpointStats> {
+        self.stats.clone()
     }
 
     /// The newest usable checkpoint to restore the engine from, logging every one
@@ -40,11 +49,13 @@ impl Checkpoints {
         let loaded = match load_verified(&self.store, log, None).await {
             Ok(l) => l,
             Err(e) => {
+                self.stats.count(CheckpointFailure::RestoreUnreadable);
                 tracing::warn!(error = %e, dir = %self.store.dir().display(), "cannot read checkpoints; folding the whole log");
                 return None;
             }
         };
         for r in &loaded.rejected {
+            self.stats.count(CheckpointFailure::RestoreRejected);
             tracing::warn!(checkpoint = %r.path.display(), reason = %r.reason, "checkpoint skipped");
         }
         let (path, cp) = loaded.checkpoint?;
@@ -61,9 +72,19 @@ impl Checkpoints {
         from: Position,
         shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
-        run_checkpointer(log, self.store, self.policy, opts, reader, from, shutdown)
-            .await
-            .map_err(|e| anyhow::anyhow!("checkpoint writer stopped: {e}"))
+        let stats = self.stats;
+        run_counted(
+            log,
+            self.store,
+            self.policy,
+            opts,
+            reader,
+            from,
+            shutdown,
+            stats,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("checkpoint writer stopped: {e}"))
     }
 }
 

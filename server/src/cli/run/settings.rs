@@ -60,6 +60,12 @@ pub(crate) struct RunConfig {
     /// EndpointSlices, Pods, Nodes, Istio networking objects).
     #[arg(long, env = "DELTAPILOT_KUBECONFIG", value_name = "PATH")]
     kubeconfig: Option<PathBuf>,
+    /// A directory of gateway credentials served over SDS: a Gateway's
+    /// `credentialName: NAME` reads DIR/NAME/tls.crt and DIR/NAME/tls.key (and
+    /// DIR/NAME/ca.crt for MUTUAL), the layout of a mounted Kubernetes TLS
+    /// Secret; changes are picked up without a restart [default: none].
+    #[arg(long, env = "DELTAPILOT_CREDENTIALS_DIR", value_name = "DIR")]
+    credentials_dir: Option<PathBuf>,
     /// Base URL of a Eureka server to read in-process, everything before `/apps`
     /// (e.g. `http://HOST:8080/eureka/v2`, or Spring Cloud's `http://HOST:8761/eureka`).
     #[arg(long, env = "DELTAPILOT_EUREKA_URL", value_name = "URL")]
@@ -79,6 +85,10 @@ pub(crate) struct RunConfig {
     /// Address sidecar outbound listeners listen on [default: 0.0.0.0].
     #[arg(long, env = "DELTAPILOT_OUTBOUND_ADDRESS")]
     outbound_address: Option<IpAddr>,
+    /// Namespace whose Sidecar without workloadSelector is the mesh-wide default
+    /// [default: istio-system].
+    #[arg(long, env = "DELTAPILOT_ROOT_NAMESPACE", value_name = "NAMESPACE")]
+    root_namespace: Option<String>,
     /// Most resource names one xDS stream may subscribe to [default: 100000].
     #[arg(long, env = "DELTAPILOT_MAX_NAMES_PER_STREAM")]
     max_names_per_stream: Option<usize>,
@@ -230,6 +240,8 @@ pub(crate) struct Settings {
     pub(super) log: LogSetting,
     pub(super) watch: Vec<PathBuf>,
     pub(super) kubeconfig: Option<PathBuf>,
+    /// `--credentials-dir`, checked to be a directory.
+    pub(super) credentials_dir: Option<PathBuf>,
     pub(super) eureka: Option<EurekaOptions>,
     pub(super) gen_opts: GenOptions,
     pub(super) limits: Limits,
@@ -268,6 +280,7 @@ fn read_config(path: &Path) -> anyhow::Result<RunConfig> {
     cfg.log = cfg.log.map(|uri| rebase_file_uri(&uri, base));
     cfg.watch = cfg.watch.into_iter().map(rebase).collect();
     cfg.kubeconfig = cfg.kubeconfig.map(rebase);
+    cfg.credentials_dir = cfg.credentials_dir.map(rebase);
     Ok(cfg)
 }
 
@@ -331,6 +344,15 @@ impl RunConfig {
                 k.display()
             );
         }
+        if let Some(d) = &self.credentials_dir
+            && !d.is_dir()
+        {
+            bail!(
+                "--credentials-dir {}: not a directory (create it, fix the path, or leave \
+                 the flag out)",
+                d.display()
+            );
+        }
         let eureka = eureka_options(self.eureka_url, self.eureka_refresh_secs, &data_dir)?;
         let defaults = GenOptions::default();
         let gen_opts = GenOptions {
@@ -339,6 +361,7 @@ impl RunConfig {
                 .map(|a| a.to_string())
                 .unwrap_or(defaults.outbound_address),
             bind_outbound: self.bind_outbound.unwrap_or(false),
+            root_namespace: self.root_namespace.unwrap_or(defaults.root_namespace),
             ..defaults
         };
         let drain_grace = Duration::from_secs(self.drain_grace_secs.unwrap_or(10));
@@ -360,6 +383,7 @@ impl RunConfig {
             log,
             watch: self.watch,
             kubeconfig: self.kubeconfig,
+            credentials_dir: self.credentials_dir,
             eureka,
             gen_opts,
             limits,
@@ -566,6 +590,30 @@ mod tests {
         Cli::try_parse_from(std::iter::once("run").chain(args.iter().copied()))?
             .run
             .settings()
+    }
+
+    #[test]
+    fn credentials_dir_must_be_a_directory_and_is_rebased_from_the_config_file() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let data = dir.path().join("data");
+        let data = data.to_str().expect("utf-8");
+        let e = format!(
+            "{:#}",
+            settings(&[
+                "--data-dir",
+                data,
+                "--credentials-dir",
+                "/nonexistent/creds"
+            ])
+            .expect_err("missing")
+        );
+        assert!(e.contains("--credentials-dir /nonexistent/creds"), "{e}");
+        std::fs::create_dir(dir.path().join("creds")).expect("mkdir");
+        let cfg = dir.path().join("run.yaml");
+        std::fs::write(&cfg, "credentials-dir: creds\n").expect("write");
+        let s = settings(&["--data-dir", data, "--config", cfg.to_str().expect("utf-8")])
+            .expect("valid");
+        assert_eq!(s.credentials_dir, Some(dir.path().join("creds")));
     }
 
     #[test]

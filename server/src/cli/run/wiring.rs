@@ -13,13 +13,14 @@ use anyhow::{Context, bail};
 use deltapilot_adapters::eureka::EurekaAdapter;
 use deltapilot_adapters::file::{FileAdapter, FileAdapterOptions};
 use deltapilot_adapters::kubernetes::{KubernetesAdapter, KubernetesOptions};
-use deltapilot_engine::runner::Engine;
+use deltapilot_engine::runner::{Engine, StepObserver};
 use deltapilot_log::{Log, Position};
 use deltapilot_server::adapter_health::{self, AdapterWatch};
 use deltapilot_server::admin::{DebugState, ReadyFn};
 use deltapilot_server::log_health::{self, LogWatch};
 use deltapilot_server::metrics::Metrics;
 use deltapilot_server::readiness::{self, Inputs};
+use deltapilot_server::stale_proxies;
 use deltapilot_server::xds::service::{PublishClock, XdsShared};
 use deltapilot_xds::snapshot::SnapshotReader;
 use tokio::net::TcpListener;
@@ -190,13 +191,17 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
         adapters,
         listeners,
         log,
-        engine,
+        mut engine,
         from,
         checkpoints,
     } = parts;
     let snapshots = engine.reader();
     let ready = engine.ready();
     let metrics = engine_metrics(&engine, &snapshots);
+    {
+        let metrics = metrics.clone();
+        engine.observe_steps(StepObserver::new(move |t| metrics.observe_step(t)));
+    }
     let clock = Arc::new(PublishClock::default());
 
     let mut tasks = Tasks::new();
@@ -226,6 +231,8 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
         })
         .collect();
     if let Some(checkpoints) = checkpoints {
+        let stats = checkpoints.stats();
+        metrics.on_scrape(move |m| m.follow_checkpoints(&stats));
         tasks.spawn(checkpoints.write_while_running(
             log.clone(),
             s.gen_opts.clone(),
@@ -236,8 +243,13 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
     }
     let log_watch = LogWatch::new(&log);
     {
-        let watch = log_watch.clone();
-        metrics.on_scrape(move |m| watch.export(m));
+        let (watch, snapshots) = (log_watch.clone(), snapshots.clone());
+        metrics.on_scrape(move |m| {
+            watch.export(m);
+            if let Some(head) = watch.settled_head() {
+                m.set_log_lag(&head, &snapshots.load().position);
+            }
+        });
         let (log, watch, shutdown) = (log.clone(), log_watch.clone(), shutdown.clone());
         tasks.spawn(async move {
             log_health::probe(log, watch, shutdown).await;
@@ -258,6 +270,7 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
         });
     }
     let debug_snapshots = s.debug_endpoints.then(|| snapshots.clone());
+    let shared_snapshots = snapshots.clone();
     let shared = XdsShared::new(
         snapshots,
         s.limits,
@@ -266,6 +279,28 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
         ready,
         clock,
     );
+    let credentials = deltapilot_server::credentials::CredentialStore::new(
+        s.credentials_dir.clone(),
+        Some(metrics.clone()),
+    );
+    shared.set_credentials(credentials.clone());
+    match deltapilot_server::credentials::spawn_watcher(credentials.clone(), shutdown.clone()) {
+        Ok(Some(watcher)) => {
+            tasks.spawn(async move { watcher.await.context("credentials watcher failed") });
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tasks.spawn(async move { Err(e.context("watching --credentials-dir")) });
+        }
+    }
+    {
+        let (streams, snapshots) = (shared.streams(), shared_snapshots.clone());
+        let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            stale_proxies::export(streams, snapshots, metrics, shutdown).await;
+            Ok(())
+        });
+    }
     let debug = debug_snapshots.map(|snapshots| {
         DebugState::new(
             snapshots,
@@ -274,6 +309,7 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
             s.gen_opts.clone(),
             file_status,
         )
+        .with_credentials(credentials.clone())
     });
     let (xds_conn, admin_conn) = (s.xds_conn, s.admin_conn);
     tasks.spawn(async move {
@@ -352,6 +388,8 @@ async fn publish_clock(
                         });
                     clock.record(snap.seq, at);
                     metrics.snapshot_seq.set(snap.seq as i64);
+                    // The three default views (one per proxy type) and the scoped ones.
+                    metrics.views.set(3 + snap.views.len() as i64);
                 }
                 None => return Ok(()),
             },

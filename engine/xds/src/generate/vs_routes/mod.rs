@@ -147,7 +147,7 @@ pub(crate) struct Cx<'a, M: ?Sized> {
     pub(crate) flavor: Flavor,
 }
 
-fn translate<M: ModelRead + ?Sized>(
+pub(crate) fn translate<M: ModelRead + ?Sized>(
     model: &M,
     vs: &BoundVirtualService<'_>,
     port: u16,

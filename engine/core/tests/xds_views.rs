@@ -1,0 +1,464 @@
+//! Sidecar-scoped views updated incrementally equal the views derived from
+//! scratch, byte for byte, for random histories folded by the real fold:
+//! services moving between namespaces, endpoints, VirtualServices (one with a
+//! fault, so listeners change), DestinationRules with subsets, and Sidecars
+//! added, edited (hosts, outbound mode, selector), broken and deleted. Also:
+//! each view's change log names exactly what changed in it, its clusters and
+//! assignments are the global resources themselves, and the step reports a
+//! change whenever some view changed.
+
+mod xds_support;
+
+use std::sync::Arc;
+
+use deltapilot_model::state::ModelState;
+use deltapilot_model::{Proxy, ProxyType};
+use deltapilot_proto::ConfigKind;
+use deltapilot_proto::Event;
+use deltapilot_xds::generate::{GenOptions, Generator, changes_between};
+use deltapilot_xds::view::{ViewKey, Views};
+use deltapilot_xds::{ResourceSet, ResourceType};
+use proptest::prelude::*;
+use xds_support::*;
+
+const NAMESPACES: [&str; 3] = ["ns1", "ns2", "istio-system"];
+const HOSTS: [&str; 4] = [
+    "a.ns1.svc.cluster.local",
+    "a.ns2.svc.cluster.local",
+    "b.ns1.svc.cluster.local",
+    "api.example.com",
+];
+const PORTS: [u32; 3] = [80, 9090, 3306];
+const PROTOCOLS: [Protocol; 3] = [Protocol::Http, Protocol::Grpc, Protocol::Tcp];
+const EGRESS: [&str; 9] = [
+    "./*",
+    "ns1/*",
+    "*/api.example.com",
+    "ns2/a.ns2.svc.cluster.local",
+    "*/*",
+    "*/*.example.com",
+    "~/*",
+    "istio-system/*",
+    "bad-no-namespace",
+];
+const MODES: [&str; 3] = [
+    "",
+    r#","outboundTrafficPolicy":{"mode":"REGISTRY_ONLY"}"#,
+    r#","outboundTrafficPolicy":{"mode":"ALLOW_ANY"}"#,
+];
+const SIDECARS: [&str; 2] = ["s0", "s1"];
+
+#[derive(Debug, Clone)]
+enum Op {
+    Svc {
+        ns: usize,
+        host: usize,
+        ports: Vec<(usize, usize)>,
+    },
+    SvcDel {
+        ns: usize,
+        host: usize,
+    },
+    Ep {
+        key: usize,
+        host: usize,
+        ns: usize,
+    },
+    Vs {
+        host: usize,
+        dest: usize,
+        fault: bool,
+    },
+    Dr {
+        host: usize,
+        subsets: bool,
+    },
+    Sidecar {
+        ns: usize,
+        name: usize,
+        hosts: Vec<usize>,
+        mode: usize,
+        selector: bool,
+    },
+    SidecarDel {
+        ns: usize,
+        name: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let ns = 0..NAMESPACES.len();
+    let host = 0..HOSTS.len();
+    prop_oneof![
+        5 => (ns.clone(), host.clone(), prop::collection::vec((0..PORTS.len(), 0..PROTOCOLS.len()), 0..3))
+            .prop_map(|(ns, host, ports)| Op::Svc { ns, host, ports }),
+        1 => (ns.clone(), host.clone()).prop_map(|(ns, host)| Op::SvcDel { ns, host }),
+        4 => (0..5usize, host.clone(), ns.clone()).prop_map(|(key, host, ns)| Op::Ep { key, host, ns }),
+        2 => (host.clone(), host.clone(), any::<bool>()).prop_map(|(host, dest, fault)| Op::Vs { host, dest, fault }),
+        1 => (host, any::<bool>()).prop_map(|(host, subsets)| Op::Dr { host, subsets }),
+        4 => (ns.clone(), 0..SIDECARS.len(), prop::collection::vec(0..EGRESS.len(), 0..3), 0..MODES.len(), prop::bool::weighted(0.3))
+            .prop_map(|(ns, name, hosts, mode, selector)| Op::Sidecar { ns, name, hosts, mode, selector }),
+        1 => (ns, 0..SIDECARS.len()).prop_map(|(ns, name)| Op::SidecarDel { ns, name }),
+    ]
+}
+
+fn event_of(op: &Op) -> Event {
+    match op {
+        Op::Svc { ns, host, ports } => svc(
+            "src",
+            0,
+            NAMESPACES[*ns],
+            HOSTS[*host],
+            ports
+                .iter()
+                .map(|(p, pr)| port(&format!("p{}", PORTS[*p]), PORTS[*p], PROTOCOLS[*pr]))
+                .collect(),
+            Resolution::StaticEndpoints,
+        ),
+        Op::SvcDel { ns, host } => svc_del("src", 0, NAMESPACES[*ns], HOSTS[*host]),
+        Op::Ep { key, host, ns } => {
+            Ep::new(&format!("10.0.0.{key}"), NAMESPACES[*ns], HOSTS[*host])
+                .label("v", "v1")
+                .upsert("src", 0, &format!("ep/{key}"))
+        }
+        Op::Vs { host, dest, fault } => {
+            let fault = if *fault {
+                r#","fault":{"abort":{"httpStatus":503,"percentage":{"value":50}}}"#
+            } else {
+                ""
+            };
+            rule(
+                "src",
+                0,
+                ConfigKind::VirtualService,
+                "ns1",
+                &format!("vs{host}"),
+                &format!(
+                    r#"{{"hosts":["{}"],"http":[{{"route":[{{"destination":{{"host":"{}"}}}}]{fault}}}]}}"#,
+                    HOSTS[*host], HOSTS[*dest]
+                ),
+            )
+        }
+        Op::Dr { host, subsets } => {
+            let subsets = if *subsets {
+                r#","subsets":[{"name":"v1","labels":{"v":"v1"}}]"#
+            } else {
+                ""
+            };
+            rule(
+                "src",
+                0,
+                ConfigKind::DestinationRule,
+                "ns1",
+                &format!("dr{host}"),
+                &format!(r#"{{"host":"{}"{subsets}}}"#, HOSTS[*host]),
+            )
+        }
+        Op::Sidecar {
+            ns,
+            name,
+            hosts,
+            mode,
+            selector,
+        } => {
+            let hosts: Vec<String> = hosts.iter().map(|h| format!("{:?}", EGRESS[*h])).collect();
+            let selector = if *selector {
+                r#","workloadSelector":{"labels":{"app":"x"}}"#
+            } else {
+                ""
+            };
+            rule(
+                "src",
+                0,
+                ConfigKind::Sidecar,
+                NAMESPACES[*ns],
+                SIDECARS[*name],
+                // No hosts: half the time an egress listener without hosts
+                // (rejected), else no egress at all (every host visible).
+                &if hosts.is_empty() && *mode > 0 {
+                    format!(r#"{{"egress":[]{}{selector}}}"#, MODES[*mode])
+                } else {
+                    format!(
+                        r#"{{"egress":[{{"hosts":[{}]}}]{}{selector}}}"#,
+                        hosts.join(","),
+                        MODES[*mode]
+                    )
+                },
+            )
+        }
+        Op::SidecarDel { ns, name } => rule_del(
+            "src",
+            0,
+            ConfigKind::Sidecar,
+            NAMESPACES[*ns],
+            SIDECARS[*name],
+        ),
+    }
+}
+
+fn check_views(
+    inc: &Views,
+    state: &ModelState,
+    set: &ResourceSet,
+    opts: &GenOptions,
+) -> Result<(), TestCaseError> {
+    let reference = Views::build(state, set, opts);
+    let inc_keys: Vec<&Arc<str>> = inc.iter().map(|(k, _)| k).collect();
+    let ref_keys: Vec<&Arc<str>> = reference.iter().map(|(k, _)| k).collect();
+    prop_assert_eq!(inc_keys, ref_keys, "one view per valid Sidecar");
+    for (k, want) in reference.iter() {
+        let got = inc.get(k).expect("same keys");
+        prop_assert_eq!(
+            flatten(&got.resources),
+            flatten(&want.resources),
+            "view {} incremental != from scratch",
+            k
+        );
+        for (t, map, global) in [
+            (
+                ResourceType::Cluster,
+                &got.resources.clusters,
+                &set.clusters,
+            ),
+            (
+                ResourceType::Endpoint,
+                &got.resources.endpoints,
+                &set.endpoints,
+            ),
+        ] {
+            for (n, r) in map.iter() {
+                if &**n == "PassthroughCluster" {
+                    continue;
+                }
+                let g = global.get(n);
+                prop_assert!(
+                    g.is_some_and(|g| Arc::ptr_eq(g, r)),
+                    "{:?} {} is not the global resource",
+                    t,
+                    n
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check(ops: &[Op], batch: usize) -> Result<(), TestCaseError> {
+    let evs: Vec<Event> = ops.iter().map(event_of).collect();
+    let opts = GenOptions {
+        bind_outbound: true,
+        ..Default::default()
+    };
+    let mut generator = Generator::new(opts.clone());
+    let mut state = ModelState::default();
+    let mut set = ResourceSet::default();
+    let mut views = Views::default();
+    let mut seq = 0u64;
+    for chunk in evs.chunks(batch.max(1)) {
+        let (next_state, touched, _) = fold_batch(&state, chunk);
+        let (next, changes, _) = generator.regenerate(&set, &next_state, &touched);
+        let (next_views, changed) =
+            views.update(&next_state, &next, &changes, &touched, &opts, seq + 1);
+        if !changes.is_empty() || changed {
+            seq += 1;
+        }
+        check_views(&next_views, &next_state, &next, &opts)?;
+        let mut any = views.len() != next_views.len();
+        for (k, v) in next_views.iter() {
+            match views.get(k) {
+                Some(old) if old.rule == v.rule => {
+                    let log = v.changes_since(seq.saturating_sub(1), seq);
+                    let want = changes_between(&old.resources, &v.resources);
+                    any |= !want.is_empty();
+                    if changed {
+                        prop_assert_eq!(log, Some(want), "view {} change log after {:?}", k, chunk);
+                    } else {
+                        prop_assert!(want.is_empty(), "view {} changed unreported", k);
+                    }
+                }
+                _ => any = true,
+            }
+        }
+        prop_assert!(!any || changed, "a view changed but the step says none did");
+        // Every proxy's key names a view that exists.
+        for ns in NAMESPACES {
+            let mut p = Proxy {
+                namespace: Arc::from(ns),
+                proxy_type: ProxyType::Sidecar,
+                ..Default::default()
+            };
+            p.labels.insert(Arc::from("app"), Arc::from("x"));
+            if let ViewKey::Sidecar { sidecar } = next_views.key_for(&p, &next_state) {
+                prop_assert!(next_views.get(&sidecar).is_some());
+            }
+        }
+        state = next_state;
+        set = next;
+        views = next_views;
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn scoped_views_updated_incrementally_equal_rebuilt_ones(
+        ops in prop::collection::vec(op(), 1..40),
+        batch in 1usize..4,
+    ) {
+        check(&ops, batch)?;
+    }
+}
+
+/// A Sidecar that scopes `ns1` sees only its hosts; REGISTRY_ONLY appends the
+/// catch-all; the root namespace's Sidecar is the default elsewhere.
+#[test]
+fn a_sidecar_scopes_its_namespace_and_the_root_one_the_rest() {
+    let evs = vec![
+        simple_svc("ns1", "a.ns1.svc.cluster.local", 80, Protocol::Http),
+        simple_svc("ns2", "a.ns2.svc.cluster.local", 80, Protocol::Http),
+        simple_svc("ns2", "c.ns2.svc.cluster.local", 9090, Protocol::Http),
+        rule(
+            "src",
+            0,
+            ConfigKind::Sidecar,
+            "ns1",
+            "default",
+            r#"{"egress":[{"hosts":["./*"]}],"outboundTrafficPolicy":{"mode":"REGISTRY_ONLY"}}"#,
+        ),
+        rule(
+            "src",
+            0,
+            ConfigKind::Sidecar,
+            "istio-system",
+            "default",
+            r#"{"egress":[{"hosts":["*/*"]}]}"#,
+        ),
+    ];
+    let state = model(&evs);
+    let opts = GenOptions::default();
+    let (_, set, _) = Generator::build(&state, opts.clone());
+    let views = Views::build(&state, &set, &opts);
+    let proxy = |ns: &str| Proxy {
+        namespace: Arc::from(ns),
+        ..Default::default()
+    };
+    let k1 = views.key_for(&proxy("ns1"), &state);
+    let ViewKey::Sidecar { sidecar } = &k1 else {
+        panic!("ns1 is scoped: {k1:?}")
+    };
+    assert_eq!(&**sidecar, "cfg/sidecar/ns1/default");
+    let v = views.get(sidecar).expect("view");
+    assert_eq!(
+        names(&v.resources.clusters),
+        ["outbound|80||a.ns1.svc.cluster.local"]
+    );
+    assert_eq!(names(&v.resources.sidecar_listeners), ["0.0.0.0_80"]);
+    let rc: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&v.resources.routes, "80");
+    let vhosts: Vec<&str> = rc.virtual_hosts.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(vhosts, ["a.ns1.svc.cluster.local:80", "block_all"]);
+    assert!(
+        Arc::ptr_eq(
+            v.resources.sidecar_listeners.get("0.0.0.0_80").expect("l"),
+            set.sidecar_listeners.get("0.0.0.0_80").expect("g")
+        ),
+        "an equal listener is the global one"
+    );
+    // ns2 falls back to the root namespace's Sidecar, which admits everything.
+    let k2 = views.key_for(&proxy("ns2"), &state);
+    assert_eq!(k2.to_string(), "sidecar/cfg/sidecar/istio-system/default");
+    let ViewKey::Sidecar { sidecar } = &k2 else {
+        panic!("ns2 is scoped by the root Sidecar")
+    };
+    let all = views.get(sidecar).expect("view");
+    assert_eq!(names(&all.resources.clusters), names(&set.clusters));
+    assert_eq!(names(&all.resources.endpoints), names(&set.endpoints));
+    assert_eq!(
+        names(&all.resources.routes),
+        ["80", "9090"],
+        "no proxyless routes"
+    );
+    for n in ["80", "9090"] {
+        assert!(Arc::ptr_eq(
+            all.resources.routes.get(n).expect("scoped"),
+            set.routes.get(n).expect("global")
+        ));
+    }
+    // Routers and proxyless clients keep their default views.
+    let router = Proxy {
+        proxy_type: ProxyType::Router,
+        ..proxy("ns1")
+    };
+    assert_eq!(
+        views.key_for(&router, &state),
+        ViewKey::Default(ProxyType::Router)
+    );
+}
+
+/// A replay following a proxy reports its own view's changes: the move into
+/// a Sidecar's view as the difference of the two views, and nothing for a
+/// hidden host's endpoints (which the global changes do list).
+#[test]
+fn a_replay_following_a_proxy_reports_its_view() {
+    use deltapilot_engine::replay::Replayer;
+    use deltapilot_log::RecordPos;
+    let mut r = Replayer::new(GenOptions::default());
+    let mut at = 0u64;
+    let mut step = |r: &mut Replayer, e: Event| {
+        at += 1;
+        r.apply_event(
+            RecordPos {
+                partition: 0,
+                offset: at,
+            },
+            &e,
+        )
+    };
+    for e in [
+        simple_svc("ns1", "a.ns1.svc.cluster.local", 80, Protocol::Http),
+        simple_svc("ns2", "b.ns2.svc.cluster.local", 80, Protocol::Http),
+    ] {
+        step(&mut r, e);
+    }
+    r.follow_proxy(Proxy {
+        namespace: Arc::from("ns1"),
+        ..Default::default()
+    });
+    let moved = step(
+        &mut r,
+        rule(
+            "src",
+            0,
+            ConfigKind::Sidecar,
+            "ns1",
+            "default",
+            r#"{"egress":[{"hosts":["./*"]}]}"#,
+        ),
+    );
+    assert!(moved.changes.is_empty(), "no global resource changed");
+    let mut got: Vec<(String, bool)> = moved
+        .proxy_changes
+        .expect("followed")
+        .iter()
+        .map(|c| (c.name.to_string(), c.new.is_some()))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("80".to_string(), true),
+            ("a.ns1.svc.cluster.local:80".to_string(), false),
+            ("b.ns2.svc.cluster.local:80".to_string(), false),
+            ("outbound|80||b.ns2.svc.cluster.local".to_string(), false),
+            ("outbound|80||b.ns2.svc.cluster.local".to_string(), false),
+        ]
+    );
+    let hidden = step(
+        &mut r,
+        Ep::new("10.0.0.7", "ns2", "b.ns2.svc.cluster.local").upsert("src", 0, "ep/b"),
+    );
+    assert!(!hidden.changes.is_empty(), "the global assignment changed");
+    assert_eq!(hidden.proxy_changes.expect("followed"), vec![]);
+}

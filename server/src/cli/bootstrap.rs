@@ -1,0 +1,307 @@
+//! `deltapilot bootstrap`: prints a ready bootstrap for a proxy of this
+//! deployment, so operators never hand-write one: an Envoy bootstrap (YAML, or
+//! JSON with `-o json`) for a sidecar or a router over delta or SotW ADS, or the
+//! gRPC xDS bootstrap JSON that proxyless gRPC clients read from
+//! `GRPC_XDS_BOOTSTRAP`.
+//!
+//! The node id is Istio's (`TYPE~IP~POD.NS~NS.svc.cluster.local`) and the node
+//! metadata carries `NAMESPACE`, `INSTANCE_IPS`, `LABELS` (and `GENERATOR: grpc`
+//! for proxyless clients), which is what deltapilot reads to tell proxies apart
+//! (see `deltapilot_xds::node`).
+//!
+//! What it does NOT do: TLS to the control plane. `deltapilot run` has no xDS TLS
+//! flags yet (issue 31), so every bootstrap connects in plaintext.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+use serde_json::{Value, json};
+
+/// The cluster name the Envoy bootstrap gives the control plane.
+const XDS_CLUSTER: &str = "deltapilot-xds";
+
+/// Which proxy the bootstrap is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ProxyKind {
+    /// An Envoy next to a workload (node id `sidecar~…`).
+    Sidecar,
+    /// An Envoy gateway (node id `router~…`).
+    Router,
+    /// A gRPC client with built-in xDS (the GRPC_XDS_BOOTSTRAP JSON).
+    ProxylessGrpc,
+}
+
+/// Delta or state-of-the-world ADS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Mode {
+    /// Incremental xDS (`DELTA_GRPC`).
+    Delta,
+    /// State of the world (`GRPC`); the only one proxyless gRPC clients speak.
+    Sotw,
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Format {
+    /// YAML (Envoy only).
+    Yaml,
+    /// JSON.
+    Json,
+}
+
+/// Prints a ready bootstrap for one proxy.
+///
+/// No TLS: `deltapilot run` has no xDS TLS flags yet (issue 31), so the
+/// bootstrap connects in plaintext. For `--bind-outbound` deployments nothing
+/// changes in the bootstrap (the server decides how listeners bind); pick the
+/// sidecar's IP with `--ip`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct BootstrapArgs {
+    /// The kind of proxy.
+    #[arg(
+        long = "type",
+        value_enum,
+        default_value = "sidecar",
+        env = "DELTAPILOT_BOOTSTRAP_TYPE"
+    )]
+    kind: ProxyKind,
+    /// Delta or state-of-the-world ADS [default: delta; sotw for proxyless-grpc].
+    #[arg(long, value_enum, env = "DELTAPILOT_BOOTSTRAP_MODE")]
+    mode: Option<Mode>,
+    /// Where the proxy reaches deltapilot's xDS server, HOST:PORT [default: the
+    /// `xds-addr` of --config, else DELTAPILOT_XDS_ADDR, else 127.0.0.1:18000; an
+    /// unspecified listen address (0.0.0.0, ::) becomes loopback].
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        env = "DELTAPILOT_BOOTSTRAP_XDS_ADDRESS"
+    )]
+    xds_address: Option<String>,
+    /// A `deltapilot run` config file to take the xDS address from.
+    #[arg(long, value_name = "FILE", env = "DELTAPILOT_CONFIG")]
+    config: Option<PathBuf>,
+    /// The proxy's IP (node id and INSTANCE_IPS).
+    #[arg(long, default_value = "127.0.0.1", env = "DELTAPILOT_BOOTSTRAP_IP")]
+    ip: IpAddr,
+    /// The pod (or VM) name in the node id.
+    #[arg(long, default_value = "demo", env = "DELTAPILOT_BOOTSTRAP_POD")]
+    pod: String,
+    /// The namespace (node id and NAMESPACE).
+    #[arg(
+        long,
+        default_value = "default",
+        env = "DELTAPILOT_BOOTSTRAP_NAMESPACE"
+    )]
+    namespace: String,
+    /// Workload labels, `k=v,k=v` (node metadata LABELS).
+    #[arg(long, value_name = "K=V,...", env = "DELTAPILOT_BOOTSTRAP_LABELS")]
+    labels: Option<String>,
+    /// The node's `cluster` (Envoy's --service-cluster) [default: the namespace].
+    #[arg(long, env = "DELTAPILOT_BOOTSTRAP_CLUSTER")]
+    cluster: Option<String>,
+    /// Envoy's admin port, on 127.0.0.1 (0: none).
+    #[arg(long, default_value_t = 9901, env = "DELTAPILOT_BOOTSTRAP_ADMIN_PORT")]
+    admin_port: u16,
+    /// YAML or JSON [default: yaml; json for proxyless-grpc, which reads only JSON].
+    #[arg(short = 'o', long = "output", value_enum)]
+    output: Option<Format>,
+}
+
+/// `deltapilot bootstrap`.
+pub(crate) fn main(args: BootstrapArgs) -> anyhow::Result<()> {
+    let text = render(&args)?;
+    println!("{text}");
+    Ok(())
+}
+
+/// The bootstrap as text.
+pub(crate) fn render(args: &BootstrapArgs) -> anyhow::Result<String> {
+    let proxyless = args.kind == ProxyKind::ProxylessGrpc;
+    let mode = args
+        .mode
+        .unwrap_or(if proxyless { Mode::Sotw } else { Mode::Delta });
+    if proxyless && mode == Mode::Delta {
+        bail!(
+            "--type proxyless-grpc --mode delta: gRPC clients speak only state-of-the-world xDS; use --mode sotw"
+        );
+    }
+    let format = args.output.unwrap_or(if proxyless {
+        Format::Json
+    } else {
+        Format::Yaml
+    });
+    if proxyless && format == Format::Yaml {
+        bail!(
+            "--type proxyless-grpc -o yaml: gRPC clients read only a JSON bootstrap; use -o json"
+        );
+    }
+    let (host, port) = xds_address(args)?;
+    let labels = parse_labels(args.labels.as_deref())?;
+    for (flag, v) in [("--pod", &args.pod), ("--namespace", &args.namespace)] {
+        if v.is_empty() || v.contains(['~', '.']) {
+            bail!("{flag} {v:?}: must be non-empty with no '~' or '.' (it is part of the node id)");
+        }
+    }
+    let node = node(args, &labels);
+    let value = if proxyless {
+        json!({
+            "xds_servers": [{
+                "server_uri": format!("{host}:{port}"),
+                "channel_creds": [{"type": "insecure"}],
+                "server_features": ["xds_v3"],
+            }],
+            "node": node,
+        })
+    } else {
+        envoy(args, mode, node, &host, port)
+    };
+    Ok(match format {
+        Format::Json => serde_json::to_string_pretty(&value)?,
+        Format::Yaml => serde_yaml::to_string(&value)?,
+    })
+}
+
+fn node(args: &BootstrapArgs, labels: &serde_json::Map<String, Value>) -> Value {
+    let prefix = match args.kind {
+        ProxyKind::Router => "router",
+        ProxyKind::Sidecar | ProxyKind::ProxylessGrpc => "sidecar",
+    };
+    let ns = &args.namespace;
+    let id = format!(
+        "{prefix}~{}~{}.{ns}~{ns}.svc.cluster.local",
+        args.ip, args.pod
+    );
+    let mut meta = json!({
+        "NAMESPACE": ns,
+        "INSTANCE_IPS": args.ip.to_string(),
+        "LABELS": labels,
+    });
+    let mut node = json!({
+        "id": id,
+        "cluster": args.cluster.clone().unwrap_or_else(|| ns.clone()),
+    });
+    if args.kind == ProxyKind::ProxylessGrpc {
+        meta["GENERATOR"] = json!("grpc");
+        // grpc-js-xds refuses a bootstrap without a locality.
+        node["locality"] = json!({"zone": ""});
+    }
+    node["metadata"] = meta;
+    node
+}
+
+fn envoy(args: &BootstrapArgs, mode: Mode, node: Value, host: &str, port: u16) -> Value {
+    let api_type = match mode {
+        Mode::Delta => "DELTA_GRPC",
+        Mode::Sotw => "GRPC",
+    };
+    // A literal IP needs no resolver; a host name is resolved (and re-resolved).
+    let discovery = if host.parse::<IpAddr>().is_ok() {
+        "STATIC"
+    } else {
+        "STRICT_DNS"
+    };
+    let mut bootstrap = json!({
+        "node": node,
+        "dynamic_resources": {
+            "ads_config": {
+                "api_type": api_type,
+                "transport_api_version": "V3",
+                "grpc_services": [{"envoy_grpc": {"cluster_name": XDS_CLUSTER}}],
+            },
+            "cds_config": {"ads": {}, "resource_api_version": "V3"},
+            "lds_config": {"ads": {}, "resource_api_version": "V3"},
+        },
+        "static_resources": {
+            "clusters": [{
+                "name": XDS_CLUSTER,
+                "type": discovery,
+                "connect_timeout": "1s",
+                "typed_extension_protocol_options": {
+                    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                        "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                        "explicit_http_config": {"http2_protocol_options": {}},
+                    },
+                },
+                "load_assignment": {
+                    "cluster_name": XDS_CLUSTER,
+                    "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {
+                        "socket_address": {"address": host, "port_value": port},
+                    }}}]}],
+                },
+            }],
+        },
+    });
+    if args.admin_port != 0 {
+        bootstrap["admin"] = json!({"address": {"socket_address": {
+            "address": "127.0.0.1", "port_value": args.admin_port,
+        }}});
+    }
+    bootstrap
+}
+
+/// HOST and PORT to reach the xDS server at.
+fn xds_address(args: &BootstrapArgs) -> anyhow::Result<(String, u16)> {
+    let text = match (&args.xds_address, &args.config) {
+        (Some(a), _) => a.clone(),
+        (None, Some(file)) => from_config(file)?
+            .or_else(|| std::env::var("DELTAPILOT_XDS_ADDR").ok())
+            .unwrap_or_else(|| "127.0.0.1:18000".into()),
+        (None, None) => {
+            std::env::var("DELTAPILOT_XDS_ADDR").unwrap_or_else(|_| "127.0.0.1:18000".into())
+        }
+    };
+    if let Ok(sa) = text.parse::<SocketAddr>() {
+        let ip = match sa.ip() {
+            IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::from([127, 0, 0, 1]),
+            IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        return Ok((ip.to_string(), sa.port()));
+    }
+    let (host, port) = text
+        .rsplit_once(':')
+        .with_context(|| format!("xDS address {text:?}: expected HOST:PORT"))?;
+    let port: u16 = port
+        .parse()
+        .with_context(|| format!("xDS address {text:?}: port {port:?} is not a number 0-65535"))?;
+    if host.is_empty() {
+        bail!("xDS address {text:?}: the host is empty");
+    }
+    Ok((host.to_owned(), port))
+}
+
+/// The `xds-addr` key of a `deltapilot run` config file, if it has one.
+fn from_config(file: &std::path::Path) -> anyhow::Result<Option<String>> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("--config {}: cannot read", file.display()))?;
+    let v: serde_yaml::Value = serde_yaml::from_str(&text)
+        .with_context(|| format!("--config {}: not YAML or JSON", file.display()))?;
+    match v.get("xds-addr") {
+        None => Ok(None),
+        Some(serde_yaml::Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => bail!(
+            "--config {}: xds-addr is {other:?}, expected a HOST:PORT string",
+            file.display()
+        ),
+    }
+}
+
+fn parse_labels(text: Option<&str>) -> anyhow::Result<serde_json::Map<String, Value>> {
+    let mut out = serde_json::Map::new();
+    for pair in text
+        .unwrap_or("")
+        .split(',')
+        .filter(|p| !p.trim().is_empty())
+    {
+        let (k, v) = pair
+            .split_once('=')
+            .with_context(|| format!("--labels: {pair:?} is not KEY=VALUE"))?;
+        let k = k.trim();
+        if k.is_empty() {
+            bail!("--labels: {pair:?} has an empty key");
+        }
+        out.insert(k.to_owned(), Value::String(v.trim().to_owned()));
+    }
+    Ok(out)
+}
