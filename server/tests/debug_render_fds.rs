@@ -32,6 +32,7 @@ const ROOTS: &[&str] = &[
     "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.proto",
     "envoy/extensions/filters/network/tcp_proxy/v3/tcp_proxy.proto",
     "envoy/extensions/filters/http/fault/v3/fault.proto",
+    "envoy/extensions/filters/http/cors/v3/cors.proto",
     "envoy/extensions/retry/host/previous_hosts/v3/previous_hosts.proto",
     "envoy/extensions/transport_sockets/tls/v3/tls.proto",
     "envoy/extensions/filters/listener/tls_inspector/v3/tls_inspector.proto",

@@ -338,3 +338,91 @@ fn grpc_go_follows_a_weighted_split_and_a_header_match() {
         c
     });
 }
+
+/// Faults for proxyless clients (gRFC A33): calls with `x-fault: yes` are
+/// aborted with HTTP 503 half the time, which gRPC maps to UNAVAILABLE; other
+/// calls are untouched.
+const FAULT_VS: &str = "apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: greeter-fault
+  namespace: test
+spec:
+  hosts: [greeter.test.local]
+  http:
+    - match: [{headers: {x-fault: {exact: \"yes\"}}}]
+      fault: {abort: {httpStatus: 503, percentage: {value: 50}}}
+      route: [{destination: {host: greeter.test.local}}]
+    - route: [{destination: {host: greeter.test.local}}]
+";
+
+/// Calls of one run: `(answered, unavailable)`; an error for anything else.
+fn tally_faults(out: &str) -> Result<(usize, usize), String> {
+    let (mut ok, mut unavailable) = (0, 0);
+    for line in out.lines() {
+        match line.trim() {
+            "hello from backend-1" => ok += 1,
+            l if l.starts_with("error: Unavailable:") => unavailable += 1,
+            other => return Err(format!("unexpected answer {other:?} in\n{out}")),
+        }
+    }
+    Ok((ok, unavailable))
+}
+
+#[test]
+fn grpc_go_and_grpcio_take_fault_injection() {
+    let go_client = tool("DELTAPILOT_GRPC_GO");
+    let mesh = Mesh::start("grpc-fault-1");
+    let target = format!("xds:///{}", mesh.target);
+    let go = |n: usize, fault: bool| {
+        let mut c = Command::new("timeout");
+        c.arg("60")
+            .arg(&go_client)
+            .arg("-target")
+            .arg(&target)
+            .arg("-n")
+            .arg(n.to_string());
+        if fault {
+            c.arg("-header").arg("x-fault=yes");
+        }
+        c
+    };
+    let out = mesh.call_until_ok("a call before the rule", go(1, false));
+    assert_eq!(out.trim(), "hello from backend-1");
+    let tmp = mesh.watch.join(".fault.tmp");
+    std::fs::write(&tmp, FAULT_VS).expect("write rule");
+    std::fs::rename(&tmp, mesh.watch.join("greeter-fault.yaml")).expect("rename rule");
+
+    // Once the rule has arrived, some faulted calls fail with UNAVAILABLE.
+    mesh.call_until(
+        "faulted calls to be aborted",
+        go(20, true),
+        |out| match tally_faults(out)? {
+            (_, 0) => Err(format!("no call aborted yet:\n{out}")),
+            _ => Ok(()),
+        },
+    );
+    // 100 calls at 50 %: within four standard deviations (5 each) of 50.
+    let (ok, aborted) = mesh.call_until("the fault sample", go(100, true), tally_faults);
+    assert_eq!(ok + aborted, 100);
+    assert!(
+        (30..=70).contains(&aborted),
+        "a 50 % abort aborted {aborted} of 100 calls"
+    );
+    // Calls without the header are not faulted.
+    let (ok, aborted) = mesh.call_until("unfaulted calls", go(20, false), tally_faults);
+    assert_eq!((ok, aborted), (20, 0), "calls without x-fault");
+
+    // grpcio takes the same listener (fault filter) and routes (per-route
+    // fault config) without a NACK, and its unfaulted calls succeed.
+    let mut client = Command::new("timeout");
+    client
+        .arg("40")
+        .arg(&mesh.python)
+        .arg(mesh.tmp.path().join("client.py"))
+        .arg(&mesh.target)
+        .arg("5");
+    let out = mesh.call_until_ok("grpcio calls beside the fault rule", client);
+    assert_eq!(out.lines().collect::<Vec<_>>(), ["hello from backend-1"; 5]);
+    mesh.assert_acked();
+}

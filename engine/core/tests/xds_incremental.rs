@@ -247,8 +247,16 @@ fn vs_spec(
     } else {
         ""
     };
+    // One host also sets a CORS policy: the CORS filter comes and goes the
+    // same way, and a route with both a fault and a CORS policy is encoded by
+    // hand with its per-filter configs sorted.
+    let cors = if hosts.len() == 1 {
+        r#","corsPolicy":{"allowOrigins":[{"exact":"https://a.example"}],"maxAge":"1h"}"#
+    } else {
+        ""
+    };
     format!(
-        r#"{{"hosts":[{}]{}, "http":[{{"route":[{}]{fault}}}]}}"#,
+        r#"{{"hosts":[{}]{}, "http":[{{"route":[{}]{fault}{cors}}}]}}"#,
         hosts.join(","),
         GATEWAYS[gateways],
         dests.join(",")

@@ -41,7 +41,7 @@ mod common;
 mod eds;
 mod gateway;
 mod incremental;
-mod lds;
+pub(crate) mod lds;
 mod policy;
 mod rds;
 mod reference;

@@ -110,8 +110,19 @@ pub struct RuleIndex {
     /// How many bound VirtualServices have a route with `fault` (the sidecar
     /// HCMs carry the fault filter while any does).
     faults: usize,
+    /// How many bound VirtualServices have a route with `corsPolicy` (the
+    /// sidecar HCMs carry the CORS filter while any does).
+    cors: usize,
     /// Namespace → its valid Sidecars, in precedence order.
     sidecars: OrdMap<Arc<str>, OrdSet<Claim>>,
+}
+
+/// Whether `rule` is a bound VirtualService with a `corsPolicy` in some route.
+fn has_cors(rule: &Rule) -> bool {
+    !rule.hosts.is_empty()
+        && rule
+            .virtual_service()
+            .is_some_and(|v| v.http.iter().flatten().any(|r| r.cors_policy.is_some()))
 }
 
 /// Whether `rule` is a bound VirtualService with a `fault` in some route.
@@ -180,6 +191,9 @@ impl RuleIndex {
         if has_fault(&rule) {
             self.faults += 1;
         }
+        if has_cors(&rule) {
+            self.cors += 1;
+        }
         self.rules.insert(rule.key.clone(), rule);
         Some(touch)
     }
@@ -194,6 +208,9 @@ impl RuleIndex {
         }
         if has_fault(&rule) {
             self.faults -= 1;
+        }
+        if has_cors(&rule) {
+            self.cors -= 1;
         }
         let claim = Claim::of(&rule);
         if rule.is_gateway() {
@@ -294,6 +311,11 @@ impl RuleIndex {
     /// connection managers then carry the fault filter ahead of the router.
     pub fn uses_fault(&self) -> bool {
         self.faults > 0
+    }
+
+    /// Whether any bound VirtualService has a route with `corsPolicy`.
+    pub fn uses_cors(&self) -> bool {
+        self.cors > 0
     }
 
     /// Whether any VirtualService routes to some host (so a service change may

@@ -69,9 +69,9 @@ pub struct Generator {
     host_keys: HashMap<HKey, Hostname>,
     tcp: BTreeMap<u16, BTreeSet<Hostname>>,
     http: BTreeMap<u16, PortRoutes>,
-    /// Whether the sidecar listeners carry the fault filter (see
-    /// `lds::sidecar_listener`): while any rule injects faults.
-    fault: bool,
+    /// The optional HTTP filters the sidecar listeners carry (see
+    /// `lds::sidecar_listener`): each while any rule needs it.
+    filters: lds::HttpFilters,
     /// The resources hash of the set this generator describes, kept current
     /// resource by resource as each regeneration writes it. Why here: the
     /// writer holds both the entry it replaces and the new one, so the snapshot
@@ -215,7 +215,7 @@ impl Generator {
             host_keys: HashMap::new(),
             tcp: BTreeMap::new(),
             http: BTreeMap::new(),
-            fault: false,
+            filters: lds::HttpFilters::default(),
             hash: 0,
         }
     }
@@ -264,9 +264,9 @@ impl Generator {
         for h in &touched.rule_hosts {
             self.mark_rule_host(model, h, &mut dirty);
         }
-        let fault = model.rules().is_some_and(|r| r.uses_fault());
-        if fault != self.fault {
-            self.fault = fault;
+        let filters = lds::HttpFilters::of(model);
+        if filters != self.filters {
+            self.filters = filters;
             dirty.ports.extend(self.http.keys().copied());
         }
         // Touched by key: a hostname without an entry has no assignment to
@@ -311,7 +311,7 @@ impl Generator {
             let any_http = self.http.get(p).is_some_and(|r| !r.is_empty());
             let route_config = encoded.remove(p).flatten().map(Ok);
             let tcp = self.tcp.get(p).unwrap_or(&empty);
-            let listener = lds::sidecar_listener(*p, any_http, tcp, &self.opts, self.fault);
+            let listener = lds::sidecar_listener(*p, any_http, tcp, &self.opts, self.filters);
             out.apply(
                 ResourceType::Listener,
                 false,
@@ -579,7 +579,7 @@ impl Generator {
             let cluster = found.map(|(s, port)| policy::cluster(s, port, None, dr, &self.opts));
             out.push(Decision::new(ResourceType::Cluster, false, name, cluster));
             let http = found.is_some_and(|(_, port)| port.protocol.is_http());
-            let listener = http.then(|| Ok(lds::grpc_listener(h, p)));
+            let listener = http.then(|| Ok(lds::grpc_listener(model, h, p)));
             out.push(Decision::new(
                 ResourceType::Listener,
                 true,

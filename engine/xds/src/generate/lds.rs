@@ -23,7 +23,7 @@
 //! One `api_listener` per HTTP-like service port, named `<hostname>:<port>` (the
 //! `xds:///` target), holding an HCM with RDS over ADS for route configuration
 //! `<hostname>:<port>` and the router filter (grpcio NACKs an HCM without an HTTP
-//! filter).
+//! filter), behind the fault filter while the host's rule injects faults.
 //!
 //! What it does NOT do: inbound listeners, the virtual outbound listener, TLS or
 //! gateways.
@@ -118,27 +118,65 @@ fn outbound_listener(port: u16, opts: &GenOptions, filter: Filter) -> Bytes {
     })
 }
 
+/// Which optional HTTP filters the sidecar HCMs carry: each while any rule
+/// needs it, so that without such rules the listeners stay exactly what they
+/// were. Each acts only where a route's per-route config says so.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct HttpFilters {
+    /// The fault filter (some route injects faults).
+    pub(crate) fault: bool,
+    /// The CORS filter (some route has a CORS policy).
+    pub(crate) cors: bool,
+}
+
+impl HttpFilters {
+    /// What `model`'s rules need.
+    pub(crate) fn of<M: super::ModelRead + ?Sized>(model: &M) -> Self {
+        let rules = model.rules();
+        HttpFilters {
+            fault: rules.is_some_and(|r| r.uses_fault()),
+            cors: rules.is_some_and(|r| r.uses_cors()),
+        }
+    }
+}
+
+/// An HTTP filter with an empty typed config.
+fn http_filter<T: prost::Name>(name: &str, config: &T) -> HttpFilter {
+    HttpFilter {
+        name: name.to_string(),
+        config_type: Some(HttpFilterConfig::TypedConfig(to_any(config))),
+        ..Default::default()
+    }
+}
+
 /// The sidecar listener for `port`, given which services are on it (see module
 /// docs for the rules); `None` when no service serves the port.
 ///
-/// `fault`: put the fault filter (empty: it acts only where a route's per-route
-/// config says so) ahead of the router, while any rule injects faults; without
-/// rules the listener stays exactly what it was.
+/// `filters`: the optional HTTP filters, ahead of the router in Istio's order
+/// (CORS, then fault), so a preflight is answered before a fault applies.
 pub(crate) fn sidecar_listener(
     port: u16,
     any_http: bool,
     tcp: &BTreeSet<Hostname>,
     opts: &GenOptions,
-    fault: bool,
+    filters: HttpFilters,
 ) -> Option<Result<Bytes, String>> {
     if any_http {
         let mut h = hcm(
             format!("outbound_0.0.0.0_{port}"),
             port_route_name(port).to_string(),
         );
-        if fault {
-            h.http_filters.insert(0, fault_filter());
+        let mut before_router = Vec::new();
+        if filters.cors {
+            before_router.push(http_filter(
+                super::vs_routes::CORS_FILTER,
+                &envoy_types::pb::envoy::extensions::filters::http::cors::v3::Cors::default(),
+            ));
         }
+        if filters.fault {
+            before_router.push(fault_filter());
+        }
+        h.http_filters.splice(0..0, before_router);
         let filter = Filter {
             name: HCM_FILTER.to_string(),
             config_type: Some(FilterConfig::TypedConfig(to_any(&h))),
@@ -170,9 +208,20 @@ pub(crate) fn sidecar_listener(
 }
 
 /// The proxyless gRPC listener for an HTTP-like `port` of `host`.
-pub(crate) fn grpc_listener(host: &Hostname, port: u16) -> Bytes {
+///
+/// While the host's VirtualService injects faults, the fault filter goes ahead
+/// of the router (gRFC A33: gRPC's xDS client runs it, with the routes'
+/// per-route config); otherwise the listener stays exactly what it was.
+pub(crate) fn grpc_listener<M: super::ModelRead + ?Sized>(
+    model: &M,
+    host: &Hostname,
+    port: u16,
+) -> Bytes {
     let name = grpc_name(host, port).to_string();
-    let h = hcm(name.clone(), name.clone());
+    let mut h = hcm(name.clone(), name.clone());
+    if super::vs_routes::host_injects_faults(model, host) {
+        h.http_filters.insert(0, fault_filter());
+    }
     encode(&Listener {
         name,
         api_listener: Some(ApiListener {

@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
+use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
 
 use super::ModelRead;
 use super::common::{encode, grpc_name, port_route_name};
@@ -110,11 +110,29 @@ pub(crate) fn grpc_route_config<M: ModelRead + ?Sized>(
     port: u16,
 ) -> Bytes {
     let domains = vec![host.to_string(), format!("{host}:{port}")];
-    encode(&RouteConfiguration {
-        name: grpc_name(host, port).to_string(),
-        virtual_hosts: vec![virtual_host(model, host, port, domains, Flavor::Grpc)],
+    assemble(
+        grpc_name(host, port).to_string(),
+        [vhost_field(virtual_host(
+            model,
+            host,
+            port,
+            domains,
+            Flavor::Grpc,
+        ))],
+    )
+}
+
+/// Route configuration `name` from encoded `virtual_hosts` fields.
+fn assemble(name: String, fields: impl IntoIterator<Item = Bytes>) -> Bytes {
+    let head = encode(&RouteConfiguration {
+        name,
         ..Default::default()
-    })
+    });
+    let mut out = BytesMut::from(&head[..]);
+    for f in fields {
+        out.extend_from_slice(&f);
+    }
+    out.freeze()
 }
 
 /// From-scratch route configuration `<port>` for `hosts` (the reference path):
@@ -146,14 +164,10 @@ pub(crate) fn port_route_config<M: ModelRead + ?Sized>(
                 .filter(|(d, r)| best.get(d) == Some(&(*r, 1)))
                 .map(|(d, _)| d.to_string())
                 .collect();
-            virtual_host(model, h, port, domains, Flavor::Sidecar)
+            vhost_field(virtual_host(model, h, port, domains, Flavor::Sidecar))
         })
-        .collect();
-    encode(&RouteConfiguration {
-        name: port_route_name(port).to_string(),
-        virtual_hosts,
-        ..Default::default()
-    })
+        .collect::<Vec<_>>();
+    assemble(port_route_name(port).to_string(), virtual_hosts)
 }
 
 /// One virtual host's claims and its encoded `virtual_hosts` field.
@@ -316,11 +330,55 @@ impl PortRoutes {
 /// encoding a configuration holding only that element yields exactly the field.
 /// Protobuf writes fields in tag order (name = 1, virtual_hosts = 2), so the head
 /// plus these fields equals the encoding of the whole message.
-fn vhost_field(vh: VirtualHost) -> Bytes {
-    encode(&RouteConfiguration {
-        virtual_hosts: vec![vh],
-        ..Default::default()
-    })
+///
+/// A route whose `typed_per_filter_config` has several entries (a fault and a
+/// CORS policy) would be encoded in the map's varying order, so such virtual
+/// hosts are written by hand with the entries sorted by filter name (fields
+/// out of tag order, which every protobuf parser accepts): the same rules
+/// always give the same bytes.
+fn vhost_field(mut vh: VirtualHost) -> Bytes {
+    if vh
+        .routes
+        .iter()
+        .all(|r| r.typed_per_filter_config.len() < 2)
+    {
+        return encode(&RouteConfiguration {
+            virtual_hosts: vec![vh],
+            ..Default::default()
+        });
+    }
+    let routes = std::mem::take(&mut vh.routes);
+    let mut body = BytesMut::from(&encode(&vh)[..]);
+    for mut r in routes {
+        let map: BTreeMap<String, _> = std::mem::take(&mut r.typed_per_filter_config)
+            .into_iter()
+            .collect();
+        let mut route = BytesMut::from(&encode(&r)[..]);
+        for (k, v) in map {
+            // A route holding only this entry encodes as exactly its field.
+            route.extend_from_slice(&encode(&Route {
+                typed_per_filter_config: std::iter::once((k, v)).collect(),
+                ..Default::default()
+            }));
+        }
+        length_delimited(VHOST_ROUTES_TAG, &route, &mut body);
+    }
+    let mut out = BytesMut::new();
+    length_delimited(CONFIG_VIRTUAL_HOSTS_TAG, &body, &mut out);
+    out.freeze()
+}
+
+/// `VirtualHost.routes`' field number.
+const VHOST_ROUTES_TAG: u32 = 3;
+/// `RouteConfiguration.virtual_hosts`' field number.
+const CONFIG_VIRTUAL_HOSTS_TAG: u32 = 2;
+
+/// Appends field `tag` holding `bytes` (a length-delimited field) to `out`.
+fn length_delimited(tag: u32, bytes: &[u8], out: &mut BytesMut) {
+    use prost::encoding::{WireType, encode_key, encode_varint};
+    encode_key(tag, WireType::LengthDelimited, out);
+    encode_varint(bytes.len() as u64, out);
+    out.extend_from_slice(bytes);
 }
 
 #[cfg(test)]

@@ -88,7 +88,7 @@ pub fn build_all<M: ModelRead + ?Sized>(
                     &mut errors,
                     t,
                     grpc_name(h, p),
-                    Ok(lds::grpc_listener(h, p)),
+                    Ok(lds::grpc_listener(model, h, p)),
                 );
                 let t = ResourceType::Route;
                 put(
@@ -105,13 +105,13 @@ pub fn build_all<M: ModelRead + ?Sized>(
         }
     });
     let empty = BTreeSet::new();
-    let fault = model.rules().is_some_and(|r| r.uses_fault());
+    let filters = lds::HttpFilters::of(model);
     let ports: BTreeSet<u16> = http.keys().chain(tcp.keys()).copied().collect();
     for p in ports {
         let hosts = http.get(&p);
         let any_http = hosts.is_some_and(|h| !h.is_empty());
         let tcp_hosts = tcp.get(&p).unwrap_or(&empty);
-        if let Some(built) = lds::sidecar_listener(p, any_http, tcp_hosts, opts, fault) {
+        if let Some(built) = lds::sidecar_listener(p, any_http, tcp_hosts, opts, filters) {
             let t = ResourceType::Listener;
             put(
                 &mut set.sidecar_listeners,

@@ -56,9 +56,9 @@ pub(crate) fn listener(
     http: &BTreeSet<Hostname>,
     tcp: &BTreeSet<Hostname>,
     opts: &GenOptions,
-    fault: bool,
+    filters: lds::HttpFilters,
 ) -> Option<Result<Bytes, String>> {
-    lds::sidecar_listener(port, !http.is_empty(), tcp, opts, fault)
+    lds::sidecar_listener(port, !http.is_empty(), tcp, opts, filters)
 }
 
 /// Route configuration `<port>` over the visible HTTP hosts, with the catch-all

@@ -267,9 +267,9 @@ impl ScopedView {
     ) {
         let empty = PortHosts::default();
         let hosts = self.ports.get(&port).cloned().unwrap_or(empty);
-        let fault = model.rules().uses_fault();
+        let filters = crate::generate::lds::HttpFilters::of(model);
         let lname: Arc<str> = Arc::from(format!("0.0.0.0_{port}"));
-        let listener = match build::listener(port, &hosts.http, &hosts.tcp, opts, fault) {
+        let listener = match build::listener(port, &hosts.http, &hosts.tcp, opts, filters) {
             Some(Ok(b)) => Some(b),
             _ => None,
         };

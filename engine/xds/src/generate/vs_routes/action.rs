@@ -190,16 +190,6 @@ pub(super) fn action<M: ModelRead + ?Sized>(
             format!("{why}; left out of this route"),
         ));
     };
-    if r.fault.is_some() && grpc {
-        left_out(
-            problems,
-            "fault",
-            "fault injection for proxyless gRPC is not yet implemented",
-        );
-    }
-    if r.cors_policy.is_some() {
-        left_out(problems, "corsPolicy", "CORS is not yet implemented");
-    }
     if let Some(redirect) = &r.redirect {
         if grpc {
             return Err(Problem::error(
@@ -575,8 +565,7 @@ pub(super) fn route_headers<M: ModelRead + ?Sized>(
 
 /// The route's fault injection as the fault filter's per-route config, or
 /// `None`; a delay that does not parse drops the route.
-pub(super) fn fault_config<M: ModelRead + ?Sized>(
-    cx: &Cx<'_, M>,
+pub(super) fn fault_config(
     r: &HttpRoute,
     path: &str,
 ) -> Result<Option<envoy_types::pb::google::protobuf::Any>, Problem> {
@@ -586,7 +575,9 @@ pub(super) fn fault_config<M: ModelRead + ?Sized>(
     use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{
         FaultAbort as EnvoyAbort, HttpFault, fault_abort::ErrorType,
     };
-    let Some(f) = r.fault.as_ref().filter(|_| cx.flavor == Flavor::Sidecar) else {
+    // Proxyless gRPC implements the same filter and per-route config (gRFC
+    // A33), mapping an HTTP abort status to a gRPC status.
+    let Some(f) = r.fault.as_ref() else {
         return Ok(None);
     };
     let pct = |p: &Option<Percent>, legacy: Option<u32>| {
@@ -624,20 +615,35 @@ pub(super) fn fault_config<M: ModelRead + ?Sized>(
         None => None,
     };
     let abort = match &f.abort {
-        Some(a) => match a.http_status {
-            Some(code) if (200..600).contains(&code) => Some(EnvoyAbort {
+        Some(a) => {
+            let error = match (a.http_status, a.grpc_status.as_deref()) {
+                (Some(code), None) if (200..600).contains(&code) => ErrorType::HttpStatus(code),
+                (None, Some(name)) => match grpc_code(name) {
+                    Some(code) => ErrorType::GrpcStatus(code),
+                    None => {
+                        return Err(Problem::error(
+                            "DP2010",
+                            format!("{path}.fault.abort.grpcStatus"),
+                            format!(
+                                "{name:?} is not a gRPC status name (e.g. UNAVAILABLE); route dropped"
+                            ),
+                        ));
+                    }
+                },
+                _ => {
+                    return Err(Problem::error(
+                        "DP2010",
+                        format!("{path}.fault.abort"),
+                        "an abort needs one of httpStatus (200..599) or grpcStatus; route dropped",
+                    ));
+                }
+            };
+            Some(EnvoyAbort {
                 percentage: Some(pct(&a.percentage, None)),
-                error_type: Some(ErrorType::HttpStatus(code)),
+                error_type: Some(error),
                 ..Default::default()
-            }),
-            _ => {
-                return Err(Problem::error(
-                    "DP2010",
-                    format!("{path}.fault.abort"),
-                    "only httpStatus aborts (200..599) are implemented; route dropped",
-                ));
-            }
-        },
+            })
+        }
         None => None,
     };
     Ok(Some(to_any(&HttpFault {
@@ -645,4 +651,34 @@ pub(super) fn fault_config<M: ModelRead + ?Sized>(
         abort,
         ..Default::default()
     })))
+}
+
+/// The code of a gRPC status name as Istio writes it (`UNAVAILABLE`), or a
+/// number given as text.
+fn grpc_code(name: &str) -> Option<u32> {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    ];
+    let name = name.trim();
+    NAMES
+        .iter()
+        .position(|n| n.eq_ignore_ascii_case(name))
+        .and_then(|i| u32::try_from(i).ok())
+        .or_else(|| name.parse().ok().filter(|c| *c < 17))
 }

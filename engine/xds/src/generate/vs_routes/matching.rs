@@ -58,7 +58,7 @@ fn kind<'a>(m: &'a StringMatch, path: &str) -> Result<StringMatchKind<'a>, Probl
 }
 
 /// Envoy's `StringMatcher` for `m`.
-fn string_matcher(m: &StringMatch, path: &str) -> Result<StringMatcher, Problem> {
+pub(super) fn string_matcher(m: &StringMatch, path: &str) -> Result<StringMatcher, Problem> {
     let pattern = match kind(m, path)? {
         StringMatchKind::Exact(s) => MatchPattern::Exact(s.to_string()),
         StringMatchKind::Prefix(s) => MatchPattern::Prefix(s.to_string()),

@@ -37,14 +37,21 @@
 //!
 //! Fault injection: `fault` (fixed delay, HTTP abort, percentages) becomes the
 //! fault filter's per-route config; the sidecar listeners carry the filter
-//! ahead of the router while any rule injects faults.
+//! ahead of the router while any rule injects faults. `corsPolicy` becomes the
+//! CORS filter's per-route config likewise (see `cors`).
+//!
+//! Proxyless gRPC gets faults too (gRFC A33): its listener carries the fault
+//! filter while the host's VirtualService injects faults (see
+//! `lds::grpc_listener`).
 //!
 //! What it does NOT do: gateways, `tcp`/`tls` routes, source-based matching
-//! (reported by the model), CORS and faults for proxyless gRPC (reported,
-//! `DP2010`).
+//! (reported by the model), CORS for proxyless gRPC (reported, `DP2010`).
 
 mod action;
+mod cors;
 mod matching;
+
+pub(crate) use cors::CORS_FILTER;
 
 use envoy_types::pb::envoy::config::route::v3::{
     Route, RouteAction, RouteMatch, route::Action, route_action::ClusterSpecifier,
@@ -177,7 +184,8 @@ fn one_route<M: ModelRead + ?Sized>(
     problems: &mut Vec<Problem>,
 ) -> Result<Vec<Route>, Problem> {
     let action = action::action(cx, route, path, problems)?;
-    let fault = action::fault_config(cx, route, path)?;
+    let fault = action::fault_config(route, path)?;
+    let cors = cors::cors_config(cx, route, path, problems)?;
     let edits = action::route_headers(cx, route, path, problems);
     let mut out = Vec::new();
     let blocks: Vec<_> = match &route.matches {
@@ -204,14 +212,28 @@ fn one_route<M: ModelRead + ?Sized>(
             ..Default::default()
         };
         edits.apply(&mut r);
+        // With two entries the map's order varies: `rds` encodes such routes
+        // with their entries sorted.
         if let Some(f) = &fault {
-            // One entry only, so the map's order cannot make the bytes vary.
             r.typed_per_filter_config
                 .insert(super::lds::FAULT_FILTER.to_string(), f.clone());
+        }
+        if let Some(c) = &cors {
+            r.typed_per_filter_config
+                .insert(CORS_FILTER.to_string(), c.clone());
         }
         out.push(r);
     }
     Ok(out)
+}
+
+/// Whether the VirtualService bound to `host` injects faults in some route
+/// (its proxyless listener then carries the fault filter).
+pub(crate) fn host_injects_faults<M: ModelRead + ?Sized>(model: &M, host: &Hostname) -> bool {
+    model
+        .rules()
+        .and_then(|r| r.virtual_service_for(host))
+        .is_some_and(|vs| vs.spec.http.iter().flatten().any(|r| r.fault.is_some()))
 }
 
 /// The service of `host`, if one is defined.

@@ -273,3 +273,180 @@ fn a_consistent_hash_puts_its_hash_policy_on_the_routes_to_the_host() {
     );
     assert!(hash_headers(&routes(&m, Flavor::Sidecar)[0]).is_empty());
 }
+
+#[test]
+fn cors_policy_becomes_the_cors_filters_per_route_config() {
+    use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy as EnvoyCors;
+    use prost::Message;
+    let vs = r#"{"hosts":["a"],"http":[{"corsPolicy":{
+        "allowOrigins":[{"exact":"https://a.example"},{"prefix":"https://p."},{"regex":"https://r[0-9]+\\.example"}],
+        "allowMethods":["GET","POST"],"allowHeaders":["x-a","x-b"],"exposeHeaders":["x-c"],
+        "maxAge":"24h","allowCredentials":true,"unmatchedPreflights":"IGNORE"},
+        "route":[{"destination":{"host":"b"}}]}]}"#;
+    let m = model(vs, &[]);
+    let r = routes(&m, Flavor::Sidecar);
+    let any = &r[0].typed_per_filter_config[CORS_FILTER];
+    let c = EnvoyCors::decode(&any.value[..]).expect("cors policy");
+    assert_eq!(c.allow_origin_string_match.len(), 3);
+    assert!(matches!(
+        &c.allow_origin_string_match[1].match_pattern,
+        Some(MatchPattern::Prefix(p)) if p == "https://p."
+    ));
+    assert_eq!(
+        (c.allow_methods.as_str(), c.allow_headers.as_str()),
+        ("GET,POST", "x-a,x-b")
+    );
+    assert_eq!(
+        (c.expose_headers.as_str(), c.max_age.as_str()),
+        ("x-c", "86400")
+    );
+    assert_eq!(c.allow_credentials.map(|b| b.value), Some(true));
+    assert_eq!(
+        c.forward_not_matching_preflights.map(|b| b.value),
+        Some(false)
+    );
+    assert!(m.rules().uses_cors());
+
+    let mut problems = Vec::new();
+    let grpc = translate_for(&m, Flavor::Grpc, &mut problems);
+    assert!(
+        grpc[0].typed_per_filter_config.is_empty(),
+        "no CORS for gRPC"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.code == "DP2010" && p.path.ends_with("corsPolicy")),
+        "{problems:?}"
+    );
+
+    let bad = model(
+        r#"{"hosts":["a"],"http":[
+          {"corsPolicy":{"allowOrigins":[{"regex":"(?=x)"}]},"route":[{"destination":{"host":"b"}}]},
+          {"corsPolicy":{"maxAge":"soon"},"route":[{"destination":{"host":"b"}}]},
+          {"route":[{"destination":{"host":"b"}}]}]}"#,
+        &[],
+    );
+    let mut problems = Vec::new();
+    let kept = translate_for(&bad, Flavor::Sidecar, &mut problems);
+    assert_eq!(kept.len(), 1, "the two bad CORS routes are dropped");
+    let codes: Vec<&str> = problems.iter().map(|p| p.code).collect();
+    assert_eq!(codes, ["DP2001", "DP2008"], "{problems:?}");
+}
+
+fn translate_for(m: &ModelState, flavor: Flavor, problems: &mut Vec<Problem>) -> Vec<Route> {
+    let host = Hostname::new("a.ns.svc.cluster.local");
+    let vs = m.rules().virtual_service_for(&host).expect("a bound rule");
+    translate(m, &vs, 80, flavor, problems)
+}
+
+#[test]
+fn a_route_with_a_fault_and_a_cors_policy_encodes_the_same_every_time() {
+    use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+    use prost::Message;
+    let m = model(
+        r#"{"hosts":["a"],"http":[{"corsPolicy":{"allowOrigins":[{"exact":"https://a.example"}]},
+          "fault":{"abort":{"httpStatus":503,"percentage":{"value":10}}},
+          "route":[{"destination":{"host":"b"}}]}]}"#,
+        &[],
+    );
+    let hosts = [
+        Hostname::new("a.ns.svc.cluster.local"),
+        Hostname::new("b.ns.svc.cluster.local"),
+    ]
+    .into_iter()
+    .collect();
+    let first = crate::generate::rds::port_route_config(&m, 80, &hosts);
+    // Each encoding builds fresh maps with fresh random hashers.
+    for _ in 0..32 {
+        assert_eq!(
+            crate::generate::rds::port_route_config(&m, 80, &hosts),
+            first
+        );
+    }
+    let grpc =
+        crate::generate::rds::grpc_route_config(&m, &hosts.iter().next().cloned().expect("a"), 80);
+    assert!(!grpc.is_empty());
+    let rc = RouteConfiguration::decode(&first[..]).expect("decodes");
+    let vh = rc
+        .virtual_hosts
+        .iter()
+        .find(|v| v.name == "a.ns.svc.cluster.local:80")
+        .expect("a's virtual host");
+    let mut keys: Vec<&String> = vh.routes[0].typed_per_filter_config.keys().collect();
+    keys.sort();
+    assert_eq!(keys, [CORS_FILTER, crate::generate::lds::FAULT_FILTER]);
+    assert_eq!(vh.domains[0], "a.ns.svc.cluster.local");
+    // The hand-written encoding holds the route the translation gave.
+    assert_eq!(vh.routes[0], routes(&m, Flavor::Sidecar)[0]);
+}
+
+#[test]
+fn proxyless_grpc_gets_faults_and_its_listener_the_fault_filter() {
+    use envoy_types::pb::envoy::config::listener::v3::Listener;
+    use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{
+        HttpFault, fault_abort::ErrorType,
+    };
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+    use prost::Message;
+    let fault_of = |r: &Route| {
+        let any = &r.typed_per_filter_config[crate::generate::lds::FAULT_FILTER];
+        HttpFault::decode(&any.value[..]).expect("fault config")
+    };
+    let m = model(
+        r#"{"hosts":["a"],"http":[
+          {"match":[{"uri":{"prefix":"/h"}}],"fault":{"abort":{"httpStatus":503,"percentage":{"value":50}}},"route":[{"destination":{"host":"b"}}]},
+          {"match":[{"uri":{"prefix":"/g"}}],"fault":{"abort":{"grpcStatus":"UNAVAILABLE"},"delay":{"fixedDelay":"1s"}},"route":[{"destination":{"host":"b"}}]},
+          {"match":[{"uri":{"prefix":"/x"}}],"fault":{"abort":{"grpcStatus":"NOPE"}},"route":[{"destination":{"host":"b"}}]},
+          {"route":[{"destination":{"host":"b"}}]}]}"#,
+        &[],
+    );
+    let mut problems = Vec::new();
+    let grpc = translate_for(&m, Flavor::Grpc, &mut problems);
+    assert_eq!(grpc.len(), 3, "the bad grpcStatus drops its route");
+    assert_eq!(
+        fault_of(&grpc[0]).abort.and_then(|a| a.error_type),
+        Some(ErrorType::HttpStatus(503))
+    );
+    let g = fault_of(&grpc[1]);
+    assert_eq!(
+        g.abort.and_then(|a| a.error_type),
+        Some(ErrorType::GrpcStatus(14))
+    );
+    assert!(g.delay.is_some());
+    assert!(grpc[2].typed_per_filter_config.is_empty());
+    let codes: Vec<&str> = problems.iter().map(|p| p.code).collect();
+    assert_eq!(codes, ["DP2010"], "{problems:?}");
+    assert!(
+        problems[0].path.ends_with("fault.abort.grpcStatus"),
+        "{problems:?}"
+    );
+
+    let filters = |m: &ModelState, host: &str| {
+        let l =
+            Listener::decode(&crate::generate::lds::grpc_listener(m, &Hostname::new(host), 80)[..])
+                .expect("listener");
+        let any = l
+            .api_listener
+            .and_then(|a| a.api_listener)
+            .expect("api listener");
+        HttpConnectionManager::decode(&any.value[..])
+            .expect("hcm")
+            .http_filters
+            .into_iter()
+            .map(|f| f.name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        filters(&m, "a.ns.svc.cluster.local"),
+        [
+            crate::generate::lds::FAULT_FILTER,
+            "envoy.filters.http.router"
+        ]
+    );
+    assert_eq!(
+        filters(&m, "b.ns.svc.cluster.local"),
+        ["envoy.filters.http.router"],
+        "a host without faults keeps its listener"
+    );
+}
