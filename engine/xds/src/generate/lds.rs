@@ -130,6 +130,22 @@ pub(crate) struct HttpFilters {
 }
 
 impl HttpFilters {
+    /// The filters to put ahead of the router, in Istio's order (CORS, then
+    /// fault), so a preflight is answered before a fault applies.
+    pub(crate) fn before_router(self) -> Vec<HttpFilter> {
+        let mut out = Vec::new();
+        if self.cors {
+            out.push(http_filter(
+                super::vs_routes::CORS_FILTER,
+                &envoy_types::pb::envoy::extensions::filters::http::cors::v3::Cors::default(),
+            ));
+        }
+        if self.fault {
+            out.push(fault_filter());
+        }
+        out
+    }
+
     /// What `model`'s rules need.
     pub(crate) fn of<M: super::ModelRead + ?Sized>(model: &M) -> Self {
         let rules = model.rules();
@@ -166,17 +182,7 @@ pub(crate) fn sidecar_listener(
             format!("outbound_0.0.0.0_{port}"),
             port_route_name(port).to_string(),
         );
-        let mut before_router = Vec::new();
-        if filters.cors {
-            before_router.push(http_filter(
-                super::vs_routes::CORS_FILTER,
-                &envoy_types::pb::envoy::extensions::filters::http::cors::v3::Cors::default(),
-            ));
-        }
-        if filters.fault {
-            before_router.push(fault_filter());
-        }
-        h.http_filters.splice(0..0, before_router);
+        h.http_filters.splice(0..0, filters.before_router());
         let filter = Filter {
             name: HCM_FILTER.to_string(),
             config_type: Some(FilterConfig::TypedConfig(to_any(&h))),

@@ -123,7 +123,7 @@ pub(crate) fn grpc_route_config<M: ModelRead + ?Sized>(
 }
 
 /// Route configuration `name` from encoded `virtual_hosts` fields.
-fn assemble(name: String, fields: impl IntoIterator<Item = Bytes>) -> Bytes {
+pub(crate) fn assemble(name: String, fields: impl IntoIterator<Item = Bytes>) -> Bytes {
     let head = encode(&RouteConfiguration {
         name,
         ..Default::default()
@@ -336,7 +336,7 @@ impl PortRoutes {
 /// hosts are written by hand with the entries sorted by filter name (fields
 /// out of tag order, which every protobuf parser accepts): the same rules
 /// always give the same bytes.
-fn vhost_field(mut vh: VirtualHost) -> Bytes {
+pub(crate) fn vhost_field(mut vh: VirtualHost) -> Bytes {
     if vh
         .routes
         .iter()

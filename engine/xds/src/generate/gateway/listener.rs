@@ -25,7 +25,7 @@ use deltapilot_model::rules::ServerMode;
 
 use super::super::GenOptions;
 use super::super::common::{ads_config_source, encode, sidecar_listener_name, to_any};
-use super::super::lds::{HCM_FILTER, fault_filter, hcm};
+use super::super::lds::{HCM_FILTER, HttpFilters, hcm};
 use super::{Placed, PortServers, ca_secret_name};
 
 const TLS_INSPECTOR: &str = "envoy.filters.listener.tls_inspector";
@@ -37,7 +37,7 @@ pub(crate) fn listener(
     port: u16,
     servers: &PortServers<'_>,
     opts: &GenOptions,
-    fault: bool,
+    filters: HttpFilters,
     passthrough: Vec<Vec<FilterChain>>,
 ) -> (Arc<str>, Bytes) {
     let name = sidecar_listener_name(port);
@@ -47,14 +47,18 @@ pub(crate) fn listener(
             .iter()
             .zip(passthrough)
             .flat_map(|(p, chains)| match p.server.mode {
-                ServerMode::Https { .. } => vec![tls_chain(p, fault)],
+                ServerMode::Https { .. } => vec![tls_chain(p, filters)],
                 _ => chains,
             })
             .collect()
     } else {
         let route = format!("http.{port}");
         vec![FilterChain {
-            filters: vec![hcm_filter(format!("outbound_0.0.0.0_{port}"), route, fault)],
+            filters: vec![hcm_filter(
+                format!("outbound_0.0.0.0_{port}"),
+                route,
+                filters,
+            )],
             ..Default::default()
         }]
     };
@@ -89,14 +93,12 @@ pub(crate) fn listener(
     (name, bytes)
 }
 
-/// An HCM filter with RDS `route`, the fault filter when `fault`, and the
-/// client address taken from the connection (the gateway is the edge).
-fn hcm_filter(stat_prefix: String, route: String, fault: bool) -> Filter {
+/// An HCM filter with RDS `route`, the optional `filters` its routes use, and
+/// the client address taken from the connection (the gateway is the edge).
+fn hcm_filter(stat_prefix: String, route: String, filters: HttpFilters) -> Filter {
     let mut h = hcm(stat_prefix, route);
     h.use_remote_address = Some(BoolValue { value: true });
-    if fault {
-        h.http_filters.insert(0, fault_filter());
-    }
+    h.http_filters.splice(0..0, filters.before_router());
     Filter {
         name: HCM_FILTER.to_string(),
         config_type: Some(ConfigType::TypedConfig(to_any(&h))),
@@ -105,7 +107,7 @@ fn hcm_filter(stat_prefix: String, route: String, fault: bool) -> Filter {
 
 /// The chain of one HTTPS server: matched on its SNI names, terminating TLS
 /// with its credential over SDS.
-fn tls_chain(p: &Placed<'_>, fault: bool) -> FilterChain {
+fn tls_chain(p: &Placed<'_>, filters: HttpFilters) -> FilterChain {
     let ServerMode::Https {
         credential, mutual, ..
     } = &p.server.mode
@@ -145,7 +147,7 @@ fn tls_chain(p: &Placed<'_>, fault: bool) -> FilterChain {
             server_names: p.sni(),
             ..Default::default()
         }),
-        filters: vec![hcm_filter(stat, p.route_name(), fault)],
+        filters: vec![hcm_filter(stat, p.route_name(), filters)],
         transport_socket: Some(TransportSocket {
             name: TLS_SOCKET.to_string(),
             config_type: Some(SocketConfig::TypedConfig(to_any(&ctx))),

@@ -215,7 +215,7 @@ pub fn gateway_resources<M: ModelRead + ?Sized>(
                 _ => Vec::new(),
             })
             .collect();
-        let built = listener::listener(*port, servers, opts, listener.fault, passthrough);
+        let built = listener::listener(*port, servers, opts, listener.filters, passthrough);
         out.listeners
             .insert(Arc::new(Resource::new(built.0, built.1)));
         for p in &servers.servers {

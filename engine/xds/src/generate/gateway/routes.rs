@@ -19,7 +19,9 @@ use deltapilot_model::rules::{
 
 use super::super::ModelRead;
 use super::super::common::encode;
-use super::super::lds::FAULT_FILTER;
+use super::super::lds::{FAULT_FILTER, HttpFilters};
+use super::super::rds;
+use super::super::vs_routes::CORS_FILTER;
 use super::super::vs_routes::{Flavor, translate};
 use super::{Placed, PortServers};
 
@@ -32,11 +34,13 @@ pub(crate) struct PortRouteConfigs {
     pub(crate) problems: Vec<(Arc<str>, Problem)>,
 }
 
-/// What the listener of the port needs to know about its routes.
+/// What the listener of the port needs to know about its routes: which
+/// optional HTTP filters its connection managers must carry (a route's fault
+/// or CORS config does nothing without its filter in the chain).
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct ListenerNeeds {
-    /// Whether some route carries a fault (the HCM then needs the fault filter).
-    pub(crate) fault: bool,
+    /// The optional filters some route of the port uses.
+    pub(crate) filters: HttpFilters,
 }
 
 /// One virtual host being assembled.
@@ -95,9 +99,11 @@ pub(crate) fn port_routes<M: ModelRead + ?Sized>(
                         );
                         routes
                     });
-                needs.fault |= routes
-                    .iter()
-                    .any(|r| r.typed_per_filter_config.contains_key(FAULT_FILTER));
+                for r in routes.iter() {
+                    let f = &r.typed_per_filter_config;
+                    needs.filters.fault |= f.contains_key(FAULT_FILTER);
+                    needs.filters.cors |= f.contains_key(CORS_FILTER);
+                }
                 for h in meets {
                     let v = vhosts.entry(h).or_insert_with(|| VHost {
                         routes: Vec::new(),
@@ -142,12 +148,16 @@ pub(crate) fn port_routes<M: ModelRead + ?Sized>(
             });
         }
         list.sort_by(|a, b| a.name.cmp(&b.name));
-        let bytes = encode(&RouteConfiguration {
-            name: name.clone(),
-            virtual_hosts: list,
+        // Through rds's field writer: a route with a fault and a CORS policy
+        // has two per-filter entries, which a plain encode writes in a varying
+        // order. Fields in tag order (name, virtual_hosts, validate_clusters)
+        // concatenate to the whole message's encoding.
+        let head = rds::assemble(name.clone(), list.into_iter().map(rds::vhost_field));
+        let tail = encode(&RouteConfiguration {
             validate_clusters: Some(BoolValue { value: false }),
             ..Default::default()
         });
+        let bytes = Bytes::from([&head[..], &tail[..]].concat());
         out.configs.insert(name, bytes);
     }
     (needs, out)

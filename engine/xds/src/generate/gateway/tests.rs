@@ -349,3 +349,72 @@ fn passthrough_servers_forward_by_sni_through_tls_routes() {
     assert!(r.routes.get("http.443").is_none());
     assert!(r.routes.get("https.443..pt.edge").is_some());
 }
+
+/// A route with two per-filter configs (fault and CORS) is written with its
+/// entries in one order, so its bytes (and version) never depend on a hash
+/// map's iteration order; the bytes are still the message's encoding.
+#[test]
+fn a_route_with_fault_and_cors_encodes_to_the_same_bytes_every_time() {
+    let vs = rule(
+        "k",
+        0,
+        ConfigKind::VirtualService,
+        "web",
+        "both",
+        r#"{"hosts":["z.example.com"],"gateways":["edge/ingress"],
+            "http":[{"fault":{"abort":{"httpStatus":503,"percentage":{"value":10}}},
+                     "corsPolicy":{"allowOrigins":[{"exact":"https://a.example.com"}]},
+                     "route":[{"destination":{"host":"a"}}]}]}"#,
+    );
+    let gw = rule(
+        "k",
+        0,
+        ConfigKind::Gateway,
+        "edge",
+        "ingress",
+        r#"{"selector":{"istio":"ingressgateway"},
+            "servers":[{"port":{"number":8080,"name":"http","protocol":"HTTP"},"hosts":["*/z.example.com"]}]}"#,
+    );
+    let m =
+        ModelState::from_events(&[svc("k", 0, "web", "a.web.svc.cluster.local", &[80]), gw, vs]);
+    let first = gateway_resources(&m, &ids(), &GenOptions::default());
+    let bytes = first.routes.get("http.8080").expect("route").bytes.clone();
+    let rc = RouteConfiguration::decode(bytes.clone()).expect("decode");
+    let route = &rc.virtual_hosts[0].routes[0];
+    assert_eq!(route.typed_per_filter_config.len(), 2, "{route:?}");
+    assert_eq!(rc.validate_clusters.map(|b| b.value), Some(false));
+    for _ in 0..32 {
+        let again = gateway_resources(&m, &ids(), &GenOptions::default());
+        assert_eq!(again.routes.get("http.8080").expect("route").bytes, bytes);
+    }
+}
+
+/// A gateway route with a CORS policy gets the CORS filter in its connection
+/// manager (without it Envoy ignores the route's CORS config), ahead of the
+/// fault filter and the router.
+#[test]
+fn cors_and_fault_routes_put_their_filters_in_the_gateway_chain() {
+    let m = model(&[rule(
+        "k",
+        0,
+        ConfigKind::VirtualService,
+        "web",
+        "both",
+        r#"{"hosts":["a.example.com"],"gateways":["edge/ingress"],
+            "http":[{"fault":{"abort":{"httpStatus":503,"percentage":{"value":10}}},
+                     "corsPolicy":{"allowOrigins":[{"exact":"https://a.example.com"}]},
+                     "route":[{"destination":{"host":"a"}}]}]}"#,
+    )]);
+    let r = gateway_resources(&m, &ids(), &GenOptions::default());
+    let l = listener(&r, "0.0.0.0_8080");
+    let hcm = hcm_of(&l.filter_chains[0]);
+    let names: Vec<&str> = hcm.http_filters.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            crate::generate::vs_routes::CORS_FILTER,
+            crate::generate::lds::FAULT_FILTER,
+            "envoy.filters.http.router"
+        ]
+    );
+}
