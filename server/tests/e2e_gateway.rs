@@ -172,6 +172,7 @@ async fn a_gateway_publishes_by_path_redirects_and_terminates_https() {
         model,
         resources: ResourceSet {
             clusters: all.clusters,
+            grpc_clusters: all.grpc_clusters,
             endpoints: all.endpoints,
             sidecar_listeners: gw.listeners,
             grpc_listeners: ResourceMap::new(),

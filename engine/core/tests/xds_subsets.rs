@@ -107,8 +107,10 @@ fn subsets_hold_their_labelled_endpoints_and_follow_label_changes() {
     }
 
     // Override order: top level ring hash, port 8080 least request, subset v2
-    // random (and TLS), all ports; proxyless port 9090 keeps only what gRPC takes.
-    let c = |name: String| -> Cluster { decode(&set.clusters, &name) };
+    // random (and TLS), all ports, for Envoys; proxyless clients' variant of
+    // port 9090 keeps only what gRPC takes.
+    let c = |name: String| -> Cluster { decode(&set.grpc_clusters, &name) };
+    let envoy = |name: String| -> Cluster { decode(&set.clusters, &name) };
     let top = c(format!("outbound|9090||{HOST}"));
     assert_eq!(top.lb_policy, LbPolicy::RingHash as i32);
     let Some(LbConfig::RingHashLbConfig(ring)) = &top.lb_config else {
@@ -145,6 +147,26 @@ fn subsets_hold_their_labelled_endpoints_and_follow_label_changes() {
         "no RANDOM for gRPC"
     );
     assert!(v2_grpc.transport_socket.is_none(), "no TLS for gRPC");
+    // Envoys get the full policy on the GRPC port (TLS above all).
+    let v2_envoy = envoy(format!("outbound|9090|v2|{HOST}"));
+    assert_eq!(v2_envoy.lb_policy, LbPolicy::Random as i32);
+    assert!(
+        v2_envoy.transport_socket.is_some(),
+        "SIMPLE tls for Envoys on the GRPC port"
+    );
+    let top_envoy = envoy(format!("outbound|9090||{HOST}"));
+    let t = &top_envoy
+        .circuit_breakers
+        .as_ref()
+        .expect("breakers")
+        .thresholds[0];
+    assert_eq!(t.max_connections.map(|v| v.value), Some(10), "all limits");
+    // Where the flavours are equal (the HTTP port) they are one resource.
+    let name = format!("outbound|8080|v2|{HOST}");
+    assert!(std::sync::Arc::ptr_eq(
+        set.clusters.get(&name).expect("envoy"),
+        set.grpc_clusters.get(&name).expect("grpc")
+    ));
 
     // The route's hash policy: the header, lower-cased, on ring-hash clusters.
     let dr = state

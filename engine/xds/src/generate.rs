@@ -150,6 +150,11 @@ pub fn changes_between(prev: &ResourceSet, next: &ResourceSet) -> ChangeSet {
     let mut cs = ChangeSet::default();
     let pairs = [
         (ResourceType::Cluster, &prev.clusters, &next.clusters),
+        (
+            ResourceType::Cluster,
+            &prev.grpc_clusters,
+            &next.grpc_clusters,
+        ),
         (ResourceType::Endpoint, &prev.endpoints, &next.endpoints),
         (
             ResourceType::Listener,

@@ -1,4 +1,4 @@
-//! [`ResourceKind`]: which of a [`ResourceSet`]'s five maps a resource lives in,
+//! [`ResourceKind`]: which of a [`ResourceSet`]'s six maps a resource lives in,
 //! the one place that enumerates them (replay reports, checkpoint files, the
 //! snapshot hash and proxies' views all go through it).
 //!
@@ -9,8 +9,9 @@ use std::sync::Arc;
 use super::{Resource, ResourceMap, ResourceSet, ResourceType};
 use deltapilot_model::ProxyType;
 
-/// Where a resource lives in a [`ResourceSet`]: its type, and for listeners which
-/// flavour (their names never collide).
+/// Where a resource lives in a [`ResourceSet`]: its type, and for listeners and
+/// clusters which flavour (listener names never collide; a cluster has the same
+/// name in both flavours, each flavour in the views of its own proxy types).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ResourceKind {
     /// CDS.
@@ -23,12 +24,16 @@ pub enum ResourceKind {
     GrpcListener = 4,
     /// RDS.
     Route = 5,
+    /// CDS for proxyless gRPC: the clusters with, on `GRPC` ports, only the
+    /// policy gRPC's xDS client takes (see `generate::policy`).
+    GrpcCluster = 6,
 }
 
 impl ResourceKind {
     /// Every kind, in push order.
-    pub const ALL: [ResourceKind; 5] = [
+    pub const ALL: [ResourceKind; 6] = [
         ResourceKind::Cluster,
+        ResourceKind::GrpcCluster,
         ResourceKind::Endpoint,
         ResourceKind::SidecarListener,
         ResourceKind::GrpcListener,
@@ -50,6 +55,7 @@ impl ResourceKind {
     pub fn map_mut(self, set: &mut ResourceSet) -> &mut ResourceMap {
         match self {
             ResourceKind::Cluster => &mut set.clusters,
+            ResourceKind::GrpcCluster => &mut set.grpc_clusters,
             ResourceKind::Endpoint => &mut set.endpoints,
             ResourceKind::SidecarListener => &mut set.sidecar_listeners,
             ResourceKind::GrpcListener => &mut set.grpc_listeners,
@@ -60,7 +66,7 @@ impl ResourceKind {
     /// The xDS type.
     pub fn resource_type(self) -> ResourceType {
         match self {
-            ResourceKind::Cluster => ResourceType::Cluster,
+            ResourceKind::Cluster | ResourceKind::GrpcCluster => ResourceType::Cluster,
             ResourceKind::Endpoint => ResourceType::Endpoint,
             ResourceKind::SidecarListener | ResourceKind::GrpcListener => ResourceType::Listener,
             ResourceKind::Route => ResourceType::Route,
@@ -71,6 +77,7 @@ impl ResourceKind {
     pub fn map(self, set: &ResourceSet) -> &ResourceMap {
         match self {
             ResourceKind::Cluster => &set.clusters,
+            ResourceKind::GrpcCluster => &set.grpc_clusters,
             ResourceKind::Endpoint => &set.endpoints,
             ResourceKind::SidecarListener => &set.sidecar_listeners,
             ResourceKind::GrpcListener => &set.grpc_listeners,
@@ -81,7 +88,7 @@ impl ResourceKind {
     /// The kinds that hold resources of type `t`.
     pub fn of_type(t: ResourceType) -> &'static [ResourceKind] {
         match t {
-            ResourceType::Cluster => &[ResourceKind::Cluster],
+            ResourceType::Cluster => &[ResourceKind::Cluster, ResourceKind::GrpcCluster],
             ResourceType::Endpoint => &[ResourceKind::Endpoint],
             ResourceType::Listener => &[ResourceKind::SidecarListener, ResourceKind::GrpcListener],
             ResourceType::Route => &[ResourceKind::Route],
@@ -89,12 +96,15 @@ impl ResourceKind {
         }
     }
 
-    /// The proxy types whose view holds this kind: listeners come in one flavour per
-    /// proxy type, everything else is shared.
+    /// The proxy types whose view holds this kind: listeners and clusters come in
+    /// one flavour for Envoys and one for proxyless gRPC, everything else is
+    /// shared.
     pub fn views(self) -> &'static [ProxyType] {
         match self {
-            ResourceKind::SidecarListener => &[ProxyType::Sidecar, ProxyType::Router],
-            ResourceKind::GrpcListener => &[ProxyType::ProxylessGrpc],
+            ResourceKind::SidecarListener | ResourceKind::Cluster => {
+                &[ProxyType::Sidecar, ProxyType::Router]
+            }
+            ResourceKind::GrpcListener | ResourceKind::GrpcCluster => &[ProxyType::ProxylessGrpc],
             _ => &[
                 ProxyType::Sidecar,
                 ProxyType::Router,

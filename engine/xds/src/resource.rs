@@ -167,11 +167,19 @@ pub fn entry_hash(tag: u8, r: &Resource) -> u64 {
 /// Listeners come in two flavours because sidecars and proxyless gRPC clients need
 /// different listener shapes for the same service port (`0.0.0.0:<port>` with an
 /// HCM or tcp_proxy, versus an `api_listener` named `<host>:<port>`); a proxy's view
-/// picks one. Everything else is shared by all proxy types.
+/// picks one. Clusters come in two flavours too, under the same names: on ports
+/// declared `GRPC` proxyless clients take a variant without the policy they
+/// would reject (see `generate::policy`). Everything else is shared by all
+/// proxy types.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResourceSet {
-    /// CDS: one EDS cluster per service port.
+    /// CDS for Envoys (sidecars, routers): one cluster per service port (and
+    /// subset), with the DestinationRule's full policy.
     pub clusters: ResourceMap,
+    /// CDS for proxyless gRPC clients: the same names as `clusters`, the same
+    /// resource (one `Arc`) wherever the bytes are equal, and the proxyless
+    /// variant where they differ (policy on a `GRPC` port).
+    pub grpc_clusters: ResourceMap,
     /// EDS: one ClusterLoadAssignment per cluster.
     pub endpoints: ResourceMap,
     /// LDS for sidecars (and routers, until gateways are served).

@@ -53,7 +53,10 @@ use super::{Resource, ResourceMap, ResourceSet, ResourceType, TypeChanges};
 /// snapshot's global set, or a scoped view's own).
 pub fn resources_for(set: &ResourceSet, proxy_type: ProxyType, t: ResourceType) -> &ResourceMap {
     match t {
-        ResourceType::Cluster => &set.clusters,
+        ResourceType::Cluster => match proxy_type {
+            ProxyType::ProxylessGrpc => &set.grpc_clusters,
+            ProxyType::Sidecar | ProxyType::Router => &set.clusters,
+        },
         ResourceType::Endpoint => &set.endpoints,
         ResourceType::Route => &set.routes,
         ResourceType::Secret => ResourceMap::empty(),

@@ -239,6 +239,7 @@ async fn snapshot_route(State(s): State<DebugState>) -> Response {
             "resources": {
                 "clusters": r.clusters.len(),
                 "endpoints": r.endpoints.len(),
+                "grpc_clusters": r.grpc_clusters.len(),
                 "sidecar_listeners": r.sidecar_listeners.len(),
                 "grpc_listeners": r.grpc_listeners.len(),
                 "routes": r.routes.len(),

@@ -28,9 +28,9 @@
 //!
 //! A replay has no connected proxies, so "affected" is answered per view: a
 //! changed resource affects every proxy type whose view holds it
-//! ([`ResourceKind::views`]): clusters, assignments and routes are in every view,
-//! sidecar listeners in sidecars' and routers', `api_listener`s in proxyless gRPC
-//! clients'. A proxyless client subscribes to the names it needs, so it is only
+//! ([`ResourceKind::views`]): assignments and routes are in every view, clusters
+//! and sidecar listeners in sidecars' and routers', their proxyless flavours
+//! (`grpc_clusters`, `api_listener`s) in proxyless gRPC clients'. A proxyless client subscribes to the names it needs, so it is only
 //! affected by the ones it asked for.
 //!
 //! What it does NOT do: render resources (the server's admin module does), read
@@ -435,6 +435,9 @@ impl Replayer {
                         ResourceKind::GrpcListener
                     }
                     (ResourceType::Listener, _) => ResourceKind::SidecarListener,
+                    (ResourceType::Cluster, deltapilot_model::ProxyType::ProxylessGrpc) => {
+                        ResourceKind::GrpcCluster
+                    }
                     (ResourceType::Cluster, _) => ResourceKind::Cluster,
                     (ResourceType::Endpoint, _) => ResourceKind::Endpoint,
                     (ResourceType::Route, _) => ResourceKind::Route,

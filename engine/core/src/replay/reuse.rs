@@ -79,6 +79,7 @@ pub(super) fn spot_check(model: &ModelState, stored: &ResourceSet, opts: &GenOpt
     );
     [
         (&built.clusters, &stored.clusters),
+        (&built.grpc_clusters, &stored.grpc_clusters),
         (&built.endpoints, &stored.endpoints),
         (&built.grpc_listeners, &stored.grpc_listeners),
     ]

@@ -172,6 +172,7 @@ pub fn all_bytes(set: &ResourceSet) -> Vec<(&'static str, String, Vec<u8>)> {
     let mut out = Vec::new();
     for (tag, map) in [
         ("cds", &set.clusters),
+        ("cds-grpc", &set.grpc_clusters),
         ("eds", &set.endpoints),
         ("lds", &set.sidecar_listeners),
         ("lds-grpc", &set.grpc_listeners),

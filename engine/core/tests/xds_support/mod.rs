@@ -213,10 +213,21 @@ pub fn names(map: &ResourceMap) -> Vec<String> {
     names
 }
 
-/// Every (flavour, name, bytes) of a set, for byte-for-byte comparisons.
+/// Every (flavour, name, bytes) of a set, for byte-for-byte comparisons. Also
+/// checks encode-once between the two cluster flavours: a proxyless cluster
+/// with the bytes of the full one is that very resource.
 pub fn flatten(set: &ResourceSet) -> Vec<(&'static str, String, Vec<u8>)> {
+    for (n, r) in set.grpc_clusters.iter() {
+        if let Some(full) = set.clusters.get(n) {
+            assert!(
+                full.bytes != r.bytes || std::sync::Arc::ptr_eq(full, r),
+                "{n}: equal cluster flavours are one resource"
+            );
+        }
+    }
     let maps = [
         ("cds", &set.clusters),
+        ("cds-grpc", &set.grpc_clusters),
         ("eds", &set.endpoints),
         ("lds-sidecar", &set.sidecar_listeners),
         ("lds-grpc", &set.grpc_listeners),

@@ -2,7 +2,8 @@
 //! honour, found when the rule is parsed so that it lands in the rule's status
 //! with its path (codes `DP11xx`, see `problem`).
 //!
-//! Each finding names a field that is left out of the clusters; nothing here
+//! Each finding names a field that is left out of the clusters (for
+//! `DP1120`, of the proxyless gRPC clients' clusters only); nothing here
 //! rejects the rule (the rest of it applies).
 //!
 //! What it does NOT do: translate (the xDS crate's `policy`), or look at the
@@ -91,8 +92,8 @@ fn grpc_left_out(what: &str, path: &str, problems: &mut Vec<Problem>) {
         "DP1120",
         path,
         format!(
-            "{what} is left out of the clusters of the host's GRPC ports, if it has any: \
-             proxyless gRPC clients share them and would reject it (other ports get it)"
+            "{what} is left out for proxyless gRPC clients only, on the host's GRPC ports \
+             if it has any: they would reject it (Envoy sidecars and gateways get it)"
         ),
     ));
 }

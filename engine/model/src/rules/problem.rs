@@ -24,7 +24,7 @@
 //! | `DP1106` | warning | several consistent hash keys | the first is used |
 //! | `DP1110` | warning | `MUTUAL` without client certificate and key | no client certificate sent |
 //! | `DP1111` | warning | `SIMPLE`/`MUTUAL` without `caCertificates` | server not verified |
-//! | `DP1120` | warning | a setting proxyless gRPC would reject | left out on the host's `GRPC` ports |
+//! | `DP1120` | warning | a setting proxyless gRPC would reject | left out for proxyless gRPC clients only, on the host's `GRPC` ports |
 //! | `DP1200` | error | Gateway server port number missing or out of range | server dropped |
 //! | `DP1201` | error | Gateway server without a valid host | server dropped |
 //! | `DP1202` | error | Gateway server host that cannot be bound (`ns/` empty, `~/`, `a.*.com`) | host dropped |

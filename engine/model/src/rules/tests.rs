@@ -211,7 +211,8 @@ fn a_full_destination_rule_parses_and_bad_subsets_reject() {
     }"#;
     let r = parse(&dr("default", "reviews", full));
     // What the translation cannot honour (see `dr_check`): locality needs
-    // per-proxy views; on GRPC ports the parts proxyless gRPC rejects.
+    // per-proxy views; on GRPC ports the parts proxyless gRPC rejects, left out
+    // of the proxyless clients' clusters only.
     assert_eq!(
         codes(&r),
         [
@@ -226,6 +227,18 @@ fn a_full_destination_rule_parses_and_bad_subsets_reject() {
         ]
     );
     assert!(r.problems.iter().all(|p| p.severity == Severity::Warning));
+    let grpc: Vec<&str> = (r.problems.iter())
+        .filter(|p| p.code == "DP1120")
+        .map(|p| &*p.message)
+        .collect();
+    assert_eq!(grpc.len(), 4);
+    for m in grpc {
+        assert!(
+            m.contains("left out for proxyless gRPC clients only")
+                && m.contains("Envoy sidecars and gateways get it"),
+            "{m}"
+        );
+    }
     assert_eq!(r.hosts, [h("reviews.default.svc.cluster.local")]);
     let d = r.destination_rule().expect("typed");
     assert_eq!(d.subsets.as_ref().map(Vec::len), Some(2));

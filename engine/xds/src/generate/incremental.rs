@@ -122,7 +122,8 @@ type HostJob<'a> = (
 /// What a rebuild decided for one resource, applied to [`Out`] in order.
 struct Decision {
     kind: ResourceType,
-    /// A gRPC `api_listener` (rather than a sidecar listener).
+    /// The proxyless gRPC flavour: an `api_listener` (rather than a sidecar
+    /// listener), or a cluster of `grpc_clusters` (rather than `clusters`).
     grpc: bool,
     name: Arc<str>,
     /// The new bytes, a build error, or `None`: the resource is gone.
@@ -142,6 +143,20 @@ impl Decision {
             name,
             desired,
         }
+    }
+
+    /// Both flavours of one cluster (see `policy::Clusters`), the full one
+    /// first so that an equal proxyless one can share its resource.
+    fn clusters(out: &mut Vec<Decision>, name: Arc<str>, built: Option<policy::Clusters>) {
+        let (full, variant) = built.map_or((None, None), |(f, v)| (Some(f), v));
+        let grpc = variant.or_else(|| full.clone());
+        out.push(Decision::new(
+            ResourceType::Cluster,
+            false,
+            name.clone(),
+            full,
+        ));
+        out.push(Decision::new(ResourceType::Cluster, true, name, grpc));
     }
 }
 
@@ -163,6 +178,7 @@ impl Out {
         desired: Option<Result<Bytes, String>>,
     ) {
         let kind = match t {
+            ResourceType::Cluster if grpc => ResourceKind::GrpcCluster,
             ResourceType::Cluster => ResourceKind::Cluster,
             ResourceType::Endpoint => ResourceKind::Endpoint,
             ResourceType::Listener if grpc => ResourceKind::GrpcListener,
@@ -171,12 +187,26 @@ impl Out {
             // The generator builds no secrets (see `ResourceType::Secret`).
             ResourceType::Secret => return,
         };
+        // Encode-once: a proxyless cluster equal to the full one is that very
+        // resource (applied just before it, see `Decision::clusters`).
+        let shared = match (&desired, kind) {
+            (Some(Ok(bytes)), ResourceKind::GrpcCluster) => self
+                .set
+                .clusters
+                .get(&name)
+                .filter(|full| full.bytes == *bytes)
+                .cloned(),
+            _ => None,
+        };
         let map = kind.map_mut(&mut self.set);
         let changes: &mut TypeChanges = self.changes.of_mut(t);
         let bytes = match desired {
             Some(Ok(bytes)) => bytes,
             failed_or_gone => {
-                if let Some(Err(reason)) = failed_or_gone {
+                // A cluster's failure is reported once, by its full flavour.
+                if let Some(Err(reason)) = failed_or_gone
+                    && kind != ResourceKind::GrpcCluster
+                {
                     self.errors.push(GenError::new(t, &name, reason));
                 }
                 if let Some(old) = map.remove(&name) {
@@ -190,10 +220,14 @@ impl Out {
         // resource is put back so that snapshots keep sharing it. Versions
         // first: unequal versions mean unequal bytes, so a changed resource
         // (the common case) is told apart without comparing its bytes.
-        let new = Arc::new(Resource::new(name.clone(), bytes));
+        let new = shared
+            .clone()
+            .unwrap_or_else(|| Arc::new(Resource::new(name.clone(), bytes)));
         match map.insert(new.clone()) {
             Some(old) if old.version == new.version && old.bytes == new.bytes => {
-                map.insert(old);
+                if shared.is_none() {
+                    map.insert(old);
+                }
             }
             old => {
                 if let Some(old) = old {
@@ -570,14 +604,14 @@ impl Generator {
                 let t = ResourceType::Endpoint;
                 out.push(Decision::new(t, false, name.clone(), assignment));
                 if !assignments_only {
-                    out.push(Decision::new(ResourceType::Cluster, false, name, cluster));
+                    Decision::clusters(out, name, cluster);
                 }
             }
             if assignments_only {
                 continue;
             }
             let cluster = found.map(|(s, port)| policy::cluster(s, port, None, dr, &self.opts));
-            out.push(Decision::new(ResourceType::Cluster, false, name, cluster));
+            Decision::clusters(out, name, cluster);
             let http = found.is_some_and(|(_, port)| port.protocol.is_http());
             let listener = http.then(|| Ok(lds::grpc_listener(model, h, p)));
             out.push(Decision::new(

@@ -31,6 +31,37 @@ fn put(
     }
 }
 
+/// Puts both variants of one cluster (see `policy::Clusters`): the full one in
+/// `clusters`, and in `grpc_clusters` the very same resource unless the
+/// proxyless variant's bytes differ. A failed build is reported once.
+fn put_clusters(
+    set: &mut ResourceSet,
+    errors: &mut Vec<GenError>,
+    name: std::sync::Arc<str>,
+    (full, variant): policy::Clusters,
+) {
+    let full = match full {
+        Ok(bytes) => std::sync::Arc::new(Resource::new(name.clone(), bytes)),
+        Err(reason) => {
+            errors.push(GenError::new(ResourceType::Cluster, &name, reason));
+            return;
+        }
+    };
+    set.clusters.insert(full.clone());
+    match variant {
+        Some(Ok(bytes)) if bytes != full.bytes => {
+            set.grpc_clusters
+                .insert(std::sync::Arc::new(Resource::new(name, bytes)));
+        }
+        Some(Err(reason)) => {
+            errors.push(GenError::new(ResourceType::Cluster, &name, reason));
+        }
+        _ => {
+            set.grpc_clusters.insert(full);
+        }
+    }
+}
+
 /// Builds every resource of `model` from scratch. Resources that fail to build are
 /// left out and reported; everything else is returned.
 pub fn build_all<M: ModelRead + ?Sized>(
@@ -53,15 +84,9 @@ pub fn build_all<M: ModelRead + ?Sized>(
         let subsets = policy::subset_names(dr);
         for port in served_ports(svc) {
             let p = port.number;
-            let t = ResourceType::Cluster;
             let name = cluster_name(p, h);
-            put(
-                &mut set.clusters,
-                &mut errors,
-                t,
-                name.clone(),
-                policy::cluster(svc, port, None, dr, opts),
-            );
+            let clusters = policy::cluster(svc, port, None, dr, opts);
+            put_clusters(&mut set, &mut errors, name.clone(), clusters);
             if let Some(eps) = &mut eps {
                 let t = ResourceType::Endpoint;
                 let built = eds::load_assignment(eps, &name, port);
@@ -74,8 +99,7 @@ pub fn build_all<M: ModelRead + ?Sized>(
                     continue;
                 };
                 let name = policy::subset_cluster_name(p, s, h);
-                let t = ResourceType::Cluster;
-                put(&mut set.clusters, &mut errors, t, name.clone(), cluster);
+                put_clusters(&mut set, &mut errors, name.clone(), cluster);
                 if let Some(built) = assignment {
                     let t = ResourceType::Endpoint;
                     put(&mut set.endpoints, &mut errors, t, name, built);

@@ -177,6 +177,7 @@ fn views(kind: ResourceKind) -> Vec<&'static str> {
 fn kind_label(kind: ResourceKind) -> &'static str {
     match kind {
         ResourceKind::Cluster => "cds",
+        ResourceKind::GrpcCluster => "cds(grpc)",
         ResourceKind::Endpoint => "eds",
         ResourceKind::SidecarListener => "lds",
         ResourceKind::GrpcListener => "lds(grpc)",
@@ -317,6 +318,7 @@ pub(crate) fn json(
                 t: c.kind.resource_type().short_name(),
                 kind: match c.kind {
                     ResourceKind::Cluster => "cluster",
+                    ResourceKind::GrpcCluster => "grpc_cluster",
                     ResourceKind::Endpoint => "endpoint",
                     ResourceKind::SidecarListener => "sidecar_listener",
                     ResourceKind::GrpcListener => "grpc_listener",

@@ -9,8 +9,9 @@
 //!   with `minimum_ring_size` (`ringHash.minimumRingSize`, else the deprecated
 //!   `minimumRingSize`), as Istio does. The hash key goes on each route to the
 //!   cluster ([`hash_policies`]).
-//! - On proxyless ports (see the module doc of `policy`) only ROUND_ROBIN and
-//!   RING_HASH are sent; the rest stays round robin (reported `DP2120`).
+//! - In the proxyless variant of a `GRPC` port's cluster (see the module doc
+//!   of `policy`) only ROUND_ROBIN and RING_HASH are sent; the rest stays round
+//!   robin (reported `DP1120`). Envoys get the policy asked for.
 //!
 //! What it does NOT do: locality settings (need the proxy's locality, hence
 //! per-proxy views: reported `DP2102`).

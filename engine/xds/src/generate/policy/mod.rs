@@ -19,13 +19,16 @@
 //! field (Istio replaces them whole too).
 //!
 //! ## Proxyless gRPC
-//! Ports declared `GRPC` are the ones proxyless clients use, and a cluster is
-//! one resource for Envoys and proxyless clients alike. Their clusters get
-//! only what gRPC's xDS client takes (gRFCs A42, A50, and circuit breaker
+//! Ports declared `GRPC` are the ones proxyless clients use. Each of their
+//! clusters comes in two variants ([`Clusters`]): the full-policy one, for
+//! Envoys (sidecars, routers), and the proxyless one, holding only what
+//! gRPC's xDS client takes (gRFCs A42, A50, and circuit breaker
 //! `max_requests`): round robin or ring hash, outlier detection, and
 //! `max_requests`. Maglev, random, least request, upstream TLS and the other
-//! limits would be NACKed or ignored, so they are left out there and reported
-//! (`DP2120`, see `deltapilot_model::rules`).
+//! limits would be NACKed or ignored, so they are left out of the proxyless
+//! variant only and reported (`DP1120`, see `deltapilot_model::rules`). The
+//! proxyless variant lives in `ResourceSet::grpc_clusters`, which proxyless
+//! views read (see `view::resources_for`).
 //!
 //! What it does NOT do: decide which rule applies (the model's `RuleIndex`),
 //! report problems (the model's parse does, so they land in rule statuses), or
@@ -152,30 +155,46 @@ pub(crate) fn proxyless(port: &Port) -> bool {
     port.protocol == Protocol::Grpc
 }
 
+/// The two variants of one cluster: the full-policy one (Envoys), and the
+/// proxyless one where it differs in what is built (`None`: the port is not
+/// `GRPC` or no rule applies, so proxyless clients take the full one).
+pub(crate) type Clusters = (Built, Option<Built>);
+
 /// Builds and encodes the cluster of `port` of `svc` (the subset's when
-/// `subset` is set) with `dr`'s policy. Without a rule it is exactly
-/// `cds::cluster`'s.
+/// `subset` is set) with `dr`'s policy, in both variants (see [`Clusters`]).
+/// Without a rule it is exactly `cds::cluster`'s.
 pub(crate) fn cluster(
     svc: &Service,
     port: &Port,
     subset: Option<&str>,
     dr: Option<&DestinationRule>,
     opts: &GenOptions,
-) -> Result<Bytes, String> {
+) -> Clusters {
     let name = match subset {
         Some(s) => subset_cluster_name(port.number, s, &svc.hostname),
         None => cluster_name(port.number, &svc.hostname),
     };
-    let mut c = cds::build(svc, port, name.to_string(), opts)?;
-    if let Some(dr) = dr {
-        apply(&mut c, port, &effective(dr, port.number, subset));
-    }
-    Ok(encode(&c))
+    let c = match cds::build(svc, port, name.to_string(), opts) {
+        Ok(c) => c,
+        Err(e) => return (Err(e), None),
+    };
+    let Some(dr) = dr else {
+        return (Ok(encode(&c)), None);
+    };
+    let e = effective(dr, port.number, subset);
+    let variant = proxyless(port).then(|| {
+        let mut g = c.clone();
+        apply(&mut g, port, &e, true);
+        Ok(encode(&g))
+    });
+    let mut full = c;
+    apply(&mut full, port, &e, false);
+    (Ok(encode(&full)), variant)
 }
 
-/// Applies the policy parts to a built cluster.
-fn apply(c: &mut Cluster, port: &Port, e: &Effective<'_>) {
-    let grpc = proxyless(port);
+/// Applies the policy parts to a built cluster (`grpc`: only what proxyless
+/// gRPC takes).
+fn apply(c: &mut Cluster, port: &Port, e: &Effective<'_>, grpc: bool) {
     if let Some(lb) = e.lb {
         lb::apply(c, lb, grpc);
     }
@@ -205,10 +224,13 @@ pub(crate) fn subset_resources(
     dr: Option<&DestinationRule>,
     eps: Option<&mut super::eds::HostEndpoints<'_>>,
     opts: &GenOptions,
-) -> Option<(Built, Option<Built>)> {
+) -> Option<(Clusters, Option<Built>)> {
     let labels = subset_labels(dr, subset)?;
     let name = subset_cluster_name(port.number, subset, &svc.hostname);
     let assignment =
         eps.map(|eps| super::eds::load_assignment_matching(eps, &name, port, Some(labels)));
     Some((cluster(svc, port, Some(subset), dr, opts), assignment))
 }
+
+#[cfg(test)]
+mod tests;
