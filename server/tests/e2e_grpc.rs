@@ -426,3 +426,66 @@ fn grpc_go_and_grpcio_take_fault_injection() {
     assert_eq!(out.lines().collect::<Vec<_>>(), ["hello from backend-1"; 5]);
     mesh.assert_acked();
 }
+
+const TLS_DR: &str = "apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: greeter-tls
+  namespace: test
+spec:
+  host: greeter.test.local
+  trafficPolicy:
+    loadBalancer: {consistentHash: {maglev: {tableSize: 65537}, httpHeaderName: x-user}}
+    tls: {mode: SIMPLE, sni: greeter.test.local}
+";
+
+/// Issue 27 (DP1120): on a GRPC port a real Envoy gets the rule's upstream TLS
+/// and MAGLEV, while grpcio, on the same service, gets the proxyless variant
+/// (no TLS, round robin): it ACKs everything and its calls still succeed.
+#[test]
+fn envoy_gets_upstream_tls_on_a_grpc_port_and_grpcio_its_own_cluster() {
+    let mesh = Mesh::start("grpc-tls-1");
+    let tmp = mesh.watch.join(".tls.tmp");
+    std::fs::write(&tmp, TLS_DR).expect("write rule");
+    std::fs::rename(&tmp, mesh.watch.join("greeter-tls.yaml")).expect("rename rule");
+    let envoy = support::Envoy::start(mesh.tmp.path(), "envoy-sotw.yaml", mesh.dp.xds_port);
+    let port = mesh.target.rsplit(':').next().expect("port");
+    let cluster = format!("outbound|{port}||{HOST}");
+    wait_for("Envoy's cluster with TLS", Duration::from_secs(60), || {
+        let dump = envoy.get("/config_dump?resource=dynamic_active_clusters");
+        let ours = dump
+            .split("\"cluster\": {")
+            .find(|c| c.contains(&format!("\"name\": \"{cluster}\"")))
+            .ok_or_else(|| format!("no {cluster} yet:\n{dump}"))?;
+        if ours.contains("envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext")
+            && ours.contains("\"lb_policy\": \"MAGLEV\"")
+        {
+            Ok(())
+        } else {
+            Err(format!("{cluster} without TLS or MAGLEV yet:\n{ours}"))
+        }
+    });
+    assert!(
+        envoy
+            .get("/stats")
+            .contains("cluster_manager.cds.update_success"),
+        "Envoy's stats are readable"
+    );
+    assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
+
+    let mut client = Command::new("timeout");
+    client
+        .arg("40")
+        .arg(&mesh.python)
+        .arg(mesh.tmp.path().join("client.py"))
+        .arg(&mesh.target)
+        .arg("3");
+    let out = mesh.call_until_ok("grpcio calls beside Envoy's TLS cluster", client);
+    assert_eq!(out.lines().collect::<Vec<_>>(), ["hello from backend-1"; 3]);
+    mesh.assert_acked();
+    let m = mesh.dp.metrics();
+    assert!(
+        metric(&m, "deltapilot_xds_acks_total", &["type=\"cds\""]) > 0.0,
+        "{m}"
+    );
+}
