@@ -66,8 +66,9 @@ pub(super) const MAGIC: [u8; 8] = *b"DPCKPT\r\n";
 /// Version 3 added the pending multi-copy resyncs to the sources section;
 /// version 4 moved endpoints to their own section, each shape stored once;
 /// version 5 split the body into a state and a resources section, each with
-/// its own checksum.
-pub const FORMAT_VERSION: u32 = 5;
+/// its own checksum; version 6 added the proxyless cluster flavour
+/// (`ResourceKind::GrpcCluster`, tag 6) to the resources section.
+pub const FORMAT_VERSION: u32 = 6;
 
 /// Header size in bytes.
 pub(super) const HEADER_LEN: usize = 40;
