@@ -362,6 +362,9 @@ impl Generator {
                 self.http.remove(p);
             }
         }
+        if prev.grpc_clusters.is_empty() {
+            share_cluster_nodes(&mut out.set);
+        }
         self.hash = out.hash;
         (out.set, out.changes, out.errors)
     }
@@ -629,6 +632,26 @@ impl Generator {
             ));
         }
     }
+}
+
+/// Rebuilds `grpc_clusters` as a clone of `clusters` with only the differing
+/// proxyless variants put back: the same contents, but the two maps share
+/// every tree node the overlay does not touch, and later batches keep that
+/// sharing for what they do not change. Done when the map was built from
+/// empty (a startup), where the two were filled independently.
+fn share_cluster_nodes(set: &mut ResourceSet) {
+    let mut shared = set.clusters.clone();
+    for (name, r) in set.grpc_clusters.iter() {
+        if !set.clusters.get(name).is_some_and(|f| Arc::ptr_eq(f, r)) {
+            shared.insert(r.clone());
+        }
+    }
+    for name in set.clusters.keys() {
+        if !set.grpc_clusters.contains_key(name) {
+            shared.remove(name);
+        }
+    }
+    set.grpc_clusters = shared;
 }
 
 /// The subsets of the DestinationRule that applies to `h` now.
