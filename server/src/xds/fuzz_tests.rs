@@ -1,7 +1,8 @@
 //! Fuzzing the delta and SotW state machines: arbitrary sequences of requests
 //! (subscribe/unsubscribe any names, wildcards, ACK/NACK with current, stale or
 //! made-up nonces, unknown type URLs) interleaved with snapshot changes and
-//! response pulls. Asserts no panic and the protocol invariants on every response:
+//! response pulls, from a synthetic snapshot and from a real engine snapshot (the
+//! example mesh through the file adapter, fold and generate). Asserts no panic and the protocol invariants on every response:
 //! no duplicate names, no name both sent and removed, no empty delta response,
 //! nonces unique per stream, and a bounded number of responses per step.
 //!
@@ -9,7 +10,12 @@
 
 use std::collections::HashSet;
 
+use deltapilot_adapters::file::load_paths;
+use deltapilot_log::RecordPos;
+use deltapilot_model::fold::fold_iter;
+use deltapilot_model::state::ModelState;
 use deltapilot_xds::ResourceType::{self, Cluster, Endpoint, Listener, Route};
+use deltapilot_xds::generate::{GenOptions, build_all};
 use deltapilot_xds::snapshot::Snapshot;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
@@ -20,7 +26,7 @@ use super::Limits;
 use super::delta::DeltaStream;
 use super::request::DeltaRequest;
 use super::sotw::SotwStream;
-use super::testutil::next;
+use super::testutil::{map_mut, next};
 
 /// Cases in CI.
 const CI_CASES: u32 = 128;
@@ -71,7 +77,7 @@ enum Op {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let names = || proptest::collection::vec(0..NAMES.len(), 0..4);
+    let names = || proptest::collection::vec(0..32usize, 0..4);
     let nonce = prop_oneof![
         Just(Nonce::Empty),
         Just(Nonce::Last),
@@ -81,13 +87,13 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0..TYPES.len(), proptest::bool::weighted(0.05), names(), names(), nonce, any::<bool>())
             .prop_map(|(t, bad_type, sub, unsub, nonce, nack)| Op::Request { t, bad_type, sub, unsub, nonce, nack }),
-        2 => (0..TYPES.len(), 0..4usize, proptest::option::of(any::<u8>()))
+        2 => (0..TYPES.len(), 0..32usize, proptest::option::of(any::<u8>()))
             .prop_map(|(t, name, body)| Op::Edit { t, name, body }),
         3 => Just(Op::Pull),
     ]
 }
 
-fn base() -> Snapshot {
+fn synthetic() -> Snapshot {
     let mut edits = Vec::new();
     for t in TYPES {
         for n in ["a", "b"] {
@@ -95,6 +101,53 @@ fn base() -> Snapshot {
         }
     }
     next(&Snapshot::default(), &edits)
+}
+
+/// A real engine snapshot: the example mesh read by the file adapter, folded and
+/// generated as `deltapilot run` serves it.
+fn real() -> Snapshot {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/mesh");
+    let paths = ["hello.yaml", "vms.yaml"].map(|f| root.join(f));
+    let events = load_paths(&paths, "fuzz")
+        .expect("example mesh loads")
+        .events;
+    let out = fold_iter(
+        &ModelState::default(),
+        events.iter().enumerate().map(|(i, e)| {
+            let pos = RecordPos {
+                partition: 0,
+                offset: i as u64,
+            };
+            (pos, e)
+        }),
+    );
+    let (resources, _) = build_all(&out.state, &GenOptions::default());
+    Snapshot {
+        seq: 1,
+        model: out.state,
+        resources,
+        ..Default::default()
+    }
+}
+
+/// The snapshot a case starts from and the names its requests draw from: the
+/// fixed [`NAMES`] plus, for a real snapshot, names it holds.
+fn base(real_snapshot: bool) -> (Snapshot, Vec<String>) {
+    let snap = if real_snapshot { real() } else { synthetic() };
+    let mut pool: Vec<String> = NAMES.iter().map(|n| n.to_string()).collect();
+    if real_snapshot {
+        for t in TYPES {
+            let mut s = snap.clone();
+            let held: Vec<String> = map_mut(&mut s, t)
+                .iter()
+                .take(3)
+                .map(|(n, _)| n.to_string())
+                .collect();
+            assert!(!held.is_empty(), "the example mesh has no {t:?}");
+            pool.extend(held);
+        }
+    }
+    (snap, pool)
 }
 
 /// Nonces a stream has sent, for picking ACK nonces and checking uniqueness.
@@ -126,9 +179,12 @@ impl Nonces {
     }
 }
 
-fn edit(snap: &Snapshot, t: usize, name: usize, body: Option<u8>) -> Snapshot {
+fn edit(snap: &Snapshot, pool: &[String], t: usize, name: usize, body: Option<u8>) -> Snapshot {
     let text = body.map(|b| format!("v{b}"));
-    next(snap, &[(TYPES[t], NAMES[name], text.as_deref())])
+    next(
+        snap,
+        &[(TYPES[t], pool[name % pool.len()].as_str(), text.as_deref())],
+    )
 }
 
 fn type_url(t: usize, bad: bool) -> String {
@@ -139,8 +195,8 @@ fn type_url(t: usize, bad: bool) -> String {
     }
 }
 
-fn names_of(ix: &[usize]) -> Vec<String> {
-    ix.iter().map(|i| NAMES[*i].to_string()).collect()
+fn names_of(ix: &[usize], pool: &[String]) -> Vec<String> {
+    ix.iter().map(|i| pool[i % pool.len()].clone()).collect()
 }
 
 fn nack_detail(nack: bool) -> Option<RpcStatus> {
@@ -151,8 +207,8 @@ fn nack_detail(nack: bool) -> Option<RpcStatus> {
     })
 }
 
-fn run_delta(ops: &[Op]) -> Result<usize, TestCaseError> {
-    let mut snap = base();
+fn run_delta(real_snapshot: bool, ops: &[Op]) -> Result<usize, TestCaseError> {
+    let (mut snap, pool) = base(real_snapshot);
     let mut st = DeltaStream::new(None, Limits::default(), &snap);
     let mut nonces = Nonces::default();
     for op in ops {
@@ -167,8 +223,8 @@ fn run_delta(ops: &[Op]) -> Result<usize, TestCaseError> {
             } => {
                 let r = DeltaDiscoveryRequest {
                     type_url: type_url(*t, *bad_type),
-                    resource_names_subscribe: names_of(sub),
-                    resource_names_unsubscribe: names_of(unsub),
+                    resource_names_subscribe: names_of(sub, &pool),
+                    resource_names_unsubscribe: names_of(unsub, &pool),
                     response_nonce: nonces.pick(nonce),
                     error_detail: nack_detail(*nack),
                     ..Default::default()
@@ -177,7 +233,7 @@ fn run_delta(ops: &[Op]) -> Result<usize, TestCaseError> {
                 prop_assert!(!*bad_type || out.is_err(), "unknown type URL accepted");
             }
             Op::Edit { t, name, body } => {
-                snap = edit(&snap, *t, *name, *body);
+                snap = edit(&snap, &pool, *t, *name, *body);
                 st.on_snapshot(&snap);
             }
             Op::Pull => {}
@@ -207,8 +263,8 @@ fn run_delta(ops: &[Op]) -> Result<usize, TestCaseError> {
     Ok(nonces.sent.len())
 }
 
-fn run_sotw(ops: &[Op]) -> Result<usize, TestCaseError> {
-    let mut snap = base();
+fn run_sotw(real_snapshot: bool, ops: &[Op]) -> Result<usize, TestCaseError> {
+    let (mut snap, pool) = base(real_snapshot);
     let mut st = SotwStream::new(None, Limits::default(), &snap);
     let mut nonces = Nonces::default();
     for op in ops {
@@ -223,7 +279,7 @@ fn run_sotw(ops: &[Op]) -> Result<usize, TestCaseError> {
             } => {
                 let r = DiscoveryRequest {
                     type_url: type_url(*t, *bad_type),
-                    resource_names: names_of(sub),
+                    resource_names: names_of(sub, &pool),
                     response_nonce: nonces.pick(nonce),
                     error_detail: nack_detail(*nack),
                     ..Default::default()
@@ -232,7 +288,7 @@ fn run_sotw(ops: &[Op]) -> Result<usize, TestCaseError> {
                 prop_assert!(!*bad_type || out.is_err(), "unknown type URL accepted");
             }
             Op::Edit { t, name, body } => {
-                snap = edit(&snap, *t, *name, *body);
+                snap = edit(&snap, &pool, *t, *name, *body);
                 st.on_snapshot(&snap);
             }
             Op::Pull => {}
@@ -256,13 +312,13 @@ proptest! {
     #![proptest_config(config())]
 
     #[test]
-    fn delta_arbitrary_request_sequences(ops in proptest::collection::vec(op(), 1..40)) {
-        run_delta(&ops)?;
+    fn delta_arbitrary_request_sequences(real in any::<bool>(), ops in proptest::collection::vec(op(), 1..40)) {
+        run_delta(real, &ops)?;
     }
 
     #[test]
-    fn sotw_arbitrary_request_sequences(ops in proptest::collection::vec(op(), 1..40)) {
-        run_sotw(&ops)?;
+    fn sotw_arbitrary_request_sequences(real in any::<bool>(), ops in proptest::collection::vec(op(), 1..40)) {
+        run_sotw(real, &ops)?;
     }
 }
 
@@ -277,6 +333,8 @@ fn a_subscription_gets_a_response() {
         nonce: Nonce::Empty,
         nack: false,
     }];
-    assert!(run_delta(&ops).expect("delta") >= 1);
-    assert!(run_sotw(&ops).expect("sotw") >= 1);
+    for real in [false, true] {
+        assert!(run_delta(real, &ops).expect("delta") >= 1);
+        assert!(run_sotw(real, &ops).expect("sotw") >= 1);
+    }
 }
