@@ -359,3 +359,6 @@ fn aws_region(zone: &str) -> String {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod fuzz;

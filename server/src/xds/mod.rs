@@ -16,6 +16,8 @@ mod clock;
 pub mod delta;
 pub mod encode;
 pub mod frame;
+#[cfg(test)]
+mod fuzz_tests;
 mod order;
 pub mod registry;
 pub mod request;

@@ -319,6 +319,10 @@ pub(crate) fn write_error_line(
 }
 
 #[cfg(test)]
+#[path = "jsonl_fuzz.rs"]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use deltapilot_proto::EntityDelete;
