@@ -709,9 +709,7 @@ fn a_router_of_two_unrelated_gateways_gets_both() {
     assert_eq!(names(&v.listeners), ["0.0.0.0_8080", "0.0.0.0_9090"]);
     for (n, r) in v.listeners.iter() {
         assert!(
-            !set.sidecar_listeners
-                .get(n)
-                .is_some_and(|s| s.bytes == r.bytes),
+            !set_has_same(&set.sidecar_listeners, n, r),
             "sidecar listener {n} in the gateway view"
         );
     }
