@@ -440,6 +440,9 @@ fn check(ops: &[Op], batch: usize) -> Result<(), TestCaseError> {
             &[][..],
             &[("istio", "ingressgateway")][..],
             &[("istio", "ingressgateway"), ("zone", "a")][..],
+            // Unrelated selectors combined: a set no single selector yields.
+            &[("istio", "ingressgateway"), ("zone", "a"), ("app", "other")][..],
+            &[("istio", "ingressgateway"), ("app", "other")][..],
         ] {
             let mut p = Proxy {
                 namespace: Arc::from("istio-system"),
@@ -656,4 +659,60 @@ fn a_replay_following_a_proxy_reports_its_view() {
     );
     assert!(!hidden.changes.is_empty(), "the global assignment changed");
     assert_eq!(hidden.proxy_changes.expect("followed"), vec![]);
+}
+
+/// A router whose labels match the selectors of two unrelated Gateways gets
+/// one view with both Gateways' listeners, never the sidecar listeners.
+#[test]
+fn a_router_of_two_unrelated_gateways_gets_both() {
+    let gw = |ns: &str, name: &str, selector: &str, port: u16| {
+        rule(
+            "src",
+            0,
+            ConfigKind::Gateway,
+            ns,
+            name,
+            &format!(
+                r#"{{"selector":{selector},"servers":[{{"port":{{"number":{port},"name":"http","protocol":"HTTP"}},"hosts":["*/*"]}}]}}"#
+            ),
+        )
+    };
+    let evs = [
+        simple_svc("ns1", "a.ns1.svc.cluster.local", 80, Protocol::Http),
+        gw(
+            "istio-system",
+            "public",
+            r#"{"istio":"ingressgateway"}"#,
+            8080,
+        ),
+        gw("ns1", "internal", r#"{"app":"internal-gw"}"#, 9090),
+    ];
+    let state = model(&evs);
+    let opts = GenOptions::default();
+    let (_, set, _) = Generator::build(&state, opts.clone());
+    let views = Views::build(&state, &set, &opts);
+    let mut router = Proxy {
+        namespace: Arc::from("istio-system"),
+        proxy_type: ProxyType::Router,
+        ..Default::default()
+    };
+    for (k, v) in [("istio", "ingressgateway"), ("app", "internal-gw")] {
+        router.labels.insert(Arc::from(k), Arc::from(v));
+    }
+    let key = views.key_for(&router, &state);
+    assert_eq!(key.to_string(), "gateway/istio-system/public,ns1/internal");
+    assert!(!views.missing_gateway_set(&router, &state));
+    let ViewKey::Gateway { gateways } = &key else {
+        panic!("router key {key:?}")
+    };
+    let v = views.gateway(gateways).expect("the key's view exists");
+    assert_eq!(names(&v.listeners), ["0.0.0.0_8080", "0.0.0.0_9090"]);
+    for (n, r) in v.listeners.iter() {
+        assert!(
+            !set_has_same(&set.sidecar_listeners, n, r),
+            "sidecar listener {n} in the gateway view"
+        );
+    }
+    // Each Gateway alone still has its own view, for routers of one family.
+    assert_eq!(views.gateways().count(), 3);
 }

@@ -39,7 +39,7 @@ mod gateway;
 mod key;
 mod scoped;
 
-pub use gateway::{GatewaySet, GatewayView, gateway_sets};
+pub use gateway::{GatewaySet, GatewaySets, GatewayView, MAX_GATEWAY_SETS, gateway_sets};
 pub use key::{ViewKey, key_for};
 pub use scoped::{ScopedView, Views};
 

@@ -29,6 +29,7 @@ pub mod impact;
 mod listen;
 pub mod registry_view;
 pub mod render;
+mod rules_refs;
 pub mod rules_view;
 pub mod syncz;
 

@@ -12,6 +12,8 @@
 //! | --- | --- | --- | --- |
 //! | `DP3001` | warning | a VirtualService host (or wildcard) matches no service | the rule routes nothing until one appears |
 //! | `DP3002` | warning | a DestinationRule host (or wildcard) matches no service | its subsets and policies make no cluster until one appears |
+//! | `DP3003` | warning | a VirtualService is bound to a Gateway (`gateways: [ns/name]`) that does not exist | its routes reach no router until the Gateway appears |
+//! | `DP3004` | warning | a Sidecar hides a host that a VirtualService of its namespace routes to | the sidecars it scopes have no cluster for that destination |
 //!
 //! File and line: the log carries objects, not where they were written, so the
 //! report takes them from the in-process file adapter's status
@@ -153,6 +155,7 @@ fn gateway_problems(model: &ModelState) -> BTreeMap<Arc<str>, Vec<(Arc<str>, Pro
 fn collect(model: &ModelState) -> (Vec<Value>, RuleCounts) {
     let idx = model.rules();
     let mut by_gateway = gateway_problems(model);
+    let mut by_reference = super::rules_refs::reference_problems(model);
     let mut rules = Vec::new();
     let mut counts = RuleCounts::default();
     let by_code = &mut counts.by_code;
@@ -163,7 +166,8 @@ fn collect(model: &ModelState) -> (Vec<Value>, RuleCounts) {
             *by_code.entry(p.code).or_default() += 1;
             problems.push(problem_json(p, None));
         }
-        for p in unresolved_hosts(model, rule) {
+        let refs = by_reference.remove(&rule.key).unwrap_or_default();
+        for p in unresolved_hosts(model, rule).into_iter().chain(refs) {
             *by_code.entry(p.code).or_default() += 1;
             problems.push(problem_json(&p, None));
         }

@@ -208,14 +208,16 @@ impl StreamGuard {
             && let Some(p) = proxy
         {
             if snap.views.missing_gateway_set(p, &snap.model) {
-                // Not silently: the router gets the default router view
-                // (sidecar listeners) until a view exists for its set.
+                // Not silently: only past `MAX_GATEWAY_SETS` does a router
+                // selected by Gateways lack a view (it then gets the default
+                // router view, with sidecar listeners).
                 tracing::warn!(
                     proxy = %p.id,
                     gateways = ?snap.model.rules().gateways_selecting(&p.namespace, &p.labels, false),
-                    "router selected by a set of Gateways that no Gateway's own selector \
-                     yields: deltapilot builds no gateway view for it, so it gets the default \
-                     router view; give one Gateway a selector matching exactly this router's labels"
+                    max = deltapilot_xds::view::MAX_GATEWAY_SETS,
+                    "router selected by a set of Gateways that has no gateway view: the Gateway \
+                     selectors combine into more sets than deltapilot builds, so it gets the \
+                     default router view; use fewer unrelated Gateway selectors"
                 );
             }
             let pt = p.proxy_type.as_str();

@@ -1,15 +1,22 @@
 //! [`GatewayView`]: what the routers selected by one set of Gateways receive.
 //!
 //! Which sets get a view: the fold is pure and does not know which routers are
-//! connected, so the keys must follow from config alone. For every valid
-//! Gateway, its own selector taken as a label set is selected by some set of
-//! Gateways (those whose selectors are subsets of it, plus the selector-less
-//! ones); [`gateway_sets`] collects these sets, and each gets one view. This
-//! covers every router whose labels match the selectors of one "family" of
-//! Gateways (the usual `istio: ingressgateway` deployment). A router selected by
-//! a set that is no Gateway's own selection (labels combining two unrelated
-//! selectors) has no prebuilt view: `Views::key_for` then gives it
-//! `Default(Router)` and the server reports it (see `Views::missing_gateway_set`).
+//! connected, so the keys must follow from config alone. A router with labels
+//! `L` is selected by `S(L)`, the Gateways whose selectors are subsets of `L`
+//! (plus the selector-less ones). Since every selector in `S(L)` lies in `L`,
+//! `S(L)` equals `S(U)` for `U` the union of those selectors: every router's set
+//! is the selection of a union of compatible Gateway selectors (no key with two
+//! values). [`gateway_sets`] builds exactly these sets, as a closure: start
+//! from each Gateway's own selector, and merge the label unions of two known
+//! sets while a new set appears. So a router whose labels combine the
+//! selectors of unrelated Gateways gets a view with all of them, never the
+//! sidecar listeners of `default/router`.
+//!
+//! The closure is exponential in the worst case (n pairwise compatible,
+//! unrelated selectors give 2^n - 1 sets); it stops at [`MAX_GATEWAY_SETS`]
+//! and [`GatewaySets::truncated`] says so. A router whose set was then not
+//! built falls back to `default/router`, and the server reports it
+//! (`Views::missing_gateway_set`).
 //!
 //! A view holds the global clusters and assignments (the global maps
 //! themselves, as Istio gives gateways every cluster) and the listeners and
@@ -17,7 +24,7 @@
 //! routes are rebuilt only when [`gateway_touched`] says the batch may change
 //! them; the change log names exactly what changed in the view.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use imbl::Vector;
@@ -31,22 +38,96 @@ use deltapilot_model::state::{ModelState, Touched};
 /// The sorted ids (`<namespace>/<name>`) of a set of Gateways.
 pub type GatewaySet = Arc<[Arc<str>]>;
 
-/// Every set of Gateways that gets a view (see the module doc), sorted.
-/// O(gateways²).
-pub fn gateway_sets(model: &ModelState) -> BTreeSet<GatewaySet> {
+/// How many gateway views the fold builds at most. Real meshes have a few
+/// Gateway families, so a handful of sets; the bound keeps a pathological
+/// config (many compatible, unrelated selectors) from costing 2^n views.
+pub const MAX_GATEWAY_SETS: usize = 256;
+
+/// The sets of Gateways that get a view, with the label union that selects each.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GatewaySets {
+    /// Each set (sorted ids), sorted, with the union of its members' selectors.
+    pub sets: BTreeMap<GatewaySet, Labels>,
+    /// Whether [`MAX_GATEWAY_SETS`] cut the closure short (some routers may
+    /// then have no view).
+    pub truncated: bool,
+}
+
+/// A Gateway's selector as a label set.
+fn selector_labels(gw: &deltapilot_model::rules::BoundGateway) -> Labels {
+    gw.spec
+        .selector
+        .iter()
+        .flatten()
+        .map(|(k, v)| (Arc::from(k.as_str()), Arc::from(v.as_str())))
+        .collect()
+}
+
+/// `a ∪ b`, or `None` when a key has two values (no router carries both).
+fn union(a: &Labels, b: &Labels) -> Option<Labels> {
+    let mut out = a.clone();
+    for (k, v) in b {
+        match out.get(k) {
+            Some(w) if w != v => return None,
+            Some(_) => {}
+            None => {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Every set of Gateways that gets a view (see the module doc). O(sets² ×
+/// Gateways) per round, at most [`MAX_GATEWAY_SETS`] sets.
+pub fn gateway_sets(model: &ModelState) -> GatewaySets {
     let rules = model.rules();
-    let mut out = BTreeSet::new();
-    for (_, rule, gw) in rules.gateways() {
-        let labels: Labels = gw
-            .spec
-            .selector
-            .iter()
-            .flatten()
-            .map(|(k, v)| (Arc::from(k.as_str()), Arc::from(v.as_str())))
-            .collect();
-        let set = rules.gateways_selecting(&rule.namespace, &labels, false);
-        if !set.is_empty() {
-            out.insert(GatewaySet::from(set));
+    let select = |labels: &Labels| -> Option<GatewaySet> {
+        let set = rules.gateways_selecting("", labels, false);
+        (!set.is_empty()).then(|| GatewaySet::from(set))
+    };
+    let mut out = GatewaySets::default();
+    // Each set's label union: the union of its members' selectors.
+    let union_of = |set: &GatewaySet| -> Labels {
+        let mut u = Labels::new();
+        for (id, _, gw) in rules.gateways() {
+            if set.contains(id) {
+                u.extend(selector_labels(gw));
+            }
+        }
+        u
+    };
+    let mut frontier: Vec<GatewaySet> = Vec::new();
+    for (_, _, gw) in rules.gateways() {
+        if let Some(set) = select(&selector_labels(gw))
+            && !out.sets.contains_key(&set)
+        {
+            let u = union_of(&set);
+            out.sets.insert(set.clone(), u);
+            frontier.push(set);
+        }
+    }
+    // Merge each new set with every known one until nothing new appears.
+    while let Some(set) = frontier.pop() {
+        let u = out.sets[&set].clone();
+        let known: Vec<Labels> = out.sets.values().cloned().collect();
+        for other in known {
+            let Some(joined) = union(&u, &other) else {
+                continue;
+            };
+            let Some(next) = select(&joined) else {
+                continue;
+            };
+            if out.sets.contains_key(&next) {
+                continue;
+            }
+            if out.sets.len() >= MAX_GATEWAY_SETS {
+                out.truncated = true;
+                return out;
+            }
+            let nu = union_of(&next);
+            out.sets.insert(next.clone(), nu);
+            frontier.push(next);
         }
     }
     out

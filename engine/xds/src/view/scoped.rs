@@ -376,6 +376,8 @@ pub struct Views {
     root_namespace: Arc<str>,
     scoped: OrdMap<Arc<str>, Arc<ScopedView>>,
     gateways: OrdMap<GatewaySet, Arc<GatewayView>>,
+    /// Whether `MAX_GATEWAY_SETS` cut the gateway sets short.
+    gateway_sets_truncated: bool,
 }
 
 impl Views {
@@ -391,8 +393,10 @@ impl Views {
                 )
             })
             .collect();
-        let gateways = gateway_sets(model)
-            .into_iter()
+        let sets = gateway_sets(model);
+        let gateways = sets
+            .sets
+            .into_keys()
             .map(|g| {
                 let v = GatewayView::build(model, global, &g, opts);
                 (g, Arc::new(v))
@@ -402,6 +406,7 @@ impl Views {
             root_namespace: Arc::from(opts.root_namespace.as_str()),
             scoped,
             gateways,
+            gateway_sets_truncated: sets.truncated,
         }
     }
 
@@ -419,10 +424,12 @@ impl Views {
         seq: u64,
     ) -> (Views, bool) {
         let rules = model.rules();
-        let (gateways, gw_any) = self.update_gateways(model, global, changes, touched, opts, seq);
+        let (gateways, truncated, gw_any) =
+            self.update_gateways(model, global, changes, touched, opts, seq);
         if !rules.has_sidecars() && self.scoped.is_empty() {
             let mut next = self.clone();
             next.gateways = gateways;
+            next.gateway_sets_truncated = truncated;
             return (next, gw_any);
         }
         let quiet = changes.is_empty() && touched.services.is_empty();
@@ -475,13 +482,15 @@ impl Views {
                 root_namespace,
                 scoped,
                 gateways,
+                gateway_sets_truncated: truncated,
             },
             any,
         )
     }
 
-    /// The gateway views after one batch, and whether any changed, appeared or
-    /// went. The sets are recomputed only when a config changed.
+    /// The gateway views after one batch, whether `MAX_GATEWAY_SETS` cut the
+    /// sets short, and whether any view changed, appeared or went. The sets
+    /// are recomputed only when a config changed.
     fn update_gateways(
         &self,
         model: &ModelState,
@@ -490,11 +499,15 @@ impl Views {
         touched: &Touched,
         opts: &GenOptions,
         seq: u64,
-    ) -> (OrdMap<GatewaySet, Arc<GatewayView>>, bool) {
-        let sets: BTreeSet<GatewaySet> = if touched.configs {
-            gateway_sets(model)
+    ) -> (OrdMap<GatewaySet, Arc<GatewayView>>, bool, bool) {
+        let (sets, truncated): (BTreeSet<GatewaySet>, bool) = if touched.configs {
+            let s = gateway_sets(model);
+            (s.sets.into_keys().collect(), s.truncated)
         } else {
-            self.gateways.keys().cloned().collect()
+            (
+                self.gateways.keys().cloned().collect(),
+                self.gateway_sets_truncated,
+            )
         };
         let mut any = self.gateways.keys().any(|k| !sets.contains(k));
         let mut out = OrdMap::new();
@@ -519,7 +532,7 @@ impl Views {
             };
             out.insert(set, view);
         }
-        (out, any)
+        (out, truncated, any)
     }
 
     /// The key of `proxy`'s view in `model` (the model these views were derived
@@ -557,12 +570,18 @@ impl Views {
     }
 
     /// Whether `proxy` is a router selected by Gateways whose set has no view
-    /// (it then gets `Default(Router)`; see `gateway`'s module doc).
+    /// (it then gets `Default(Router)`): only when `MAX_GATEWAY_SETS` cut the
+    /// sets short (see `gateway`'s module doc).
     pub fn missing_gateway_set(&self, proxy: &Proxy, model: &ModelState) -> bool {
         matches!(
             key_for(proxy, model, ""),
             ViewKey::Gateway { gateways } if !self.gateways.contains_key(&gateways)
         )
+    }
+
+    /// Whether `MAX_GATEWAY_SETS` cut the gateway sets short.
+    pub fn gateway_sets_truncated(&self) -> bool {
+        self.gateway_sets_truncated
     }
 
     /// How many scoped views exist.

@@ -12,7 +12,12 @@
 //! - `analyze --admin ADDR`: the same for a running server, from `/debug/rules`
 //!   (with file and line where the server's in-process file adapter knows them:
 //!   the log holds objects, not where they were written; see
-//!   `deltapilot_adapters::file::Loaded::origins`).
+//!   `deltapilot_adapters::file::Loaded::origins`), plus, from `/debug/syncz`,
+//!   every Gateway that selects no connected proxy (`DP3005`, warning).
+//!
+//! Both modes report the cross-rule references of `/debug/rules`: `DP3003`
+//! (a VirtualService bound to a Gateway that does not exist) and `DP3004` (a
+//! Sidecar hiding a host a VirtualService of its namespace routes to).
 //! - `analyze --impact PATH… --admin ADDR`: folds the files' objects onto the
 //!   server's current state in memory (`POST /debug/impact`; nothing reaches
 //!   the log) and prints every resource that would be added, changed or
@@ -202,11 +207,56 @@ async fn get_json(
 async fn remote(addr: SocketAddr) -> anyhow::Result<(Vec<Message>, usize)> {
     let report = get_json(addr, "GET", "/debug/rules", None).await?;
     let rules = report["rules"].as_array().map_or(0, Vec::len);
-    let messages = problem_list(&report)
+    let mut messages: Vec<Message> = problem_list(&report)
         .iter()
         .map(|p| rule_message(p, None))
         .collect();
+    let syncz = get_json(addr, "GET", "/debug/syncz", None).await?;
+    messages.extend(
+        idle_gateways(&report, &syncz)
+            .iter()
+            .map(|p| rule_message(p, None)),
+    );
     Ok((messages, rules))
+}
+
+/// `DP3005`: the Gateways of a `/debug/rules` report that select no proxy
+/// connected now, by the view keys `/debug/syncz` lists (`gateway/<id>,…`):
+/// their listeners reach no router.
+fn idle_gateways(report: &Value, syncz: &Value) -> Vec<Value> {
+    let selected: std::collections::BTreeSet<&str> = syncz["proxies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["view_key"].as_str()?.strip_prefix("gateway/"))
+        .flat_map(|ids| ids.split(','))
+        .collect();
+    report["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["kind"] == "Gateway")
+        .filter_map(|r| {
+            let id = format!("{}/{}", r["namespace"].as_str()?, r["name"].as_str()?);
+            if selected.contains(id.as_str()) {
+                return None;
+            }
+            let mut m = serde_json::json!({
+                "key": r["key"], "kind": "Gateway", "namespace": r["namespace"], "name": r["name"],
+                "code": "DP3005", "severity": "warning", "path": "selector",
+                "message": format!(
+                    "Gateway {id} selects no connected proxy: its listeners reach no router \
+                     (no router connected now carries labels matching its selector)"
+                ),
+            });
+            for k in ["file", "line"] {
+                if !r[k].is_null() {
+                    m[k] = r[k].clone();
+                }
+            }
+            Some(m)
+        })
+        .collect()
 }
 
 async fn impact(addr: SocketAddr, args: &AnalyzeArgs) -> anyhow::Result<()> {
