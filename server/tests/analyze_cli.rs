@@ -13,11 +13,9 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use replay_support::*;
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
 const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
@@ -195,35 +193,19 @@ metadata: {namespace: demo}
 /// configuration `8080`, ACKs both, and keeps reading; returns its request
 /// sender, which keeps the stream open while held.
 async fn connect_sidecar(xds: u16) -> mpsc::Sender<DeltaDiscoveryRequest> {
-    let mut client = tokio::time::timeout(
-        WAIT,
-        AggregatedDiscoveryServiceClient::connect(format!("http://127.0.0.1:{xds}")),
-    )
-    .await
-    .expect("connect in time")
-    .expect("connect");
-    let (tx, rx) = mpsc::channel::<DeltaDiscoveryRequest>(8);
-    tx.send(DeltaDiscoveryRequest {
-        node: Some(Node {
-            id: PROXY_ID.into(),
-            user_agent_name: "envoy".into(),
+    let (tx, mut inbound, cds) = delta_open(
+        xds,
+        DeltaDiscoveryRequest {
+            node: Some(Node {
+                id: PROXY_ID.into(),
+                user_agent_name: "envoy".into(),
+                ..Default::default()
+            }),
+            type_url: CDS.into(),
             ..Default::default()
-        }),
-        type_url: CDS.into(),
-        ..Default::default()
-    })
-    .await
-    .expect("send cds");
-    let mut inbound = client
-        .delta_aggregated_resources(ReceiverStream::new(rx))
-        .await
-        .expect("stream")
-        .into_inner();
-    let cds = tokio::time::timeout(WAIT, inbound.message())
-        .await
-        .expect("cds in time")
-        .expect("ok")
-        .expect("cds");
+        },
+    )
+    .await;
     for req in [
         DeltaDiscoveryRequest {
             type_url: CDS.into(),

@@ -13,12 +13,10 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind};
 use replay_support::*;
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
 const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 const ROUTER_ID: &str = "router~10.1.9.8~ingress.istio-system~istio-system.svc.cluster.local";
@@ -142,13 +140,6 @@ fn assert_file_refs(got: &BTreeMap<String, String>) {
 /// Connects a delta router with LABELS `istio: ingressgateway`; returns its
 /// request sender, which keeps the stream open while held.
 async fn connect_router(xds: u16) -> mpsc::Sender<DeltaDiscoveryRequest> {
-    let mut client = tokio::time::timeout(
-        WAIT,
-        AggregatedDiscoveryServiceClient::connect(format!("http://127.0.0.1:{xds}")),
-    )
-    .await
-    .expect("connect in time")
-    .expect("connect");
     let s = |v: &str| PbValue {
         kind: Some(Kind::StringValue(v.into())),
     };
@@ -164,29 +155,20 @@ async fn connect_router(xds: u16) -> mpsc::Sender<DeltaDiscoveryRequest> {
         )]
         .into(),
     };
-    let (tx, rx) = mpsc::channel::<DeltaDiscoveryRequest>(8);
-    tx.send(DeltaDiscoveryRequest {
-        node: Some(Node {
-            id: ROUTER_ID.into(),
-            user_agent_name: "envoy".into(),
-            metadata: Some(metadata),
+    let (tx, mut inbound, cds) = delta_open(
+        xds,
+        DeltaDiscoveryRequest {
+            node: Some(Node {
+                id: ROUTER_ID.into(),
+                user_agent_name: "envoy".into(),
+                metadata: Some(metadata),
+                ..Default::default()
+            }),
+            type_url: CDS.into(),
             ..Default::default()
-        }),
-        type_url: CDS.into(),
-        ..Default::default()
-    })
-    .await
-    .expect("send cds");
-    let mut inbound = client
-        .delta_aggregated_resources(ReceiverStream::new(rx))
-        .await
-        .expect("stream")
-        .into_inner();
-    let cds = tokio::time::timeout(WAIT, inbound.message())
-        .await
-        .expect("cds in time")
-        .expect("ok")
-        .expect("cds");
+        },
+    )
+    .await;
     tx.send(DeltaDiscoveryRequest {
         type_url: CDS.into(),
         response_nonce: cds.nonce.clone(),

@@ -182,7 +182,7 @@ pub struct ResourceSet {
     pub grpc_clusters: ResourceMap,
     /// EDS: one ClusterLoadAssignment per cluster.
     pub endpoints: ResourceMap,
-    /// LDS for sidecars (and routers, until gateways are served).
+    /// LDS for sidecars (and routers that no Gateway selects).
     pub sidecar_listeners: ResourceMap,
     /// LDS for proxyless gRPC clients.
     pub grpc_listeners: ResourceMap,

@@ -244,3 +244,42 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
+
+/// The bound on each wait of [`delta_open`].
+const DELTA_WAIT: Duration = Duration::from_secs(60);
+
+/// Opens a delta ADS stream to `127.0.0.1:xds`, sends `first` (the node and
+/// the first subscription) and waits for the first response. The sender keeps
+/// the stream open while held; the stream yields the later responses.
+pub async fn delta_open(
+    xds: u16,
+    first: envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest,
+) -> (
+    tokio::sync::mpsc::Sender<
+        envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest,
+    >,
+    tonic::Streaming<envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse>,
+    envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse,
+) {
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+    let mut client = tokio::time::timeout(
+        DELTA_WAIT,
+        AggregatedDiscoveryServiceClient::connect(format!("http://127.0.0.1:{xds}")),
+    )
+    .await
+    .expect("connect in time")
+    .expect("connect");
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    tx.send(first).await.expect("send the first request");
+    let mut inbound = client
+        .delta_aggregated_resources(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("stream")
+        .into_inner();
+    let response = tokio::time::timeout(DELTA_WAIT, inbound.message())
+        .await
+        .expect("first response in time")
+        .expect("ok")
+        .expect("a first response");
+    (tx, inbound, response)
+}
