@@ -63,7 +63,8 @@
 //!   endpoint events are counted apart, below).
 //! - `engine_events_skipped_total{reason}` — log records the fold could not
 //!   apply and left out (`decode`, `schema_too_new`, `empty_payload`, `invalid`,
-//!   `key_conflict`, `stale_generation`); each is also logged with its position.
+//!   `key_conflict`, `stale_generation`, `hash_collision`); each is also logged
+//!   with its position.
 //! - `engine_endpoint_events_held_total` — endpoint events stored although none
 //!   of their services exists yet (the `unknown_service` report: held, not
 //!   dropped, so counted apart from the skips).

@@ -99,6 +99,37 @@ fn conflict(key: &str, owner: &str, writer: &str) -> Skip {
     )
 }
 
+/// The skip of an entity whose key (or hostname) `text` has the same 128-bit
+/// hash as the stored `stored` (see `keys::HKey`): refused rather than merged
+/// with it.
+fn collision(what: &str, text: &str, stored: &str) -> Skip {
+    (
+        SkipReason::HashCollision,
+        format!(
+            "{what} {text:?} has the same 128-bit key hash as the stored {what} {stored:?}; \
+             refused so that the two are not merged (rename one of them)"
+        ),
+    )
+}
+
+/// A hostname `shape` lists whose key another stored hostname already holds,
+/// or two it lists that share a key: the skip for either.
+fn shape_collision(st: &ModelState, shape: &EndpointShape) -> Result<(), Skip> {
+    for (i, (_, host)) in shape.services.iter().enumerate() {
+        if let Some(stored) = st.hostname_collision(host) {
+            return Err(collision("hostname", host.as_str(), stored.as_str()));
+        }
+        let hk = HKey::of(host.as_str());
+        if let Some((_, other)) = shape.services[..i]
+            .iter()
+            .find(|(_, h)| h != host && HKey::of(h.as_str()) == hk)
+        {
+            return Err(collision("hostname", host.as_str(), other.as_str()));
+        }
+    }
+    Ok(())
+}
+
 fn nonempty_key(d: &pb::EntityDelete) -> Result<&str, Skip> {
     if d.key.is_empty() {
         Err(invalid("delete with an empty key"))
@@ -250,6 +281,13 @@ pub(super) fn apply_event(
                 .as_ref()
                 .ok_or_else(|| invalid("service_upsert without a service"))?;
             let svc = service_from_proto(s).map_err(invalid)?;
+            if let Some(stored) = st.hostname_collision(&svc.hostname) {
+                return Err(collision(
+                    "hostname",
+                    svc.hostname.as_str(),
+                    stored.as_str(),
+                ));
+            }
             let slot = ServiceSlot {
                 key: Arc::from(pb::service_key(&s.namespace, &s.hostname).as_str()),
                 source: cx.source(st, &ev.source),
@@ -302,6 +340,11 @@ pub(super) fn apply_event(
                 }
                 None => st.raw_endpoint_at(&hk),
             };
+            if let Some(w) = &current
+                && *w.value.key != *u.key
+            {
+                return Err(collision("endpoint key", &u.key, &w.value.key));
+            }
             let prev = current.as_ref().map(|w| &*w.value);
             let like = || {
                 let first = e.services.first()?;
@@ -317,12 +360,22 @@ pub(super) fn apply_event(
                 None => cx.source(st, &ev.source),
             };
             let shape = ep.shape.clone();
+            if !current
+                .as_ref()
+                .is_some_and(|w| Arc::ptr_eq(&w.value.shape, &shape))
+            {
+                shape_collision(st, &shape)?;
+            }
             st.put_endpoint_over(hk, current, source, ev.generation, ep, touched);
             return admit(st, cx, digest, &u.key, &shape).map(|()| Applied::Done);
         }
         Payload::EndpointDelete(d) => {
             let key = nonempty_key(d)?;
             let hk = prep.hk.unwrap_or_else(|| HKey::of(key));
+            if st.endpoint_key_at(&hk).is_some_and(|stored| stored != key) {
+                // Another key of the same hash is stored; this one is not.
+                return Ok(Applied::Done);
+            }
             if let Some(rec) = st.endpoint_record_at(&hk)
                 && rec.source != source_key(&ev.source)
                 && let Some(w) = st.raw_endpoint_at(&hk)

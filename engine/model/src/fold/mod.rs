@@ -35,6 +35,11 @@
 //!   they are bounded by what the registry holds. An endpoint that names several
 //!   services is indexed under all of them. An endpoint already stored is likewise
 //!   kept when its service is later deleted.
+//! - **Two texts never share a key.** The large maps order entities by a 128-bit
+//!   hash of their key or hostname (`keys::HKey`). An endpoint key, or a
+//!   hostname, whose hash equals a stored one of other text is skipped as
+//!   [`SkipReason::HashCollision`], by value comparison, so that the two are never
+//!   merged (nothing reaches that by chance; a registry could craft it).
 //! - **Deleting** a key that is not stored is a no-op, not an error: compacted logs
 //!   and sweeps make such tombstones normal.
 //!
@@ -96,6 +101,8 @@
 //! What it does NOT do: read the log, generate xDS, publish snapshots, log or count
 //! (the runner does all that with what [`fold`] returns).
 
+#[cfg(test)]
+mod collision_tests;
 mod config;
 mod event;
 #[cfg(test)]
@@ -135,11 +142,14 @@ pub enum SkipReason {
     KeyConflict,
     /// The event's generation is below its source's completed resync.
     StaleGeneration,
+    /// The event's endpoint key or hostname has the same 128-bit hash as a
+    /// stored one of other text.
+    HashCollision,
 }
 
 impl SkipReason {
     /// Every reason, in metric-label order.
-    pub const ALL: [SkipReason; 7] = [
+    pub const ALL: [SkipReason; 8] = [
         SkipReason::Decode,
         SkipReason::SchemaTooNew,
         SkipReason::EmptyPayload,
@@ -147,6 +157,7 @@ impl SkipReason {
         SkipReason::UnknownService,
         SkipReason::KeyConflict,
         SkipReason::StaleGeneration,
+        SkipReason::HashCollision,
     ];
 
     /// Snake-case name, for metric labels and logs.
@@ -159,6 +170,7 @@ impl SkipReason {
             SkipReason::UnknownService => "unknown_service",
             SkipReason::KeyConflict => "key_conflict",
             SkipReason::StaleGeneration => "stale_generation",
+            SkipReason::HashCollision => "hash_collision",
         }
     }
 

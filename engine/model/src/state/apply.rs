@@ -264,8 +264,10 @@ impl ModelState {
         new: Rewrite<'_>,
         touched: &mut TouchLog,
     ) -> Result<Rewritten, Option<Written<Endpoint>>> {
-        let Some(rec) = self.raw_endpoints.hot_mut(hk) else {
-            return Err(None);
+        let Some(rec) = self.raw_endpoints.hot_mut_named(hk, new.key) else {
+            // Nothing stored, or another key's text of the same hash (which the
+            // general path refuses).
+            return Err(self.raw_endpoints.written(hk));
         };
         if rec.source != source.1 || !rec.same_shape_source(shape) {
             return Err(self.raw_endpoints.written(hk));

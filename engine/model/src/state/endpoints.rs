@@ -82,10 +82,12 @@ impl PartialEq for Hot {
 impl Eq for Hot {}
 
 impl FullKey for Hot {
-    /// Nothing beyond the hash. Why: a record holds no key text (its cold
-    /// part, in the hostname index, does), and reading that text on every
-    /// rewrite is the cost issue 25 point 4 still has to measure; until then
-    /// endpoint keys are told apart by their 128-bit hash here.
+    /// Nothing beyond the hash here. Why: a record holds no key text (its cold
+    /// part, in the hostname index, does, and a reference-counted copy in each
+    /// record would bring back the per-record reference counting this layout
+    /// removed). The store compares the text instead where a second text could
+    /// enter: a rewrite reads the cold part's key ([`EndpointStore::hot_mut_named`]),
+    /// and the fold refuses any other write whose stored key differs.
     type Key = ();
     fn full_key(&self) -> &() {
         &()
@@ -290,6 +292,28 @@ impl EndpointStore {
         self.hot[shard(hk)].get_mut(hk, &())
     }
 
+    /// The record under `hk` to write in place, when the endpoint stored there
+    /// has the key text `key`: `None` when there is none, or when it is another
+    /// text of the same hash. Compares the stored text by value, through the
+    /// cold part listed under the record's first hostname: one listing lookup
+    /// more than [`EndpointStore::hot_mut`], the cost of never conflating two
+    /// keys.
+    pub(crate) fn hot_mut_named(&mut self, hk: &HKey, key: &str) -> Option<&mut Hot> {
+        let by_host = &self.by_host;
+        let rec = self.hot[shard(hk)].get_mut(hk, &())?;
+        let host = rec.first_host;
+        let named = by_host[shard(&host)]
+            .get(&host)
+            .and_then(|listing| listing.get(hk))
+            .is_some_and(|cold| *cold.key == *key);
+        named.then_some(rec)
+    }
+
+    /// The key text of the endpoint stored under `hk`.
+    pub(crate) fn key_at(&self, hk: &HKey) -> Option<&str> {
+        self.cold(hk).map(|c| &*c.key)
+    }
+
     /// The cold part of the endpoint under `hk`, listed under its record's
     /// first hostname.
     pub(crate) fn cold(&self, hk: &HKey) -> Option<&Arc<Cold>> {
@@ -336,6 +360,16 @@ impl EndpointStore {
     /// The endpoints that list the hostname of key `host`.
     pub(crate) fn listing(&self, host: &HKey) -> Option<&Listing> {
         self.by_host[shard(host)].get(host)
+    }
+
+    /// The endpoints that list the hostname `host`, by its text: `None` also
+    /// when the listing under its key belongs to another text of the same
+    /// hash (whose endpoints list that text, not `host`).
+    pub(crate) fn listing_named(&self, host: &str) -> Option<&Listing> {
+        let listing = self.listing(&HKey::of(host))?;
+        let (_, cold) = listing.iter().next()?;
+        let named = cold.shape.services.iter().any(|(_, h)| h.as_str() == host);
+        named.then_some(listing)
     }
 
     /// Every hostname's listing, by hostname key (the hostless bucket

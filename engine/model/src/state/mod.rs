@@ -253,10 +253,6 @@ impl KeyText for Hostname {
     }
 }
 
-fn hkey<Q: KeyText + ?Sized>(q: &Q) -> HKey {
-    HKey::of(q.key_text())
-}
-
 /// The folded registry state a snapshot holds. Cloning is O(1).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ModelState {
@@ -511,7 +507,18 @@ impl ModelState {
 
     /// The stored endpoint under `key`, with who wrote it.
     pub fn raw_endpoint<Q: KeyText + ?Sized>(&self, key: &Q) -> Option<Written<Endpoint>> {
-        self.raw_endpoints.written(&hkey(key))
+        let key = key.key_text();
+        self.raw_endpoints
+            .written(&HKey::of(key))
+            .filter(|w| *w.value.key == *key)
+    }
+
+    /// The claims on the hostname `host`, by its text (not another text of the
+    /// same hash).
+    fn claims_named(&self, host: &str) -> Option<&Claims> {
+        self.claims
+            .get(&HKey::of(host))
+            .filter(|c| c.host.as_str() == host)
     }
 
     /// [`ModelState::raw_endpoint`] with the key already hashed (the fold's path).
@@ -556,7 +563,7 @@ impl ModelState {
     /// a kilobyte each, most of an endpoint's memory).
     pub(crate) fn shape_like(&self, host: &str, digest: u128) -> Option<&Arc<EndpointShape>> {
         self.raw_endpoints
-            .listing(&HKey::of(host))?
+            .listing_named(host)?
             .values()
             .take(SIBLINGS)
             .map(|c| &c.shape)
@@ -586,6 +593,18 @@ impl ModelState {
             .map(|(_, h)| h)
             .find(|h| HKey::of(h.as_str()) == *host)
             .cloned()
+    }
+
+    /// The key text of the endpoint stored under `hk`.
+    pub(crate) fn endpoint_key_at(&self, hk: &HKey) -> Option<&str> {
+        self.raw_endpoints.key_at(hk)
+    }
+
+    /// The stored hostname of other text whose key is `host`'s, if any: a
+    /// service or endpoint of `host` would be merged with it.
+    pub(crate) fn hostname_collision(&self, host: &Hostname) -> Option<Hostname> {
+        self.host_name_at(&HKey::of(host.as_str()))
+            .filter(|stored| stored != host)
     }
 
     /// The key of every hostname a service defines, in key order (built on

@@ -7,7 +7,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::{AddrKey, HKey, KeyText, ModelState, hkey};
+use super::{AddrKey, HKey, KeyText, ModelState};
 use crate::model::{
     Config, Endpoint, EndpointRef, LabelSelector, Port, Protocol, Proxy, ProxyType, Service,
     ServiceInstance,
@@ -45,8 +45,7 @@ impl ModelState {
     /// The merged service of a hostname (Istio's `GetService`). Accepts `&str` or
     /// `&Hostname`.
     pub fn get_service<Q: KeyText + ?Sized>(&self, host: &Q) -> Option<Arc<Service>> {
-        self.claims
-            .get(&hkey(host))
+        self.claims_named(host.key_text())
             .and_then(|l| l.first())
             .map(|(_, s)| s.clone())
     }
@@ -82,8 +81,7 @@ impl ModelState {
         &self,
         host: &Q,
     ) -> Vec<(Arc<str>, Arc<Service>)> {
-        self.claims
-            .get(&hkey(host))
+        self.claims_named(host.key_text())
             .map(|l| {
                 l.iter()
                     .map(|(c, s)| (c.source.clone(), s.clone()))
@@ -110,7 +108,7 @@ impl ModelState {
     /// all at once (see `EndpointStore::hot_each`): one after another, each
     /// waited on its own cache misses.
     pub fn endpoint_refs_of<Q: KeyText + ?Sized>(&self, host: &Q) -> Vec<EndpointRef<'_>> {
-        let Some(listing) = self.raw_endpoints.listing(&hkey(host)) else {
+        let Some(listing) = self.raw_endpoints.listing_named(host.key_text()) else {
             return Vec::new();
         };
         let (keys, colds): (Vec<HKey>, Vec<_>) = listing.iter().map(|(k, c)| (*k, c)).unzip();
@@ -134,7 +132,7 @@ impl ModelState {
     /// Number of endpoints of a hostname.
     pub fn endpoint_count<Q: KeyText + ?Sized>(&self, host: &Q) -> usize {
         self.raw_endpoints
-            .listing(&hkey(host))
+            .listing_named(host.key_text())
             .map_or(0, |m| m.len())
     }
 
