@@ -572,7 +572,7 @@ impl ModelState {
 
     /// Whether a hostname has a merged service (the fold's admission check).
     pub(crate) fn has_service(&self, host: &Hostname) -> bool {
-        self.has_service_at(&HKey::of(host.as_str()))
+        self.claims_named(host.as_str()).is_some()
     }
 
     /// [`ModelState::has_service`] for the hostname whose key is `host`.
