@@ -41,6 +41,7 @@ mod common;
 mod eds;
 mod gateway;
 mod incremental;
+mod l4;
 pub(crate) mod lds;
 mod policy;
 mod rds;
@@ -54,6 +55,7 @@ use std::sync::Arc;
 
 pub use gateway::{GatewayResources, ca_secret_name, gateway_resources, gateway_touched};
 pub use incremental::Generator;
+pub use l4::problems as l4_route_problems;
 pub use policy::hash_policies;
 pub use reference::{AssignmentSlot, build_all, build_assignments};
 pub use source::ModelRead;

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use deltapilot_model::rules::{Problem, RuleStatus, Severity, host_matches, is_wildcard};
 use deltapilot_model::state::ModelState;
 use deltapilot_model::{Hostname, Protocol};
-use deltapilot_xds::generate::{GenOptions, gateway_resources, route_problems};
+use deltapilot_xds::generate::{GenOptions, gateway_resources, l4_route_problems, route_problems};
 use serde_json::{Value, json};
 
 /// The hosts (with a service) where `key` is the winning VirtualService.
@@ -184,6 +184,13 @@ fn collect(model: &ModelState) -> (Vec<Value>, RuleCounts) {
                 let Some(svc) = model.get_service(&h) else {
                     continue;
                 };
+                for port in svc.ports.iter().filter(|p| !p.protocol.is_http()) {
+                    for p in l4_route_problems(model, &h, port.number) {
+                        route_trouble |= p.severity == Severity::Error;
+                        *by_code.entry(p.code).or_default() += 1;
+                        problems.push(problem_json(&p, Some((&h, port.number, false))));
+                    }
+                }
                 for port in svc.ports.iter().filter(|p| p.protocol.is_http()) {
                     for grpc in [false, true] {
                         if grpc && port.protocol == Protocol::Http {

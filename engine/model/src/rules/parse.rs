@@ -363,7 +363,26 @@ fn bind_virtual_service(vs: &VirtualService, rule: &mut Rule) {
     }
     let exported = check_export(vs.export_to.as_ref(), rule);
     for (pattern, why) in [
-        (&["tcp"][..], "TCP routes"),
+        (
+            &["tcp", "*", "match", "*", "sourceLabels"][..],
+            "TCP matching on source labels",
+        ),
+        (
+            &["tcp", "*", "match", "*", "gateways"][..],
+            "per-match gateways",
+        ),
+        (
+            &["tcp", "*", "match", "*", "sourceNamespace"][..],
+            "TCP matching on source namespace",
+        ),
+        (
+            &["tcp", "*", "match", "*", "sourceSubnet"][..],
+            "TCP matching on source subnet",
+        ),
+        (
+            &["tcp", "*", "route", "*", "headers"][..],
+            "header edits on TCP routes (they do not apply)",
+        ),
         (&["http", "*", "delegate"][..], "delegation"),
         (
             &["http", "*", "mirrors"][..],
@@ -416,14 +435,6 @@ fn bind_virtual_service(vs: &VirtualService, rule: &mut Rule) {
     ] {
         unsupported(&raw, pattern, why, &mut rule.problems);
     }
-    if mesh {
-        unsupported(
-            &raw,
-            &["tls"],
-            "TLS routes for sidecars (they apply on gateway PASSTHROUGH servers)",
-            &mut rule.problems,
-        );
-    }
     let ns = &*rule.namespace;
     if mesh && exported && !rule.rejected {
         let set: BTreeSet<Hostname> = hosts.iter().map(|h| resolve_host(h, ns)).collect();
@@ -433,11 +444,9 @@ fn bind_virtual_service(vs: &VirtualService, rule: &mut Rule) {
         rule.gateways = named.into_iter().collect();
     }
     let mut dests = BTreeSet::new();
-    let tls_dests = vs
-        .tls
-        .iter()
-        .flatten()
+    let tls_dests = (vs.tls.iter().flatten())
         .flat_map(|t| t.route.iter().flatten())
+        .chain((vs.tcp.iter().flatten()).flat_map(|t| t.route.iter().flatten()))
         .filter_map(|d| d.destination.as_ref());
     for d in tls_dests {
         if let Some(h) = d.host.as_deref().filter(|h| !h.trim().is_empty()) {

@@ -164,15 +164,23 @@ fn gateways_export_and_unsupported_parts_are_reported() {
     let tcp = parse(&vs(
         "ns",
         "a",
-        r#"{"hosts":["a"],"tcp":[{"route":[]}],"tls":[{}],"http":[{"match":[{"sourceLabels":{"a":"b"}}]}]}"#,
+        r#"{"hosts":["a"],"tcp":[{"match":[{"port":5432,"sourceLabels":{"a":"b"}}],"route":[{"destination":{"host":"b"},"headers":{}}]}],"tls":[{}],"http":[{"match":[{"sourceLabels":{"a":"b"}}]}]}"#,
     ));
     assert_eq!(
         codes(&tcp),
         [
             ("DP1020", "http[0].match[0].sourceLabels"),
-            ("DP1020", "tcp"),
-            ("DP1020", "tls")
-        ]
+            ("DP1020", "tcp[0].match[0].sourceLabels"),
+            ("DP1020", "tcp[0].route[0].headers"),
+        ],
+        "tcp and tls routes are served on sidecars; what they cannot do is reported"
+    );
+    assert!(
+        tcp.destinations
+            .iter()
+            .any(|h| h.as_str() == "b.ns.svc.cluster.local"),
+        "a tcp route's destination counts as one: {:?}",
+        tcp.destinations
     );
     assert!(!tcp.rejected);
 }

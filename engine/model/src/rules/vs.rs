@@ -34,13 +34,50 @@ pub struct VirtualService {
     /// HTTP routes, in order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<Vec<HttpRoute>>,
-    /// TCP routes: kept to be reported as not yet supported.
+    /// TCP routes, in order: on the sidecars' TCP ports of the rule's hosts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tcp: Option<Vec<serde_json::Value>>,
-    /// TLS routes by SNI: honoured on gateway `PASSTHROUGH` servers; reported
-    /// as not yet supported for sidecars.
+    pub tcp: Option<Vec<TcpRoute>>,
+    /// TLS routes by SNI: on gateway `PASSTHROUGH` servers, and on the
+    /// sidecars' TLS (non-HTTP) ports of the rule's hosts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<Vec<TlsRoute>>,
+}
+
+/// One TCP route: L4 match blocks (any one matches; none matches every
+/// connection) and weighted destinations.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TcpRoute {
+    /// Match blocks, ORed.
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub matches: Option<Vec<L4Match>>,
+    /// Weighted destinations (header edits do not apply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<Vec<RouteDestination>>,
+}
+
+/// One TCP match block.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct L4Match {
+    /// Destination IPv4/IPv6 subnets (`a.b.c.d/n` or a bare address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_subnets: Option<Vec<String>>,
+    /// Only on this port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u32>,
+    /// Source labels: reported as not yet supported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_labels: Option<BTreeMap<String, String>>,
+    /// Per-match gateways: reported as not yet supported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateways: Option<Vec<String>>,
+    /// Source namespace: reported as not yet supported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_namespace: Option<String>,
+    /// Source subnet (deprecated in Istio): reported as not yet supported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_subnet: Option<String>,
 }
 
 /// One TLS route: SNI match blocks (any one matches) and weighted destinations.

@@ -345,7 +345,8 @@ impl Generator {
             let any_http = self.http.get(p).is_some_and(|r| !r.is_empty());
             let route_config = encoded.remove(p).flatten().map(Ok);
             let tcp = self.tcp.get(p).unwrap_or(&empty);
-            let listener = lds::sidecar_listener(*p, any_http, tcp, &self.opts, self.filters);
+            let listener =
+                lds::sidecar_listener(model, *p, any_http, tcp, &self.opts, self.filters);
             out.apply(
                 ResourceType::Listener,
                 false,
@@ -445,8 +446,8 @@ impl Generator {
     }
 
     /// Marks everything a host's rules feed as a touched service's: its
-    /// per-port resources, and its virtual host in each HTTP port's route
-    /// configuration (with that port's listener). A host without a served
+    /// per-port resources, its virtual host in each HTTP port's route
+    /// configuration, and each of its ports' listener. A host without a served
     /// service has nothing to recompute; when its service comes, the service
     /// touch builds it with its rules. Its subsets move from the ones it had
     /// to the ones its DestinationRule names now, both decided.
@@ -473,10 +474,8 @@ impl Generator {
             .or_default()
             .extend(entry.ports.iter().map(|(p, _)| *p));
         for &(p, http) in &entry.ports {
-            if !http {
-                continue;
-            }
-            if let Some(routes) = self.http.get_mut(&p) {
+            // A TCP port's listener carries its owners' tcp and tls routes.
+            if http && let Some(routes) = self.http.get_mut(&p) {
                 routes.mark_stale(h);
             }
             dirty.ports.insert(p);

@@ -14,10 +14,13 @@
 //!   wins a port shared with TCP services: without destination VIPs there is
 //!   nothing to tell their connections apart, and HTTP services at least route by
 //!   `:authority`.
-//! - Otherwise, if exactly one service owns the port: a tcp_proxy to its cluster.
-//! - Otherwise (several TCP services, no HTTP): no listener, and a [`GenError`]
-//!   saying why. Istio separates them with filter-chain matches on destination IP,
-//!   and the model has no VIPs yet.
+//! - Otherwise the owners' VirtualService `tcp` and `tls` routes give filter
+//!   chains matched on destination subnets and SNI, and a default chain (see
+//!   `l4`); without a default route, a port with exactly one owner forwards
+//!   the rest with a tcp_proxy to its cluster.
+//! - Several TCP services and no chain at all: no listener, and a [`GenError`]
+//!   saying why. Istio separates them with filter-chain matches on destination
+//!   IP, and the model has no VIPs yet.
 //!
 //! ## Proxyless gRPC
 //! One `api_listener` per HTTP-like service port, named `<hostname>:<port>` (the
@@ -25,8 +28,8 @@
 //! `<hostname>:<port>` and the router filter (grpcio NACKs an HCM without an HTTP
 //! filter), behind the fault filter while the host's rule injects faults.
 //!
-//! What it does NOT do: inbound listeners, the virtual outbound listener, TLS or
-//! gateways.
+//! What it does NOT do: inbound listeners, the virtual outbound listener, TLS
+//! termination or gateways.
 //!
 //! [`GenError`]: super::GenError
 
@@ -50,15 +53,14 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
 };
 use envoy_types::pb::google::protobuf::BoolValue;
 
-use super::GenOptions;
 use super::common::{
     ads_config_source, cluster_name, encode, grpc_name, port_route_name, sidecar_listener_name,
     to_any,
 };
+use super::{GenOptions, l4};
 use deltapilot_model::Hostname;
 
 pub(crate) const HCM_FILTER: &str = "envoy.filters.network.http_connection_manager";
-const TCP_PROXY_FILTER: &str = "envoy.filters.network.tcp_proxy";
 const ROUTER_FILTER: &str = "envoy.filters.http.router";
 
 /// The HTTP fault filter's name (routes carry their faults as its per-route
@@ -95,7 +97,7 @@ pub(crate) fn hcm(stat_prefix: String, route_name: String) -> HttpConnectionMana
     }
 }
 
-fn outbound_listener(port: u16, opts: &GenOptions, filter: Filter) -> Bytes {
+fn outbound_listener(port: u16, opts: &GenOptions, chains: Vec<FilterChain>, sni: bool) -> Bytes {
     encode(&Listener {
         name: sidecar_listener_name(port).to_string(),
         address: Some(Address {
@@ -106,10 +108,12 @@ fn outbound_listener(port: u16, opts: &GenOptions, filter: Filter) -> Bytes {
                 ..Default::default()
             })),
         }),
-        filter_chains: vec![FilterChain {
-            filters: vec![filter],
-            ..Default::default()
-        }],
+        filter_chains: chains,
+        listener_filters: if sni {
+            vec![l4::tls_inspector()]
+        } else {
+            Vec::new()
+        },
         traffic_direction: TrafficDirection::Outbound as i32,
         bind_to_port: Some(BoolValue {
             value: opts.bind_outbound,
@@ -170,7 +174,8 @@ fn http_filter<T: prost::Name>(name: &str, config: &T) -> HttpFilter {
 ///
 /// `filters`: the optional HTTP filters, ahead of the router in Istio's order
 /// (CORS, then fault), so a preflight is answered before a fault applies.
-pub(crate) fn sidecar_listener(
+pub(crate) fn sidecar_listener<M: super::ModelRead + ?Sized>(
+    model: &M,
     port: u16,
     any_http: bool,
     tcp: &BTreeSet<Hostname>,
@@ -187,30 +192,45 @@ pub(crate) fn sidecar_listener(
             name: HCM_FILTER.to_string(),
             config_type: Some(FilterConfig::TypedConfig(to_any(&h))),
         };
-        return Some(Ok(outbound_listener(port, opts, filter)));
+        let chain = FilterChain {
+            filters: vec![filter],
+            ..Default::default()
+        };
+        return Some(Ok(outbound_listener(port, opts, vec![chain], false)));
     }
-    let mut owners = tcp.iter();
-    let owner = owners.next()?;
-    if owners.next().is_some() {
+    let l4 = l4::sidecar(model, tcp, port, &mut Vec::new());
+    let only = match (tcp.first(), tcp.len()) {
+        (Some(owner), 1) => Some(owner),
+        _ => None,
+    };
+    let default = l4.default.or_else(|| {
+        let cluster = cluster_name(port, only?).to_string();
+        Some(TcpProxy {
+            stat_prefix: cluster.clone(),
+            cluster_specifier: Some(ClusterSpecifier::Cluster(cluster)),
+            ..Default::default()
+        })
+    });
+    let mut chains = l4.matched;
+    if let Some(proxy) = default {
+        chains.push(FilterChain {
+            filters: vec![l4::tcp_filter(&proxy)],
+            ..Default::default()
+        });
+    } else if chains.is_empty() {
+        if tcp.is_empty() {
+            return None;
+        }
         let names: Vec<&str> = tcp.iter().map(Hostname::as_str).collect();
         return Some(Err(format!(
-            "TCP port {port} is served by {} services ({}); without VIPs their \
-             connections cannot be told apart, so no listener is generated",
+            "TCP port {port} is served by {} services ({}); without VIPs, or TCP/TLS \
+             routes matching on SNI or destination subnets, their connections cannot be \
+             told apart, so no listener is generated",
             names.len(),
             names.join(", ")
         )));
     }
-    let cluster = cluster_name(port, owner).to_string();
-    let proxy = TcpProxy {
-        stat_prefix: cluster.clone(),
-        cluster_specifier: Some(ClusterSpecifier::Cluster(cluster)),
-        ..Default::default()
-    };
-    let filter = Filter {
-        name: TCP_PROXY_FILTER.to_string(),
-        config_type: Some(FilterConfig::TypedConfig(to_any(&proxy))),
-    };
-    Some(Ok(outbound_listener(port, opts, filter)))
+    Some(Ok(outbound_listener(port, opts, chains, l4.sni)))
 }
 
 /// The proxyless gRPC listener for an HTTP-like `port` of `host`.

@@ -135,7 +135,7 @@ pub fn build_all<M: ModelRead + ?Sized>(
         let hosts = http.get(&p);
         let any_http = hosts.is_some_and(|h| !h.is_empty());
         let tcp_hosts = tcp.get(&p).unwrap_or(&empty);
-        if let Some(built) = lds::sidecar_listener(p, any_http, tcp_hosts, opts, filters) {
+        if let Some(built) = lds::sidecar_listener(model, p, any_http, tcp_hosts, opts, filters) {
             let t = ResourceType::Listener;
             put(
                 &mut set.sidecar_listeners,

@@ -51,14 +51,15 @@ pub const ALLOW_ANY: &str = "allow_any";
 pub const ORIGINAL_DST_HEADER: &str = "x-envoy-original-dst-host";
 
 /// The listener of `port` over the visible hosts (see `lds`).
-pub(crate) fn listener(
+pub(crate) fn listener<M: ModelRead + ?Sized>(
+    model: &M,
     port: u16,
     http: &BTreeSet<Hostname>,
     tcp: &BTreeSet<Hostname>,
     opts: &GenOptions,
     filters: lds::HttpFilters,
 ) -> Option<Result<Bytes, String>> {
-    lds::sidecar_listener(port, !http.is_empty(), tcp, opts, filters)
+    lds::sidecar_listener(model, port, !http.is_empty(), tcp, opts, filters)
 }
 
 /// Route configuration `<port>` over the visible HTTP hosts, with the catch-all

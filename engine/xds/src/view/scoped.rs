@@ -269,7 +269,7 @@ impl ScopedView {
         let hosts = self.ports.get(&port).cloned().unwrap_or(empty);
         let filters = crate::generate::lds::HttpFilters::of(model);
         let lname: Arc<str> = Arc::from(format!("0.0.0.0_{port}"));
-        let listener = match build::listener(port, &hosts.http, &hosts.tcp, opts, filters) {
+        let listener = match build::listener(model, port, &hosts.http, &hosts.tcp, opts, filters) {
             Some(Ok(b)) => Some(b),
             _ => None,
         };

@@ -60,13 +60,15 @@
 //! | `DP2105` | warning | a `tls` route SNI already routed on the port | left out of that route |
 //! | `DP2106` | error | a `tls` route without a destination, or to a host without a service | route dropped |
 //! | `DP2107` | error | a `tls` route destination without a port, to a service with several | route dropped |
+//! | `DP2112` | error | a sidecar `tcp` route `destinationSubnets` entry that is not a prefix (see `l4`) | subnet left out |
+//! | `DP2113` | warning | a sidecar `tcp` route subnet set already routed on the port (see `l4`) | left out of that route |
 //!
 //! Route problems of the bound VirtualServices' `http` routes keep their
 //! `vs_routes` codes.
 //!
 //! What it does NOT do: decide which Gateways select a proxy (the model:
 //! `RuleIndex::gateways_selecting`), read credentials (the server's SDS), or
-//! TCP routes.
+//! TCP servers (`DP1206`).
 
 mod listener;
 mod passthrough;

@@ -10,30 +10,20 @@
 //! the route's destination (weighted clusters for several). A name already
 //! taken is left out (`DP2105`): the first rule keeps it, as in Istio.
 //!
-//! A destination is `outbound|<port>|<subset>|<host>` with the given port, or
-//! the service's only one; a destination without a service (`DP2106`) or
-//! without a port to pick (`DP2107`) drops the route.
+//! Destinations as `l4::tcp_proxy` makes them (`DP2106`, `DP2107`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::listener::v3::{
-    Filter, FilterChain, FilterChainMatch, filter::ConfigType,
-};
-use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
-    TcpProxy,
-    tcp_proxy::{ClusterSpecifier, WeightedCluster, weighted_cluster::ClusterWeight},
-};
+use envoy_types::pb::envoy::config::listener::v3::{FilterChain, FilterChainMatch};
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
 
 use deltapilot_model::Hostname;
-use deltapilot_model::rules::{Problem, RouteDestination, RuleIndex, host_matches, resolve_host};
+use deltapilot_model::rules::{Problem, RuleIndex, host_matches};
 
 use super::super::ModelRead;
-use super::super::common::{cluster_name, to_any};
-use super::super::policy::subset_cluster_name;
+use super::super::l4::{tcp_filter, tcp_proxy};
 use super::Placed;
-
-const TCP_PROXY_FILTER: &str = "envoy.filters.network.tcp_proxy";
 
 /// The filter chains of passthrough server `p`; `taken` holds the SNI names
 /// already matched on the listener (and gains these chains').
@@ -102,10 +92,7 @@ pub(crate) fn chains<M: ModelRead + ?Sized>(
                                 server_names: free,
                                 ..Default::default()
                             }),
-                            filters: vec![Filter {
-                                name: TCP_PROXY_FILTER.to_string(),
-                                config_type: Some(ConfigType::TypedConfig(to_any(&*proxy))),
-                            }],
+                            filters: vec![tcp_filter(proxy)],
                             ..Default::default()
                         });
                     }
@@ -118,70 +105,4 @@ pub(crate) fn chains<M: ModelRead + ?Sized>(
         }
     }
     out
-}
-
-/// The `tcp_proxy` to a route's destinations.
-fn tcp_proxy<M: ModelRead + ?Sized>(
-    model: &M,
-    namespace: &str,
-    dests: &[RouteDestination],
-    path: &str,
-) -> Result<TcpProxy, Problem> {
-    let mut clusters = Vec::new();
-    for (k, d) in dests.iter().enumerate() {
-        let at = format!("{path}.route[{k}].destination");
-        let dest = d.destination.as_ref();
-        let host = dest
-            .and_then(|d| d.host.as_deref())
-            .filter(|h| !h.trim().is_empty())
-            .map(|h| resolve_host(h, namespace))
-            .ok_or_else(|| Problem::error("DP2106", &at, "a TLS route needs a destination host"))?;
-        let svc = model.service(&host).ok_or_else(|| {
-            Problem::error("DP2106", &at, format!("no service {host}: route dropped"))
-        })?;
-        let port = match dest.and_then(|d| d.port.as_ref()).and_then(|p| p.number) {
-            Some(n) => u16::try_from(n).ok(),
-            None if svc.ports.len() == 1 => Some(svc.ports[0].number),
-            None => None,
-        }
-        .ok_or_else(|| {
-            Problem::error(
-                "DP2107",
-                &at,
-                format!("{host} has several ports and the route names none: route dropped"),
-            )
-        })?;
-        let name = match dest.and_then(|d| d.subset.as_deref()) {
-            Some(s) => subset_cluster_name(port, s, &host),
-            None => cluster_name(port, &host),
-        };
-        let weight = d.weight.unwrap_or(if dests.len() == 1 { 100 } else { 0 });
-        clusters.push((name.to_string(), u32::try_from(weight).unwrap_or(0)));
-    }
-    let stat_prefix = clusters.first().map(|c| c.0.clone()).unwrap_or_default();
-    let spec = match clusters.len() {
-        0 => {
-            return Err(Problem::error(
-                "DP2106",
-                format!("{path}.route"),
-                "a TLS route needs a destination: route dropped",
-            ));
-        }
-        1 => ClusterSpecifier::Cluster(clusters.remove(0).0),
-        _ => ClusterSpecifier::WeightedClusters(WeightedCluster {
-            clusters: clusters
-                .into_iter()
-                .map(|(name, weight)| ClusterWeight {
-                    name,
-                    weight,
-                    ..Default::default()
-                })
-                .collect(),
-        }),
-    };
-    Ok(TcpProxy {
-        stat_prefix,
-        cluster_specifier: Some(spec),
-        ..Default::default()
-    })
 }
