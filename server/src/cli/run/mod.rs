@@ -17,12 +17,14 @@
 //!   validation.
 //! - [`checkpoints`]: restoring the engine at start and writing checkpoints while
 //!   it runs.
+//! - [`tls`]: the xDS listener's TLS settings, checked and loaded.
 //! - [`wiring`]: the adapters, listeners and tasks, and the drain on shutdown.
 //!
 //! What it does NOT do: parse registries itself (the adapters do).
 
 mod checkpoints;
 mod settings;
+mod tls;
 mod wiring;
 
 use tokio::sync::watch;
@@ -55,7 +57,7 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
     };
     let tasks = wiring::spawn_all(&s, parts, &shutdown);
     tracing::info!(
-        xds = %s.xds_addr, admin = %s.admin_addr, data_dir = %s.data_dir.display(),
+        xds = %s.xds_addr, xds_tls = s.xds_tls.as_ref().map_or("off", |t| if t.mutual() { "mutual" } else { "on" }), admin = %s.admin_addr, data_dir = %s.data_dir.display(),
         watch = ?s.watch, kubeconfig = ?s.kubeconfig, eureka = s.eureka.as_ref().map_or("", |e| e.base_url.as_str()),
         bind_outbound = s.gen_opts.bind_outbound, "deltapilot running"
     );

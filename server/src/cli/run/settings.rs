@@ -171,6 +171,30 @@ pub(crate) struct RunConfig {
         value_name = "WHEN"
     )]
     debug_endpoints: Option<DebugEndpoints>,
+    /// Serve xDS over TLS with this PEM certificate chain (with --xds-tls-key);
+    /// its SANs must include the host or IP clients dial. Reloaded when it
+    /// changes [default: plaintext].
+    #[arg(long, env = "DELTAPILOT_XDS_TLS_CERT", value_name = "FILE")]
+    xds_tls_cert: Option<PathBuf>,
+    /// The PEM private key of --xds-tls-cert.
+    #[arg(long, env = "DELTAPILOT_XDS_TLS_KEY", value_name = "FILE")]
+    xds_tls_key: Option<PathBuf>,
+    /// Require xDS clients to present a certificate signed by a CA in this PEM
+    /// file (mutual TLS) [default: no client certificate asked].
+    #[arg(long, env = "DELTAPILOT_XDS_TLS_CLIENT_CA", value_name = "FILE")]
+    xds_tls_client_ca: Option<PathBuf>,
+    /// With --xds-tls-client-ca, only clients whose certificate has this SAN DNS
+    /// name or URI (e.g. `spiffe://cluster.local/ns/NS/sa/SA`) may connect
+    /// (repeatable; the env variable takes a comma-separated list) [default: any
+    /// verified client].
+    #[arg(
+        long = "xds-tls-allow",
+        value_name = "ID",
+        env = "DELTAPILOT_XDS_TLS_ALLOW",
+        value_delimiter = ','
+    )]
+    #[serde(default)]
+    xds_tls_allow: Vec<String>,
 }
 
 /// `--debug-endpoints`: whether the admin server mounts `/debug/*`, which exposes
@@ -254,6 +278,8 @@ pub(crate) struct Settings {
     pub(super) checkpoints: Option<CheckpointPolicy>,
     /// Whether `/debug/*` is mounted.
     pub(super) debug_endpoints: bool,
+    /// xDS over TLS, loaded (`None`: plaintext).
+    pub(super) xds_tls: Option<std::sync::Arc<deltapilot_server::tls::XdsTls>>,
 }
 
 /// The log to serve.
@@ -281,6 +307,9 @@ fn read_config(path: &Path) -> anyhow::Result<RunConfig> {
     cfg.watch = cfg.watch.into_iter().map(rebase).collect();
     cfg.kubeconfig = cfg.kubeconfig.map(rebase);
     cfg.credentials_dir = cfg.credentials_dir.map(rebase);
+    cfg.xds_tls_cert = cfg.xds_tls_cert.map(rebase);
+    cfg.xds_tls_key = cfg.xds_tls_key.map(rebase);
+    cfg.xds_tls_client_ca = cfg.xds_tls_client_ca.map(rebase);
     Ok(cfg)
 }
 
@@ -310,6 +339,12 @@ impl RunConfig {
     /// Applies the defaults and checks every setting.
     fn validate(self) -> anyhow::Result<Settings> {
         let limits = self.limits()?;
+        let xds_tls = super::tls::xds_tls(
+            self.xds_tls_cert.clone(),
+            self.xds_tls_key.clone(),
+            self.xds_tls_client_ca.clone(),
+            self.xds_tls_allow.clone(),
+        )?;
         let (xds_conn, admin_conn) = self.conn_options()?;
         for w in &self.watch {
             if !w.is_dir() {
@@ -392,6 +427,7 @@ impl RunConfig {
             drain_grace,
             checkpoints,
             debug_endpoints,
+            xds_tls,
         })
     }
 
