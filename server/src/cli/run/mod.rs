@@ -17,14 +17,15 @@
 //!   validation.
 //! - [`checkpoints`]: restoring the engine at start and writing checkpoints while
 //!   it runs.
-//! - [`tls`]: the xDS listener's TLS settings, checked and loaded.
+//! - [`security`]: the xDS listener's TLS and the admin server's token and
+//!   limits, checked and loaded.
 //! - [`wiring`]: the adapters, listeners and tasks, and the drain on shutdown.
 //!
 //! What it does NOT do: parse registries itself (the adapters do).
 
 mod checkpoints;
+mod security;
 mod settings;
-mod tls;
 mod wiring;
 
 use tokio::sync::watch;

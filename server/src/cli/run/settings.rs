@@ -171,6 +171,25 @@ pub(crate) struct RunConfig {
         value_name = "WHEN"
     )]
     debug_endpoints: Option<DebugEndpoints>,
+    /// A file holding the bearer token `/debug/*` requires (`Authorization:
+    /// Bearer TOKEN`); re-read when it changes [default: none].
+    #[arg(long, env = "DELTAPILOT_ADMIN_TOKEN_FILE", value_name = "FILE")]
+    admin_token_file: Option<PathBuf>,
+    /// Serve /debug/* on a non-loopback admin address without a token (else
+    /// the start is refused) [default: false].
+    #[arg(long, env = "DELTAPILOT_ADMIN_INSECURE", num_args = 0..=1, default_missing_value = "true")]
+    admin_insecure: Option<bool>,
+    /// Largest admin request body accepted, in bytes; larger ones get 413 [default: 1048576].
+    #[arg(long, env = "DELTAPILOT_ADMIN_MAX_BODY_BYTES", value_name = "N")]
+    admin_max_body_bytes: Option<usize>,
+    /// Seconds an admin request may take, its body included, before it gets 408
+    /// and its connection is closed [default: 30].
+    #[arg(
+        long,
+        env = "DELTAPILOT_ADMIN_REQUEST_TIMEOUT_SECS",
+        value_name = "SECS"
+    )]
+    admin_request_timeout_secs: Option<u64>,
     /// Serve xDS over TLS with this PEM certificate chain (with --xds-tls-key);
     /// its SANs must include the host or IP clients dial. Reloaded when it
     /// changes [default: plaintext].
@@ -278,6 +297,8 @@ pub(crate) struct Settings {
     pub(super) checkpoints: Option<CheckpointPolicy>,
     /// Whether `/debug/*` is mounted.
     pub(super) debug_endpoints: bool,
+    /// The admin server's token and request limits.
+    pub(super) admin_guard: super::security::AdminGuard,
     /// xDS over TLS, loaded (`None`: plaintext).
     pub(super) xds_tls: Option<std::sync::Arc<deltapilot_server::tls::XdsTls>>,
 }
@@ -307,6 +328,7 @@ fn read_config(path: &Path) -> anyhow::Result<RunConfig> {
     cfg.watch = cfg.watch.into_iter().map(rebase).collect();
     cfg.kubeconfig = cfg.kubeconfig.map(rebase);
     cfg.credentials_dir = cfg.credentials_dir.map(rebase);
+    cfg.admin_token_file = cfg.admin_token_file.map(rebase);
     cfg.xds_tls_cert = cfg.xds_tls_cert.map(rebase);
     cfg.xds_tls_key = cfg.xds_tls_key.map(rebase);
     cfg.xds_tls_client_ca = cfg.xds_tls_client_ca.map(rebase);
@@ -339,7 +361,7 @@ impl RunConfig {
     /// Applies the defaults and checks every setting.
     fn validate(self) -> anyhow::Result<Settings> {
         let limits = self.limits()?;
-        let xds_tls = super::tls::xds_tls(
+        let xds_tls = super::security::xds_tls(
             self.xds_tls_cert.clone(),
             self.xds_tls_key.clone(),
             self.xds_tls_client_ca.clone(),
@@ -405,12 +427,15 @@ impl RunConfig {
             self.checkpoint_every_secs,
             self.checkpoint_keep,
         )?;
-        let debug_endpoints = match self.debug_endpoints.unwrap_or(DebugEndpoints::Auto) {
-            // The views expose the whole mesh's configuration.
-            DebugEndpoints::Auto => admin_addr.ip().is_loopback(),
-            DebugEndpoints::On => true,
-            DebugEndpoints::Off => false,
-        };
+        let admin_guard = super::security::admin_guard(
+            admin_addr,
+            self.debug_endpoints,
+            self.admin_token_file,
+            self.admin_insecure.unwrap_or(false),
+            self.admin_max_body_bytes,
+            self.admin_request_timeout_secs,
+        )?;
+        let debug_endpoints = admin_guard.debug_endpoints;
         Ok(Settings {
             xds_addr,
             admin_addr,
@@ -427,6 +452,7 @@ impl RunConfig {
             drain_grace,
             checkpoints,
             debug_endpoints,
+            admin_guard,
             xds_tls,
         })
     }
@@ -527,13 +553,16 @@ impl Settings {
     /// admin address: anyone who reaches it reads the whole mesh's
     /// configuration, and nothing authenticates them.
     pub(super) fn debug_exposure_warning(&self) -> Option<String> {
-        if !self.debug_endpoints || self.admin_addr.ip().is_loopback() {
+        if !self.debug_endpoints
+            || self.admin_addr.ip().is_loopback()
+            || self.admin_guard.token.is_some()
+        {
             return None;
         }
         Some(format!(
-            "the admin server listens on {} (not loopback) with --debug-endpoints on: \
-             anyone who can reach it can read {} without authentication (the admin \
-             server has none yet); keep the address on a trusted network, or set \
+            "the admin server listens on {} (not loopback) with --debug-endpoints on and \
+             --admin-insecure: anyone who can reach it can read {} without authentication; \
+             give --admin-token-file, keep the address on a trusted network, or set \
              --debug-endpoints off",
             self.admin_addr,
             deltapilot_server::admin::debug::EXPOSES
@@ -798,12 +827,49 @@ mod tests {
             all.extend_from_slice(args);
             settings(&all).expect("valid").debug_exposure_warning()
         };
-        let w =
-            warn(&["--admin-addr", "0.0.0.0:15014", "--debug-endpoints", "on"]).expect("warned");
+        let w = warn(&[
+            "--admin-addr",
+            "0.0.0.0:15014",
+            "--debug-endpoints",
+            "on",
+            "--admin-insecure",
+        ])
+        .expect("warned");
         assert!(
             w.contains("0.0.0.0:15014") && w.contains("/debug/config_dump"),
             "{w}"
         );
+        // Without --admin-insecure (or a token) the start is refused.
+        let e = format!(
+            "{:#}",
+            settings(&[
+                "--data-dir",
+                data,
+                "--admin-addr",
+                "0.0.0.0:15014",
+                "--debug-endpoints",
+                "on"
+            ])
+            .expect_err("refused")
+        );
+        assert!(
+            e.contains("--admin-token-file") && e.contains("--admin-insecure"),
+            "{e}"
+        );
+        // With a token, auto mounts /debug/* behind it, with no warning.
+        let token = dir.path().join("token");
+        std::fs::write(&token, "s3cret\n").expect("token");
+        let token = token.to_str().expect("utf-8");
+        let s = settings(&[
+            "--data-dir",
+            data,
+            "--admin-addr",
+            "0.0.0.0:15014",
+            "--admin-token-file",
+            token,
+        ])
+        .expect("valid");
+        assert!(s.debug_endpoints && s.debug_exposure_warning().is_none());
         assert_eq!(
             warn(&["--admin-addr", "0.0.0.0:15014"]),
             None,

@@ -335,9 +335,15 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
     });
     {
         let mut shutdown = shutdown.clone();
+        let admin_guard = s.admin_guard.clone();
         tasks.spawn(async move {
-            let routes =
-                deltapilot_server::admin::router_with_debug(metrics.clone(), ready_fn, debug);
+            let routes = deltapilot_server::admin::router_guarded(
+                metrics.clone(),
+                ready_fn,
+                debug,
+                admin_guard.token,
+                admin_guard.limits,
+            );
             let stop = async move {
                 let _ = shutdown.wait_for(|s| *s).await;
             };
