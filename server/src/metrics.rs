@@ -23,7 +23,8 @@
 //! - `xds_tls_handshake_failures_total{reason}` — TLS handshakes the xDS listener
 //!   refused (`no_client_certificate`, `bad_client_certificate`, `no_h2_alpn`,
 //!   `alert_received`: the client refused the server certificate, `not_tls`,
-//!   `incompatible`, `timeout`, `io`, `other`).
+//!   `incompatible`, `timeout`: no handshake within the handshake timeout, `io`,
+//!   `unreadable_client_certificate`, `other`).
 //! - `xds_tls_reloads_total{result}` — changes of the TLS files seen (`ok`: new
 //!   connections use them; `failed`: they did not load, the old ones serve).
 //! - `xds_stale_nonces_total` — ACK/NACKs whose nonce matched nothing (ignored).

@@ -116,8 +116,13 @@ impl Pki {
 }
 
 fn start(tmp: &Path, pki: &Pki, watch: &Path) -> Deltapilot {
+    start_with(tmp, pki, watch, &[])
+}
+
+fn start_with(tmp: &Path, pki: &Pki, watch: &Path, extra: &[&str]) -> Deltapilot {
     let flags = pki.flags();
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    flags.extend_from_slice(extra);
     Deltapilot::start_with(
         tmp,
         &tmp.join("data"),
@@ -527,7 +532,12 @@ fn clients_without_a_valid_certificate_or_identity_get_no_configuration() {
         "HTTP",
         &[free_port()],
     );
-    let dp = start(tmp.path(), &pki, &watch);
+    let dp = start_with(
+        tmp.path(),
+        &pki,
+        &watch,
+        &["--xds-handshake-timeout-secs", "1"],
+    );
     let node = "sidecar~127.0.0.1~client.test~test.svc.cluster.local";
 
     // The allowed identity in its own namespace gets configuration.
@@ -582,6 +592,20 @@ fn clients_without_a_valid_certificate_or_identity_get_no_configuration() {
             Err(format!("{now}"))
         }
     });
+
+    // A client that connects and never starts its handshake is closed after
+    // the handshake timeout, and counted.
+    let silent = std::net::TcpStream::connect(("127.0.0.1", dp.xds_port)).expect("connect");
+    wait_for("the silent connection counted as a timeout", WAIT, || {
+        let m = dp.metrics();
+        let n = metric(
+            &m,
+            "deltapilot_xds_tls_handshake_failures_total",
+            &["reason=\"timeout\""],
+        );
+        if n >= 1.0 { Ok(()) } else { Err(m) }
+    });
+    drop(silent);
 
     // A verified certificate outside --xds-tls-allow.
     let stranger = ads(tmp.path(), dp.xds_port, &pki, Some("stranger"), node);

@@ -8,15 +8,18 @@
 //!
 //! A refused handshake is counted in
 //! `deltapilot_xds_tls_handshake_failures_total{reason}` and logged with the
-//! peer's address and the reason.
+//! peer's address and the reason: every one is counted, but at most one warning
+//! is logged every few seconds (with the number refused since the last), so a
+//! misconfigured fleet or a scanner cannot flood the log.
 //!
 //! What it does NOT do: decide what a verified client may ask for (see
 //! `identity`, checked per stream).
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
@@ -30,6 +33,31 @@ use crate::metrics::Metrics;
 /// Connections whose handshake finished, waiting for the HTTP/2 server to take
 /// them; a full queue pauses the handshakes that finish next.
 const HANDSHAKED_QUEUE: usize = 1024;
+
+/// At most one warning about refused handshakes this often.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// When the last refusal warning was, and the refusals since.
+#[derive(Debug, Default)]
+struct RefusalLog(Mutex<(Option<Instant>, u64)>);
+
+impl RefusalLog {
+    /// Whether to log this refusal, and how many were refused since the last
+    /// warning (this one included).
+    fn note(&self) -> Option<u64> {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        g.1 += 1;
+        let now = Instant::now();
+        if g.0
+            .is_some_and(|at| now.duration_since(at) < REFUSAL_LOG_EVERY)
+        {
+            return None;
+        }
+        let n = g.1;
+        *g = (Some(now), 0);
+        Some(n)
+    }
+}
 
 /// A connection after its TLS handshake.
 #[derive(Debug)]
@@ -46,15 +74,16 @@ pub(crate) fn incoming(
     metrics: Arc<Metrics>,
 ) -> ReceiverStream<io::Result<TlsIo>> {
     let (tx, rx) = mpsc::channel(HANDSHAKED_QUEUE);
+    let log = Arc::new(RefusalLog::default());
     tokio::spawn(async move {
         loop {
             let io = tokio::select! {
                 io = acceptor.next() => io,
                 () = tx.closed() => return,
             };
-            let (tls, metrics, tx) = (tls.clone(), metrics.clone(), tx.clone());
+            let (tls, metrics, tx, log) = (tls.clone(), metrics.clone(), tx.clone(), log.clone());
             tokio::spawn(async move {
-                if let Some(conn) = handshake(io, &tls, &metrics).await {
+                if let Some(conn) = handshake(io, &tls, &metrics, &log).await {
                     let _ = tx.send(Ok(conn)).await;
                 }
             });
@@ -63,7 +92,12 @@ pub(crate) fn incoming(
     ReceiverStream::new(rx)
 }
 
-async fn handshake(io: GatedIo, tls: &XdsTls, metrics: &Metrics) -> Option<TlsIo> {
+async fn handshake(
+    io: GatedIo,
+    tls: &XdsTls,
+    metrics: &Metrics,
+    log: &RefusalLog,
+) -> Option<TlsIo> {
     let info = io.info().clone();
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
     match acceptor.accept(io).await {
@@ -82,7 +116,7 @@ async fn handshake(io: GatedIo, tls: &XdsTls, metrics: &Metrics) -> Option<TlsIo
                 // The verifier accepted a certificate this cannot read back:
                 // refuse rather than serve a client of unknown identity.
                 refused(
-                    metrics,
+                    (metrics, log),
                     &info,
                     "unreadable_client_certificate",
                     "the client certificate's names cannot be read",
@@ -94,18 +128,29 @@ async fn handshake(io: GatedIo, tls: &XdsTls, metrics: &Metrics) -> Option<TlsIo
         }
         Err(e) => {
             let (reason, why) = reason_of(&e);
-            refused(metrics, &info, reason, &why);
+            refused((metrics, log), &info, reason, &why);
             None
         }
     }
 }
 
-fn refused(metrics: &Metrics, info: &ConnInfo, reason: &'static str, why: &str) {
+fn refused(
+    (metrics, log): (&Metrics, &RefusalLog),
+    info: &ConnInfo,
+    reason: &'static str,
+    why: &str,
+) {
     metrics
         .xds_tls_handshake_failures
         .get_or_create(&[("reason", reason)])
         .inc();
-    tracing::warn!(peer = %info.remote_addr(), reason, error = %why, "refused an xDS TLS handshake");
+    if let Some(refused) = log.note() {
+        tracing::warn!(
+            peer = %info.remote_addr(), reason, error = %why, refused,
+            "refused an xDS TLS handshake; `refused` counts those refused since the last such \
+             warning (all are in deltapilot_xds_tls_handshake_failures_total)"
+        );
+    }
 }
 
 /// The metric's `reason` for a failed handshake, and the text to log.
