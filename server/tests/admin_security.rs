@@ -86,6 +86,33 @@ fn debug_views_need_the_token_and_the_probes_do_not() {
         assert_eq!(code, 200, "{open}: {body}");
     }
 
+    // The CLI sends the token of DELTAPILOT_ADMIN_TOKEN_FILE (the server's
+    // own variable), and says why when it has none.
+    let cli = |token: Option<&std::path::Path>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_deltapilot"));
+        c.args(["proxy-status", "--json", "--admin-addr"])
+            .arg(format!("127.0.0.1:{port}"))
+            .env_remove("DELTAPILOT_ADMIN_TOKEN_FILE");
+        if let Some(t) = token {
+            c.env("DELTAPILOT_ADMIN_TOKEN_FILE", t);
+        }
+        c.output().expect("deltapilot proxy-status runs")
+    };
+    let out = cli(Some(&token));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"proxies\""));
+    let out = cli(None);
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("401") && e.contains("Authorization: Bearer"),
+        "{e}"
+    );
+
     // A rotated token (the file replaced, as a Secret update does) takes
     // effect at the next request.
     let next = tmp.path().join("token.new");
