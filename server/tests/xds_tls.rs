@@ -180,14 +180,15 @@ fn s_client(port: u16, pki: &Pki, client: Option<&str>) -> (bool, String) {
     (out.status.success(), serial)
 }
 
-/// A raw SotW ADS stream over TLS from Python grpcio: one CDS request as node
-/// `argv[5]`; prints `GOT <bytes>` for the first response, or
+/// A raw SotW ADS stream over TLS from Python grpcio: one request (CDS, or the
+/// type `argv[6]`) as node `argv[5]`; prints `GOT <bytes>` for the first response, or
 /// `ERR <code> <details>`.
 const ADS_PY: &str = r#"
 import sys
 import grpc
 
 addr, ca, cert, key, node = sys.argv[1:6]
+type_url = sys.argv[6] if len(sys.argv) > 6 else "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 
 def varint(n):
     out = b""
@@ -203,7 +204,7 @@ def field(num, data):
     return bytes([num << 3 | 2]) + varint(len(data)) + data
 
 # DiscoveryRequest: node = 2 (Node.id = 1), type_url = 4; "-" sends no node.
-request = (field(2, field(1, node.encode())) if node != "-" else b"") + field(4, b"type.googleapis.com/envoy.config.cluster.v3.Cluster")
+request = (field(2, field(1, node.encode())) if node != "-" else b"") + field(4, type_url.encode())
 read = lambda p: open(p, "rb").read() if p != "-" else None
 creds = grpc.ssl_channel_credentials(read(ca), read(key), read(cert))
 with grpc.secure_channel(addr, creds, options=[("grpc.ssl_target_name_override", "localhost")]) as ch:
@@ -217,6 +218,20 @@ with grpc.secure_channel(addr, creds, options=[("grpc.ssl_target_name_override",
 "#;
 
 fn ads(tmp: &Path, port: u16, pki: &Pki, client: Option<&str>, node: &str) -> String {
+    ads_for(tmp, port, pki, client, node, CDS)
+}
+
+const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+const SDS: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
+
+fn ads_for(
+    tmp: &Path,
+    port: u16,
+    pki: &Pki,
+    client: Option<&str>,
+    node: &str,
+    type_url: &str,
+) -> String {
     let script = tmp.join("ads.py");
     std::fs::write(&script, ADS_PY).expect("ads.py");
     let dash = PathBuf::from("-");
@@ -229,6 +244,7 @@ fn ads(tmp: &Path, port: u16, pki: &Pki, client: Option<&str>, node: &str) -> St
         .arg(client.map_or(dash.clone(), |c| pki.cert(c)))
         .arg(client.map_or(dash, |c| pki.key(c)))
         .arg(node)
+        .arg(type_url)
         .output()
         .expect("grpc python runs");
     format!(
@@ -622,6 +638,12 @@ fn clients_without_a_valid_certificate_or_identity_get_no_configuration() {
             && mismatch.contains(&format!("{TD}/web")),
         "{mismatch}"
     );
+    // Nor does asking for a secret first (SDS is served beside the snapshot).
+    let sds = ads_for(tmp.path(), dp.xds_port, &pki, Some("web"), other_ns, SDS);
+    assert!(
+        sds.starts_with("ERR PERMISSION_DENIED") && sds.contains("\"bank\""),
+        "{sds}"
+    );
     // Leaving the node out does not skip the check.
     let no_node = ads(tmp.path(), dp.xds_port, &pki, Some("web"), "-");
     assert!(
@@ -644,7 +666,7 @@ fn clients_without_a_valid_certificate_or_identity_get_no_configuration() {
             "deltapilot_xds_rejected_requests_total",
             &["reason=\"identity_mismatch\""]
         ),
-        2.0,
+        3.0,
         "{m}"
     );
 }

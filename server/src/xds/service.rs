@@ -268,6 +268,8 @@ trait Protocol: Send + 'static {
     type Secrets: SecretSide<Req = Self::Req, Out = Self::Out>;
     const API: &'static str;
     fn decode(msg: Bytes) -> Result<Self::Req, Error>;
+    /// The proxy the request's `node` names, if it has one.
+    fn node_proxy(req: &Self::Req) -> Result<Option<Proxy>, Error>;
     fn on_request(&mut self, req: &Self::Req, snap: &Snapshot) -> Result<RequestOutcome, Error>;
     fn on_snapshot(&mut self, snap: &deltapilot_xds::snapshot::Snapshot);
     /// The next response to send, with what the metrics count about it.
@@ -302,6 +304,11 @@ impl Protocol for DeltaStream {
     const API: &'static str = "delta";
     fn decode(msg: Bytes) -> Result<DeltaRequest, Error> {
         DeltaRequest::decode_from(msg)
+    }
+    fn node_proxy(req: &DeltaRequest) -> Result<Option<Proxy>, Error> {
+        Ok(req
+            .decode_node()?
+            .map(|n| deltapilot_xds::proxy_from_node(&n)))
     }
     fn on_request(&mut self, req: &Self::Req, snap: &Snapshot) -> Result<RequestOutcome, Error> {
         DeltaStream::on_request(self, req, snap)
@@ -344,6 +351,9 @@ impl Protocol for SotwStream {
     fn decode(msg: Bytes) -> Result<DiscoveryRequest, Error> {
         <DiscoveryRequest as prost::Message>::decode(msg)
             .map_err(|e| Error::Malformed(e.to_string()))
+    }
+    fn node_proxy(req: &DiscoveryRequest) -> Result<Option<Proxy>, Error> {
+        Ok(req.node.as_ref().map(deltapilot_xds::proxy_from_node))
     }
     fn on_request(&mut self, req: &Self::Req, _snap: &Snapshot) -> Result<RequestOutcome, Error> {
         SotwStream::on_request(self, req)
@@ -408,8 +418,8 @@ fn run_stream<P: Protocol>(
     mut guard: StreamGuard,
 ) -> impl futures::Stream<Item = Result<P::Out, Status>> + Send + 'static {
     async_stream::stream! {
-        // Checked once, when the first request names the node, before any
-        // response for it is built.
+        // The node the first request names is checked against the client
+        // certificate, before any response for it is built.
         let mut node_checked = peer.is_none();
         let state = Arc::new(Mutex::new(state));
         let _registered = shared.streams.register(id, P::API, service, state.clone());
@@ -470,6 +480,16 @@ fn run_stream<P: Protocol>(
                     Ok(Some(msg)) => {
                         last_heard = Instant::now();
                         let result = P::decode(msg).and_then(|req| {
+                            if !node_checked && let Some(peer) = &peer {
+                                // The first request, whatever its type (an SDS
+                                // one included), before it is applied.
+                                node_checked = true;
+                                match P::node_proxy(&req)? {
+                                    Some(p) => peer.check_node(&p),
+                                    None => peer.check_no_node(),
+                                }
+                                .map_err(Error::IdentityMismatch)?;
+                            }
                             if P::Secrets::is_secret(&req) {
                                 secrets.on_request(&req)
                             } else {
@@ -478,21 +498,6 @@ fn run_stream<P: Protocol>(
                         });
                         match result {
                             Ok(outcome) => {
-                                if !node_checked
-                                    && let Some(peer) = &peer
-                                {
-                                    let checked = match lock(&state).proxy() {
-                                        Some(p) => peer.check_node(p),
-                                        None => peer.check_no_node(),
-                                    };
-                                    node_checked = true;
-                                    if let Err(why) = checked {
-                                        let e = Error::IdentityMismatch(why);
-                                        shared.reject(reject_reason(&e));
-                                        tracing::warn!(api = P::API, peer_serial = %peer.serial, error = %e, "closing stream: the node disagrees with its client certificate");
-                                        break Some(e.to_status());
-                                    }
-                                }
                                 guard.identify(lock(&state).proxy(), &snap);
                                 shared.record(P::API, &outcome);
                             }
