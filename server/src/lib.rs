@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod process;
 pub mod readiness;
 pub mod stale_proxies;
+pub mod tls;
 pub mod xds;
 
 /// Result alias for the server crate.
@@ -67,6 +68,27 @@ pub enum Error {
     /// The server is shutting down.
     #[error("deltapilot is shutting down; reconnect to another replica")]
     Draining,
+    /// A TLS file (`--xds-tls-*`) cannot be used.
+    #[error("{flag} {}: {reason}", path.display())]
+    TlsFile {
+        /// The flag naming the file.
+        flag: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The client certificate's identities are not in `--xds-tls-allow`.
+    #[error(
+        "client certificate identities {identities:?} are not in the server's --xds-tls-allow list"
+    )]
+    IdentityNotAllowed {
+        /// The certificate's SAN DNS names and URIs.
+        identities: Vec<String>,
+    },
+    /// The node a stream claims disagrees with its client certificate.
+    #[error("authorization failed: {0}")]
+    IdentityMismatch(String),
     /// Binding a listening socket failed.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -89,7 +111,8 @@ impl Error {
             Error::TooManyNames { .. } | Error::TooManyStreams { .. } => Code::ResourceExhausted,
             Error::Stalled(_) => Code::DeadlineExceeded,
             Error::Draining => Code::Unavailable,
-            Error::Bind { .. } => Code::Internal,
+            Error::IdentityNotAllowed { .. } | Error::IdentityMismatch(_) => Code::PermissionDenied,
+            Error::Bind { .. } | Error::TlsFile { .. } => Code::Internal,
         };
         tonic::Status::new(code, self.to_string())
     }

@@ -38,8 +38,8 @@ enum Command {
     /// message each with a stable code; with --impact, what a change would do.
     Analyze(cli::analyze::AnalyzeArgs),
     /// Print a ready bootstrap for a proxy of this deployment: Envoy sidecar or
-    /// router (delta or SotW), or proxyless gRPC's GRPC_XDS_BOOTSTRAP JSON. Plaintext
-    /// only: `run` has no xDS TLS flags yet (issue 31).
+    /// router (delta or SotW), or proxyless gRPC's GRPC_XDS_BOOTSTRAP JSON, in
+    /// plaintext or over TLS (--xds-tls-ca, --xds-tls-cert, --xds-tls-key).
     Bootstrap(cli::bootstrap::BootstrapArgs),
     /// Run one registry adapter as its own process, appending to a log.
     Adapter(cli::adapter::AdapterArgs),

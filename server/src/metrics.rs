@@ -17,7 +17,16 @@
 //!   version the client reported it already had; a correct server keeps it at 0.
 //! - `xds_rejected_requests_total{reason}` — requests refused or ignored
 //!   (`unknown_type`, `too_many_names`, `wrong_service`, `too_many_streams`, `stalled`,
-//!   `bad_message`: oversized or undecodable).
+//!   `bad_message`: oversized or undecodable; `identity_not_allowed`: a client
+//!   certificate outside `--xds-tls-allow`; `identity_mismatch`: a node id that
+//!   disagrees with its client certificate).
+//! - `xds_tls_handshake_failures_total{reason}` — TLS handshakes the xDS listener
+//!   refused (`no_client_certificate`, `bad_client_certificate`, `no_h2_alpn`,
+//!   `alert_received`: the client refused the server certificate, `not_tls`,
+//!   `incompatible`, `timeout`: no handshake within the handshake timeout, `io`,
+//!   `unreadable_client_certificate`, `other`).
+//! - `xds_tls_reloads_total{result}` — changes of the TLS files seen (`ok`: new
+//!   connections use them; `failed`: they did not load, the old ones serve).
 //! - `xds_stale_nonces_total` — ACK/NACKs whose nonce matched nothing (ignored).
 //! - `connections_*{listener}` — open, accepted, refused and timed-out TCP
 //!   connections of the xDS and admin listeners (see [`crate::conn::metrics`]).
@@ -175,6 +184,10 @@ pub struct Metrics {
     pub rejected: Family<Labels<1>, Counter>,
     /// See the module docs.
     pub stale_nonces: Counter,
+    /// See the module docs.
+    pub xds_tls_handshake_failures: Family<Labels<1>, Counter>,
+    /// See the module docs.
+    pub xds_tls_reloads: Family<Labels<1>, Counter>,
     /// Connections of both listeners (see [`crate::conn::metrics`]).
     pub connections: crate::conn::ConnMetrics,
     /// See the module docs.
@@ -274,6 +287,8 @@ impl Metrics {
             reconnect_resent: Family::default(),
             rejected: Family::default(),
             stale_nonces: Counter::default(),
+            xds_tls_handshake_failures: Family::default(),
+            xds_tls_reloads: Family::default(),
             connections: crate::conn::ConnMetrics::default(),
             snapshot_seq: Gauge::default(),
             views: Gauge::default(),
@@ -355,6 +370,16 @@ impl Metrics {
             "xds_stale_nonces",
             "ACK/NACKs whose nonce matched no response (ignored)",
             m.stale_nonces.clone(),
+        );
+        registry.register(
+            "xds_tls_handshake_failures",
+            "TLS handshakes the xDS listener refused, by reason",
+            m.xds_tls_handshake_failures.clone(),
+        );
+        registry.register(
+            "xds_tls_reloads",
+            "Changes of the xDS TLS files seen, by result (ok, failed)",
+            m.xds_tls_reloads.clone(),
         );
         m.connections.register(&mut registry);
         registry.register(

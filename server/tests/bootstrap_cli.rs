@@ -3,6 +3,8 @@
 //! SotW mode, connects to a real `deltapilot run` on loopback, receives the
 //! demo cluster and its endpoint, routes a request to the backend, and is known
 //! to deltapilot by its Istio node id (namespace and proxy type read from it).
+//! With `--xds-tls-ca/--xds-tls-cert/--xds-tls-key` the same Envoy reaches a
+//! `deltapilot run` serving mutual TLS (certificates made by openssl here).
 //! The proxyless bootstrap is exercised by a real grpcio client in `e2e_grpc.rs`.
 
 mod support;
@@ -11,6 +13,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
+use deltapilot_testkit::tls::{make_ca, make_signed};
 use support::{
     Backend, Deltapilot, Envoy, free_port, http_get, metric, wait_for, write_service_entry,
 };
@@ -36,6 +39,10 @@ fn bootstrap(args: &[&str]) -> String {
 }
 
 fn envoy_boots_and_receives_clusters(mode: &str) {
+    envoy_boots_and_receives_clusters_over(mode, false);
+}
+
+fn envoy_boots_and_receives_clusters_over(mode: &str, tls: bool) {
     let tmp = tempfile::tempdir().expect("tmp");
     let (data, watch) = (tmp.path().join("data"), tmp.path().join("watch"));
     std::fs::create_dir_all(&watch).expect("watch dir");
@@ -50,11 +57,54 @@ fn envoy_boots_and_receives_clusters(mode: &str) {
         &[backend.port],
     );
     let (xds_port, admin_port) = (free_port(), free_port());
-    let dp = Deltapilot::start(tmp.path(), &data, &watch, xds_port, admin_port);
+    let pki = tmp.path().join("pki");
+    let p = |f: &str| pki.join(f).display().to_string();
+    let (server_flags, client_flags) = if tls {
+        let ca = make_ca(&pki, "mesh-ca");
+        make_signed(&ca, &pki.join("server"), "dp", &["IP:127.0.0.1"], 1);
+        let spiffe = "spiffe://cluster.local/ns/test/sa/client";
+        make_signed(
+            &ca,
+            &pki.join("client"),
+            "client",
+            &[&format!("URI:{spiffe}")],
+            2,
+        );
+        let server = vec![
+            "--xds-tls-cert".to_owned(),
+            p("server/tls.crt"),
+            "--xds-tls-key".into(),
+            p("server/tls.key"),
+            "--xds-tls-client-ca".into(),
+            p("ca.crt"),
+            "--xds-tls-allow".into(),
+            spiffe.into(),
+        ];
+        let client = vec![
+            "--xds-tls-ca".to_owned(),
+            p("ca.crt"),
+            "--xds-tls-cert".into(),
+            p("client/tls.crt"),
+            "--xds-tls-key".into(),
+            p("client/tls.key"),
+        ];
+        (server, client)
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let server_flags: Vec<&str> = server_flags.iter().map(String::as_str).collect();
+    let dp = Deltapilot::start_with(
+        tmp.path(),
+        &data,
+        &watch,
+        xds_port,
+        admin_port,
+        &server_flags,
+    );
 
     let envoy_admin = free_port();
     let (xds, admin) = (format!("127.0.0.1:{xds_port}"), envoy_admin.to_string());
-    let text = bootstrap(&[
+    let mut args = vec![
         "--type",
         "sidecar",
         "--mode",
@@ -71,7 +121,10 @@ fn envoy_boots_and_receives_clusters(mode: &str) {
         "test",
         "--labels",
         "app=client,version=v1",
-    ]);
+    ];
+    args.extend(client_flags.iter().map(String::as_str));
+    let text = bootstrap(&args);
+    assert_eq!(text.contains("envoy.transport_sockets.tls"), tls, "{text}");
     let node_id = "sidecar~127.0.0.1~client-1.test~test.svc.cluster.local";
     assert!(text.contains(node_id), "{text}");
     let envoy = Envoy::boot(
@@ -142,6 +195,57 @@ fn envoy_boots_from_the_sotw_bootstrap() {
 }
 
 #[test]
+fn envoy_boots_from_the_mutual_tls_bootstrap() {
+    envoy_boots_and_receives_clusters_over("delta", true);
+}
+
+#[test]
+fn the_proxyless_tls_bootstrap_names_the_channel_credentials() {
+    let text = bootstrap(&[
+        "--type",
+        "proxyless-grpc",
+        "--xds-address",
+        "deltapilot.mesh.svc:18000",
+        "--xds-tls-ca",
+        "/etc/tls/ca.crt",
+        "--xds-tls-cert",
+        "/etc/tls/tls.crt",
+        "--xds-tls-key",
+        "/etc/tls/tls.key",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(
+        v["xds_servers"][0]["channel_creds"][0],
+        serde_json::json!({"type": "tls", "config": {
+            "ca_certificate_file": "/etc/tls/ca.crt",
+            "certificate_file": "/etc/tls/tls.crt",
+            "private_key_file": "/etc/tls/tls.key",
+        }}),
+        "{text}"
+    );
+    let envoy = bootstrap(&[
+        "--xds-address",
+        "deltapilot.mesh.svc:18000",
+        "--xds-tls-ca",
+        "/etc/tls/ca.crt",
+        "-o",
+        "json",
+    ]);
+    let e: serde_json::Value = serde_json::from_str(&envoy).expect("json");
+    let ctx = &e["static_resources"]["clusters"][0]["transport_socket"]["typed_config"];
+    assert_eq!(ctx["sni"], "deltapilot.mesh.svc", "{envoy}");
+    assert_eq!(
+        ctx["common_tls_context"]["validation_context"]["match_typed_subject_alt_names"][0],
+        serde_json::json!({"san_type": "DNS", "matcher": {"exact": "deltapilot.mesh.svc"}}),
+        "{envoy}"
+    );
+    assert!(
+        ctx["common_tls_context"].get("tls_certificates").is_none(),
+        "{envoy}"
+    );
+}
+
+#[test]
 fn a_router_bootstrap_is_read_as_a_router_and_json_parses() {
     let text = bootstrap(&[
         "--type",
@@ -182,6 +286,11 @@ fn impossible_combinations_are_refused_with_a_reason() {
         (&["--labels", "app"][..], "not KEY=VALUE"),
         (&["--xds-address", "nohost"][..], "expected HOST:PORT"),
         (&["--pod", "a~b"][..], "part of the node id"),
+        (&["--xds-tls-cert", "c.pem"][..], "needs --xds-tls-key"),
+        (
+            &["--xds-tls-cert", "c.pem", "--xds-tls-key", "k.pem"][..],
+            "needs --xds-tls-ca",
+        ),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_deltapilot"))
             .arg("bootstrap")

@@ -1,11 +1,13 @@
 //! The Helm chart (`deploy/helm/deltapilot`) against the code: it lints
 //! (`helm lint --strict`, helm 3 from `DELTAPILOT_HELM`), renders with the
 //! default values and every CI variant (`deploy/helm/ci/*.yaml`: Kafka, Kafka
-//! without Istio, embedded without Kubernetes), and every rendered manifest
-//! parses into its k8s-openapi type without losing a field. The RBAC rules equal
-//! the Kubernetes adapter's own list of watched resources and verbs; every flag
-//! and variable a container passes is one `deltapilot <subcommand> --help`
-//! documents, with a value the binary accepts; settings the chosen mode cannot
+//! without Istio, embedded without Kubernetes, mutual TLS with an admin token),
+//! and every rendered manifest parses into its k8s-openapi type without losing a
+//! field. The RBAC rules equal the Kubernetes adapter's own list of watched
+//! resources and verbs; every flag and variable a container passes is one
+//! `deltapilot <subcommand> --help` documents, with a value the binary accepts;
+//! the TLS and token files are in directory-mounted Secret volumes, and the
+//! rendered TLS settings start the binary; settings the chosen mode cannot
 //! honour fail the render instead of being dropped.
 
 mod deploy_support;
@@ -334,6 +336,7 @@ fn chart_lints_and_renders_into_valid_objects_that_match_the_binary() {
             )
         };
         pod_non_root(&name, &server_spec);
+        check_secrets(&name, &values, &server_spec);
         let server = &server_spec.containers[0];
         check_container(&format!("{name}: server"), server);
         check_probes(&format!("{name}: server"), server);
@@ -529,9 +532,103 @@ fn the_chart_defaults_are_the_binarys_and_unhonourable_settings_fail_the_render(
     let err = render_text(None, &["extraEnv.NOT_OURS=1"]).expect_err("schema");
     assert!(err.contains("extraEnv"), "{err}");
     let err = render_text(None, &["tls.enabled=true"]).expect_err("schema");
-    assert!(
-        err.contains("tls"),
-        "no TLS values until the binary has TLS flags: {err}"
+    assert!(err.contains("tls"), "TLS lives under xds.tls: {err}");
+    let err = render_text(None, &["xds.tls.allow={a}"]).expect_err("no secret");
+    assert!(err.contains("need xds.tls.secretName"), "{err}");
+    let err = render_text(None, &["xds.tls.secretName=s", "xds.tls.allow={a}"])
+        .expect_err("allow without mutual");
+    assert!(err.contains("xds.tls.allow needs xds.tls.mutual"), "{err}");
+}
+
+/// The TLS and admin-token values: each file the server reads is in a Secret
+/// volume of the values' Secret, mounted as a directory (a `subPath` mount
+/// would never see a rotation).
+fn check_secrets(what: &str, values: &serde_yaml::Value, pod: &PodSpec) {
+    let c = &pod.containers[0];
+    let env = env_of(c);
+    let tls_secret = values["xds"]["tls"]["secretName"].as_str().unwrap_or("");
+    let mutual = values["xds"]["tls"]["mutual"].as_bool() == Some(true);
+    let token_secret = values["admin"]["tokenSecret"].as_str().unwrap_or("");
+    let mut want = Vec::new();
+    if !tls_secret.is_empty() {
+        want.push(("DELTAPILOT_XDS_TLS_CERT", tls_secret, "tls.crt"));
+        want.push(("DELTAPILOT_XDS_TLS_KEY", tls_secret, "tls.key"));
+        if mutual {
+            want.push(("DELTAPILOT_XDS_TLS_CLIENT_CA", tls_secret, "ca.crt"));
+        }
+    }
+    if !token_secret.is_empty() {
+        want.push(("DELTAPILOT_ADMIN_TOKEN_FILE", token_secret, "token"));
+    }
+    for var in [
+        "DELTAPILOT_XDS_TLS_CERT",
+        "DELTAPILOT_XDS_TLS_KEY",
+        "DELTAPILOT_XDS_TLS_CLIENT_CA",
+        "DELTAPILOT_ADMIN_TOKEN_FILE",
+    ] {
+        assert_eq!(
+            env.contains_key(var),
+            want.iter().any(|(v, _, _)| *v == var),
+            "{what}: {var}"
+        );
+    }
+    for (var, secret, file) in want {
+        let path = std::path::Path::new(&env[var]);
+        assert_eq!(
+            path.file_name().and_then(|f| f.to_str()),
+            Some(file),
+            "{what}: {var}"
+        );
+        let mount = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| path.parent() == Some(std::path::Path::new(&m.mount_path)))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{what}: {var}={} is in no mounted directory",
+                    path.display()
+                )
+            });
+        assert_eq!(
+            mount.sub_path, None,
+            "{what}: {var} through a subPath mount"
+        );
+        let volume = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == mount.name)
+            .unwrap_or_else(|| panic!("{what}: no volume {}", mount.name));
+        let s = volume
+            .secret
+            .as_ref()
+            .unwrap_or_else(|| panic!("{what}: {} is not a Secret", mount.name));
+        assert_eq!(s.secret_name.as_deref(), Some(secret), "{what}: {var}");
+        if var == "DELTAPILOT_ADMIN_TOKEN_FILE" {
+            let key = values["admin"]["tokenKey"].as_str().expect("tokenKey");
+            let items = s.items.clone().unwrap_or_default();
+            assert!(
+                items.iter().any(|i| i.key == key && i.path == "token"),
+                "{what}: the token key {key} is not mounted as `token`: {items:?}"
+            );
+        }
+    }
+    let allow = values["xds"]["tls"]["allow"]
+        .as_sequence()
+        .map(|s| {
+            s.iter()
+                .filter_map(|v| v.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        env.get("DELTAPILOT_XDS_TLS_ALLOW")
+            .cloned()
+            .unwrap_or_default(),
+        allow,
+        "{what}: --xds-tls-allow"
     );
 }
 
@@ -540,20 +637,88 @@ fn the_chart_defaults_are_the_binarys_and_unhonourable_settings_fail_the_render(
 /// the probe paths answer 200.
 #[test]
 fn the_rendered_server_environment_starts_the_binary_and_its_probes_answer() {
-    let r = render_typed(
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_child, admin, _) = start_rendered(
+        dir.path(),
         None,
         &[
             "kubernetes.enabled=false",
             "extraEnv.DELTAPILOT_MAX_STREAMS=500",
         ],
     );
+    // Moved to loopback, and with no token, /debug/* is served as is.
+    assert_eq!(get_status(admin, "/debug/snapshot"), Some(200));
+}
+
+/// With the TLS variant's values, the Secrets' files (made here, at the paths
+/// the chart mounts them, moved under a temp dir) start the binary: xDS
+/// handshakes mutual TLS, and `/debug/*` answers behind the token.
+#[test]
+fn the_rendered_tls_and_token_settings_start_the_binary() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mounted = dir.path().join("etc/deltapilot");
+    let ca = deltapilot_testkit::tls::make_ca(&dir.path().join("ca"), "ca");
+    let tls = mounted.join("xds-tls");
+    deltapilot_testkit::tls::make_signed(&ca, &tls, "deltapilot", &["DNS:localhost"], 7);
+    std::fs::copy(&ca.cert, tls.join("ca.crt")).expect("ca.crt");
+    let client = dir.path().join("client");
+    deltapilot_testkit::tls::make_signed(
+        &ca,
+        &client,
+        "web",
+        &["URI:spiffe://cluster.local/ns/shop/sa/web"],
+        8,
+    );
+    std::fs::create_dir_all(mounted.join("admin-token")).expect("token dir");
+    std::fs::write(mounted.join("admin-token/token"), "chart-token\n").expect("token");
+    let values = deploy_support::repo().join("deploy/helm/ci/tls.yaml");
+    let (_child, admin, xds) =
+        start_rendered(dir.path(), Some(&values), &["kubernetes.enabled=false"]);
+    assert_eq!(get_status(admin, "/debug/snapshot"), Some(401));
+    let out = Command::new("timeout")
+        .args(["10", "openssl", "s_client", "-connect"])
+        .arg(format!("127.0.0.1:{xds}"))
+        .args([
+            "-servername",
+            "localhost",
+            "-alpn",
+            "h2",
+            "-verify_return_error",
+        ])
+        .arg("-CAfile")
+        .arg(&ca.cert)
+        .arg("-cert")
+        .arg(client.join("tls.crt"))
+        .arg("-key")
+        .arg(client.join("tls.key"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("openssl s_client");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("ALPN protocol: h2"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Starts the binary with the server container of the chart rendered with
+/// `values` and `set`: addresses moved to free loopback ports, data in `dir`,
+/// and files under `/etc/deltapilot/` looked up under `dir/etc/deltapilot/`.
+/// Returns once `/readyz` and `/healthz` answer 200: the child, the admin
+/// address and the xDS port.
+fn start_rendered(
+    dir: &std::path::Path,
+    values: Option<&std::path::Path>,
+    set: &[&str],
+) -> (ChildGuard, SocketAddr, u16) {
+    let r = render_typed(values, set);
     let pod = r.statefulsets[0]
         .spec
         .as_ref()
         .and_then(|s| s.template.spec.clone())
         .expect("pod spec");
     let c = &pod.containers[0];
-    let dir = tempfile::tempdir().expect("tempdir");
     let xds = free_port();
     let admin = free_port();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltapilot"));
@@ -562,17 +727,20 @@ fn the_rendered_server_environment_starts_the_binary_and_its_probes_answer() {
         let v = match k.as_str() {
             "DELTAPILOT_XDS_ADDR" => format!("127.0.0.1:{xds}"),
             "DELTAPILOT_ADMIN_ADDR" => format!("127.0.0.1:{admin}"),
-            "DELTAPILOT_DATA_DIR" => dir.path().join("data").display().to_string(),
-            _ => v,
+            "DELTAPILOT_DATA_DIR" => dir.join("data").display().to_string(),
+            _ => match v.strip_prefix("/etc/deltapilot/") {
+                Some(rest) => dir.join("etc/deltapilot").join(rest).display().to_string(),
+                None => v,
+            },
         };
         cmd.env(k, v);
     }
     cmd.env("RUST_LOG", "info");
-    let log = dir.path().join("deltapilot.log");
+    let log = dir.join("deltapilot.log");
     let mut child = ChildGuard(
         cmd.stdin(std::process::Stdio::null())
             .stdout(std::fs::File::create(&log).expect("log"))
-            .stderr(std::fs::File::create(dir.path().join("stderr.log")).expect("log"))
+            .stderr(std::fs::File::create(dir.join("stderr.log")).expect("log"))
             .spawn()
             .expect("spawn deltapilot"),
     );
@@ -583,7 +751,7 @@ fn the_rendered_server_environment_starts_the_binary_and_its_probes_answer() {
             if let Ok(Some(status)) = child.0.try_wait() {
                 panic!(
                     "deltapilot exited ({status}) with the rendered environment:\n{}",
-                    std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default()
+                    std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default()
                 );
             }
             match get_status(addr, path) {
@@ -596,6 +764,7 @@ fn the_rendered_server_environment_starts_the_binary_and_its_probes_answer() {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
+    (child, addr, xds)
 }
 
 struct ChildGuard(std::process::Child);

@@ -25,6 +25,7 @@ use crate::readiness::Readiness;
 pub mod debug;
 pub mod dump;
 pub mod events;
+pub mod guard;
 pub mod impact;
 mod listen;
 pub mod registry_view;
@@ -54,17 +55,39 @@ pub fn router(metrics: Arc<Metrics>, ready: ReadyFn) -> Router {
         .with_state(AdminState { metrics, ready })
 }
 
-/// The admin routes plus the `/debug/` views when `debug` is given.
+/// The admin routes plus the `/debug/` views when `debug` is given, with the
+/// default request limits and no token.
 pub fn router_with_debug(
     metrics: Arc<Metrics>,
     ready: ReadyFn,
     debug: Option<DebugState>,
 ) -> Router {
+    router_guarded(metrics, ready, debug, None, guard::RequestLimits::default())
+}
+
+/// The admin routes plus the `/debug/` views when `debug` is given; those need
+/// `token` when it is given (see [`guard`]), and every route has `limits`.
+pub fn router_guarded(
+    metrics: Arc<Metrics>,
+    ready: ReadyFn,
+    debug: Option<DebugState>,
+    token: Option<Arc<guard::AdminToken>>,
+    limits: guard::RequestLimits,
+) -> Router {
     let base = router(metrics, ready);
-    match debug {
-        Some(d) => base.merge(debug::routes(d)),
-        None => base,
-    }
+    let routes = match (debug, token) {
+        (Some(d), Some(t)) => base.merge(debug::routes(d).layer(
+            axum::middleware::from_fn_with_state(t, guard::require_token),
+        )),
+        (Some(d), None) => base.merge(debug::routes(d)),
+        (None, _) => base,
+    };
+    routes
+        .layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            limits,
+            guard::limit_requests,
+        ))
 }
 
 async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {

@@ -9,8 +9,14 @@
 //! for proxyless clients), which is what deltapilot reads to tell proxies apart
 //! (see `deltapilot_xds::node`).
 //!
-//! What it does NOT do: TLS to the control plane. `deltapilot run` has no xDS TLS
-//! flags yet (issue 31), so every bootstrap connects in plaintext.
+//! With `--xds-tls-ca` (and a client certificate, `--xds-tls-cert` and
+//! `--xds-tls-key`, for a server with `--xds-tls-client-ca`) the proxy reaches
+//! the control plane over TLS: Envoy's xds cluster gets a TLS transport socket
+//! (ALPN `h2`, the server's certificate checked against the xDS host), and the
+//! proxyless bootstrap `tls` channel credentials.
+//!
+//! What it does NOT do: read or check the certificate files (they are paths on
+//! the proxy's machine, which may not be this one).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -52,8 +58,7 @@ pub(crate) enum Format {
 
 /// Prints a ready bootstrap for one proxy.
 ///
-/// No TLS: `deltapilot run` has no xDS TLS flags yet (issue 31), so the
-/// bootstrap connects in plaintext. For `--bind-outbound` deployments nothing
+/// Plaintext unless `--xds-tls-ca` is given. For `--bind-outbound` deployments nothing
 /// changes in the bootstrap (the server decides how listeners bind); pick the
 /// sidecar's IP with `--ip`.
 #[derive(Debug, clap::Args)]
@@ -106,6 +111,46 @@ pub(crate) struct BootstrapArgs {
     /// YAML or JSON [default: yaml; json for proxyless-grpc, which reads only JSON].
     #[arg(short = 'o', long = "output", value_enum)]
     output: Option<Format>,
+    /// Reach the xDS server over TLS, verifying its certificate with the CA
+    /// certificates in this PEM file (a path on the proxy's machine) [default:
+    /// plaintext].
+    #[arg(long, value_name = "FILE", env = "DELTAPILOT_BOOTSTRAP_XDS_TLS_CA")]
+    xds_tls_ca: Option<PathBuf>,
+    /// The proxy's client certificate (PEM) for a server with
+    /// --xds-tls-client-ca; needs --xds-tls-key and --xds-tls-ca.
+    #[arg(long, value_name = "FILE", env = "DELTAPILOT_BOOTSTRAP_XDS_TLS_CERT")]
+    xds_tls_cert: Option<PathBuf>,
+    /// The private key of --xds-tls-cert (PEM).
+    #[arg(long, value_name = "FILE", env = "DELTAPILOT_BOOTSTRAP_XDS_TLS_KEY")]
+    xds_tls_key: Option<PathBuf>,
+}
+
+/// The TLS of the proxy's connection to the control plane.
+struct ClientTls {
+    ca: String,
+    /// Certificate and key, for mutual TLS.
+    pair: Option<(String, String)>,
+}
+
+fn client_tls(args: &BootstrapArgs) -> anyhow::Result<Option<ClientTls>> {
+    let text = |p: &PathBuf| p.display().to_string();
+    let pair = match (&args.xds_tls_cert, &args.xds_tls_key) {
+        (Some(c), Some(k)) => Some((text(c), text(k))),
+        (None, None) => None,
+        (Some(_), None) => {
+            bail!("--xds-tls-cert needs --xds-tls-key (the certificate's private key)")
+        }
+        (None, Some(_)) => {
+            bail!("--xds-tls-key needs --xds-tls-cert (the certificate it belongs to)")
+        }
+    };
+    match &args.xds_tls_ca {
+        Some(ca) => Ok(Some(ClientTls { ca: text(ca), pair })),
+        None if pair.is_some() => bail!(
+            "--xds-tls-cert needs --xds-tls-ca: the proxy must verify the server's certificate too"
+        ),
+        None => Ok(None),
+    }
 }
 
 /// `deltapilot bootstrap`.
@@ -144,17 +189,33 @@ pub(crate) fn render(args: &BootstrapArgs) -> anyhow::Result<String> {
         }
     }
     let node = node(args, &labels);
+    let tls = client_tls(args)?;
     let value = if proxyless {
+        let creds = match &tls {
+            None => json!({"type": "insecure"}),
+            Some(t) => {
+                let mut config = json!({"ca_certificate_file": t.ca});
+                if let Some((cert, key)) = &t.pair {
+                    config["certificate_file"] = json!(cert);
+                    config["private_key_file"] = json!(key);
+                }
+                json!({"type": "tls", "config": config})
+            }
+        };
         json!({
             "xds_servers": [{
                 "server_uri": format!("{host}:{port}"),
-                "channel_creds": [{"type": "insecure"}],
+                "channel_creds": [creds],
                 "server_features": ["xds_v3"],
             }],
             "node": node,
         })
     } else {
-        envoy(args, mode, node, &host, port)
+        let mut b = envoy(args, mode, node, &host, port);
+        if let Some(t) = &tls {
+            b["static_resources"]["clusters"][0]["transport_socket"] = transport_socket(t, &host);
+        }
+        b
     };
     Ok(match format {
         Format::Json => serde_json::to_string_pretty(&value)?,
@@ -238,6 +299,36 @@ fn envoy(args: &BootstrapArgs, mode: Mode, node: Value, host: &str, port: u16) -
         }}});
     }
     bootstrap
+}
+
+/// Envoy's TLS transport socket to the control plane: ALPN `h2`, the server's
+/// certificate verified by the CA and matched against `host` (a DNS or IP SAN),
+/// the client certificate if any.
+fn transport_socket(t: &ClientTls, host: &str) -> Value {
+    let is_ip = host.parse::<IpAddr>().is_ok();
+    let san_type = if is_ip { "IP_ADDRESS" } else { "DNS" };
+    let mut common = json!({
+        "alpn_protocols": ["h2"],
+        "validation_context": {
+            "trusted_ca": {"filename": t.ca},
+            "match_typed_subject_alt_names": [{"san_type": san_type, "matcher": {"exact": host}}],
+        },
+    });
+    if let Some((cert, key)) = &t.pair {
+        common["tls_certificates"] = json!([{
+            "certificate_chain": {"filename": cert},
+            "private_key": {"filename": key},
+        }]);
+    }
+    let mut ctx = json!({
+        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+        "common_tls_context": common,
+    });
+    if !is_ip {
+        // SNI is a host name; an IP literal is not sent as one.
+        ctx["sni"] = json!(host);
+    }
+    json!({"name": "envoy.transport_sockets.tls", "typed_config": ctx})
 }
 
 /// HOST and PORT to reach the xDS server at.

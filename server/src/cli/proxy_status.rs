@@ -31,7 +31,8 @@ const MAX_BODY: usize = 512 * 1024 * 1024;
 /// Arguments of `deltapilot proxy-status`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ProxyStatusArgs {
-    /// The admin server of `deltapilot run`.
+    /// The admin server of `deltapilot run` (its /debug/* token, if it has
+    /// one, is read from the file DELTAPILOT_ADMIN_TOKEN_FILE names).
     #[arg(long, env = "DELTAPILOT_ADMIN_ADDR", default_value = "127.0.0.1:15014")]
     admin_addr: SocketAddr,
     /// Print the raw `/debug/syncz` JSON instead of the table.
@@ -47,9 +48,36 @@ pub(crate) struct ProxyConfigArgs {
     /// Only these types: `cds`, `eds`, `lds`, `rds` (comma-separated).
     #[arg(long = "type", value_name = "TYPES")]
     types: Option<String>,
-    /// The admin server of `deltapilot run`.
+    /// The admin server of `deltapilot run` (its /debug/* token, if it has
+    /// one, is read from the file DELTAPILOT_ADMIN_TOKEN_FILE names).
     #[arg(long, env = "DELTAPILOT_ADMIN_ADDR", default_value = "127.0.0.1:15014")]
     admin_addr: SocketAddr,
+}
+
+/// The variable naming the admin token file: the server's own
+/// (`--admin-token-file`), so these commands run inside its pod just work.
+const TOKEN_FILE_VAR: &str = "DELTAPILOT_ADMIN_TOKEN_FILE";
+
+/// The bearer token for `/debug/*`, from the file `DELTAPILOT_ADMIN_TOKEN_FILE`
+/// names, if it is set.
+fn admin_token() -> anyhow::Result<Option<String>> {
+    let Some(path) = std::env::var_os(TOKEN_FILE_VAR).filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "{TOKEN_FILE_VAR}={}: cannot read the admin token",
+            std::path::Path::new(&path).display()
+        )
+    })?;
+    let token = text.trim();
+    if token.is_empty() {
+        bail!(
+            "{TOKEN_FILE_VAR}={}: holds no token (the file is empty)",
+            std::path::Path::new(&path).display()
+        );
+    }
+    Ok(Some(token.to_owned()))
 }
 
 /// A GET against the admin server: status and body.
@@ -86,6 +114,9 @@ pub(crate) async fn request(
             )
             .as_bytes(),
         );
+    }
+    if let Some(token) = admin_token()? {
+        request.extend_from_slice(format!("Authorization: Bearer {token}\r\n").as_bytes());
     }
     request.extend_from_slice(b"\r\n");
     request.extend_from_slice(body.unwrap_or_default());

@@ -31,12 +31,26 @@ use super::gate::Permit;
 pub struct ConnInfo {
     remote: SocketAddr,
     requested: Arc<AtomicBool>,
+    /// The verified client certificate's identities (mutual TLS only).
+    peer: Option<Arc<crate::tls::PeerIdentity>>,
 }
 
 impl ConnInfo {
     /// The client's address.
     pub fn remote_addr(&self) -> SocketAddr {
         self.remote
+    }
+
+    /// The verified client certificate's identities, on a mutual TLS
+    /// connection.
+    pub fn peer(&self) -> Option<&Arc<crate::tls::PeerIdentity>> {
+        self.peer.as_ref()
+    }
+
+    /// This connection's info once its TLS handshake verified `peer`.
+    pub(crate) fn with_peer(mut self, peer: Option<Arc<crate::tls::PeerIdentity>>) -> Self {
+        self.peer = peer;
+        self
     }
 
     /// Marks that the connection carried a request: its handshake deadline no
@@ -78,6 +92,7 @@ impl GatedIo {
             info: ConnInfo {
                 remote,
                 requested: Arc::new(AtomicBool::new(false)),
+                peer: None,
             },
             timed_out: deadline.is_some().then_some(timed_out),
             deadline,

@@ -44,6 +44,7 @@ use crate::conn::{ConnInfo, ListenerKind, XdsConnOptions};
 use crate::credentials::CredentialStore;
 use crate::credentials::stream::{DeltaSecrets, SecretSide, SotwSecrets};
 use crate::metrics::Metrics;
+use crate::tls::{PeerIdentity, XdsTls};
 
 pub use super::clock::{CLOCK_HISTORY, ObservedAt, PublishClock};
 
@@ -267,6 +268,8 @@ trait Protocol: Send + 'static {
     type Secrets: SecretSide<Req = Self::Req, Out = Self::Out>;
     const API: &'static str;
     fn decode(msg: Bytes) -> Result<Self::Req, Error>;
+    /// The proxy the request's `node` names, if it has one.
+    fn node_proxy(req: &Self::Req) -> Result<Option<Proxy>, Error>;
     fn on_request(&mut self, req: &Self::Req, snap: &Snapshot) -> Result<RequestOutcome, Error>;
     fn on_snapshot(&mut self, snap: &deltapilot_xds::snapshot::Snapshot);
     /// The next response to send, with what the metrics count about it.
@@ -301,6 +304,11 @@ impl Protocol for DeltaStream {
     const API: &'static str = "delta";
     fn decode(msg: Bytes) -> Result<DeltaRequest, Error> {
         DeltaRequest::decode_from(msg)
+    }
+    fn node_proxy(req: &DeltaRequest) -> Result<Option<Proxy>, Error> {
+        Ok(req
+            .decode_node()?
+            .map(|n| deltapilot_xds::proxy_from_node(&n)))
     }
     fn on_request(&mut self, req: &Self::Req, snap: &Snapshot) -> Result<RequestOutcome, Error> {
         DeltaStream::on_request(self, req, snap)
@@ -344,6 +352,9 @@ impl Protocol for SotwStream {
         <DiscoveryRequest as prost::Message>::decode(msg)
             .map_err(|e| Error::Malformed(e.to_string()))
     }
+    fn node_proxy(req: &DiscoveryRequest) -> Result<Option<Proxy>, Error> {
+        Ok(req.node.as_ref().map(deltapilot_xds::proxy_from_node))
+    }
     fn on_request(&mut self, req: &Self::Req, _snap: &Snapshot) -> Result<RequestOutcome, Error> {
         SotwStream::on_request(self, req)
     }
@@ -382,7 +393,9 @@ fn reject_reason(e: &Error) -> &'static str {
         Error::TooManyNames { .. } => "too_many_names",
         Error::TooManyStreams { .. } => "too_many_streams",
         Error::Stalled(_) => "stalled",
-        Error::Draining | Error::Bind { .. } => "other",
+        Error::IdentityNotAllowed { .. } => "identity_not_allowed",
+        Error::IdentityMismatch(_) => "identity_mismatch",
+        Error::Draining | Error::Bind { .. } | Error::TlsFile { .. } => "other",
     }
 }
 
@@ -401,10 +414,13 @@ fn run_stream<P: Protocol>(
     shared: Arc<XdsShared>,
     (id, service): (u64, &'static str),
     state: P,
-    mut inbound: Inbound,
+    (mut inbound, peer): (Inbound, Option<Arc<PeerIdentity>>),
     mut guard: StreamGuard,
 ) -> impl futures::Stream<Item = Result<P::Out, Status>> + Send + 'static {
     async_stream::stream! {
+        // The node the first request names is checked against the client
+        // certificate, before any response for it is built.
+        let mut node_checked = peer.is_none();
         let state = Arc::new(Mutex::new(state));
         let _registered = shared.streams.register(id, P::API, service, state.clone());
         let mut drain = shared.drain.clone();
@@ -464,6 +480,16 @@ fn run_stream<P: Protocol>(
                     Ok(Some(msg)) => {
                         last_heard = Instant::now();
                         let result = P::decode(msg).and_then(|req| {
+                            if !node_checked && let Some(peer) = &peer {
+                                // The first request, whatever its type (an SDS
+                                // one included), before it is applied.
+                                node_checked = true;
+                                match P::node_proxy(&req)? {
+                                    Some(p) => peer.check_node(&p),
+                                    None => peer.check_no_node(),
+                                }
+                                .map_err(Error::IdentityMismatch)?;
+                            }
                             if P::Secrets::is_secret(&req) {
                                 secrets.on_request(&req)
                             } else {
@@ -595,8 +621,23 @@ fn open<P: Protocol>(
     shared: Arc<XdsShared>,
     service: &'static str,
     state: impl FnOnce(&Snapshot) -> P,
-    inbound: Inbound,
+    (inbound, conn): (Inbound, Option<ConnInfo>),
 ) -> Result<Outbound<P::Out>, Status> {
+    let peer = conn.as_ref().and_then(|c| c.peer().cloned());
+    if let Some(p) = &peer
+        && !p.allowed
+    {
+        let e = Error::IdentityNotAllowed {
+            identities: p.names().map(str::to_owned).collect(),
+        };
+        shared.reject(reject_reason(&e));
+        let remote = conn
+            .as_ref()
+            .map(|c| c.remote_addr().to_string())
+            .unwrap_or_default();
+        tracing::warn!(api = P::API, peer = %remote, error = %e, "refusing a stream");
+        return Err(e.to_status());
+    }
     let guard = shared.admit(P::API)?;
     let id = shared.next_stream.fetch_add(1, Ordering::Relaxed);
     let st = state(&shared.snapshots.load());
@@ -604,7 +645,7 @@ fn open<P: Protocol>(
         shared,
         (id, service),
         st,
-        inbound,
+        (inbound, peer),
         guard,
     )))
 }
@@ -631,7 +672,8 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        if let Some(conn) = req.extensions().get::<ConnInfo>() {
+        let conn = req.extensions().get::<ConnInfo>().cloned();
+        if let Some(conn) = &conn {
             conn.request_seen();
         }
         let shared = self.shared.clone();
@@ -650,7 +692,7 @@ where
                 shared,
                 K::NAME,
                 |snap| DeltaStream::new(K::TYPE, limits, snap),
-                inbound,
+                (inbound, conn),
             ))
         } else if method == K::SOTW {
             let inbound = Inbound::new(req.into_body(), max);
@@ -659,7 +701,7 @@ where
                 shared,
                 K::NAME,
                 |snap| SotwStream::new(K::TYPE, limits, snap),
-                inbound,
+                (inbound, conn),
             ))
         } else {
             Status::unimplemented(format!(
@@ -728,17 +770,53 @@ pub async fn serve_with(
     shared: Arc<XdsShared>,
     opts: XdsConnOptions,
 ) -> Result<(), tonic::transport::Error> {
-    let mut drain = shared.drain.clone();
+    serve_tls(listener, shared, opts, None).await
+}
+
+/// As [`serve_with`], over TLS when `tls` is given: every connection
+/// handshakes with `tls`'s config of the moment (see [`crate::tls`]).
+pub async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    shared: Arc<XdsShared>,
+    opts: XdsConnOptions,
+    tls: Option<Arc<XdsTls>>,
+) -> Result<(), tonic::transport::Error> {
     let acceptor = Acceptor::new(
         listener,
         ListenerKind::Xds,
         &opts.limits,
         &shared.metrics.connections,
     );
-    let incoming = futures::stream::unfold(acceptor, |mut a| async move {
-        let io = a.next().await;
-        Some((Ok::<_, std::io::Error>(io), a))
-    });
+    match tls {
+        Some(tls) => {
+            let incoming = crate::tls::accept::incoming(acceptor, tls, shared.metrics.clone());
+            serve_incoming(incoming, shared, opts).await
+        }
+        None => {
+            let incoming = futures::stream::unfold(acceptor, |mut a| async move {
+                let io = a.next().await;
+                Some((Ok::<_, std::io::Error>(io), a))
+            });
+            serve_incoming(incoming, shared, opts).await
+        }
+    }
+}
+
+async fn serve_incoming<I, IO>(
+    incoming: I,
+    shared: Arc<XdsShared>,
+    opts: XdsConnOptions,
+) -> Result<(), tonic::transport::Error>
+where
+    I: futures::Stream<Item = Result<IO, std::io::Error>>,
+    IO: tokio::io::AsyncRead
+        + tokio::io::AsyncWrite
+        + tonic::transport::server::Connected<ConnectInfo = ConnInfo>
+        + Unpin
+        + Send
+        + 'static,
+{
+    let mut drain = shared.drain.clone();
     tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(opts.keepalive_interval))
         .http2_keepalive_timeout(Some(opts.keepalive_timeout))

@@ -108,6 +108,31 @@ capabilities:
     - name: DELTAPILOT_KUBECONFIG
       value: {{ include "deltapilot.kubeconfigPath" . }}
     {{- end }}
+    {{- with .Values.xds.tls }}
+    {{- if .secretName }}
+    - name: DELTAPILOT_XDS_TLS_CERT
+      value: {{ include "deltapilot.xdsTlsDir" $ }}/tls.crt
+    - name: DELTAPILOT_XDS_TLS_KEY
+      value: {{ include "deltapilot.xdsTlsDir" $ }}/tls.key
+    {{- if .mutual }}
+    - name: DELTAPILOT_XDS_TLS_CLIENT_CA
+      value: {{ include "deltapilot.xdsTlsDir" $ }}/ca.crt
+    {{- end }}
+    {{- if .allow }}
+    {{- if not .mutual }}
+    {{- fail "xds.tls.allow needs xds.tls.mutual: true (client identities come from client certificates)" }}
+    {{- end }}
+    - name: DELTAPILOT_XDS_TLS_ALLOW
+      value: {{ join "," .allow | quote }}
+    {{- end }}
+    {{- else if or .mutual .allow }}
+    {{- fail "xds.tls.mutual and xds.tls.allow need xds.tls.secretName (the server's certificate)" }}
+    {{- end }}
+    {{- end }}
+    {{- if .Values.admin.tokenSecret }}
+    - name: DELTAPILOT_ADMIN_TOKEN_FILE
+      value: {{ include "deltapilot.adminTokenDir" . }}/token
+    {{- end }}
     {{- range $name := keys .Values.extraEnv | sortAlpha }}
     - name: {{ $name }}
       value: {{ get $.Values.extraEnv $name | toString | quote }}
@@ -149,6 +174,50 @@ capabilities:
       mountPath: /etc/deltapilot/kubeconfig
       readOnly: true
     {{- end }}
+    {{- if .Values.xds.tls.secretName }}
+    - name: xds-tls
+      mountPath: {{ include "deltapilot.xdsTlsDir" . }}
+      readOnly: true
+    {{- end }}
+    {{- if .Values.admin.tokenSecret }}
+    - name: admin-token
+      mountPath: {{ include "deltapilot.adminTokenDir" . }}
+      readOnly: true
+    {{- end }}
+{{- end -}}
+
+{{/* Where the xDS TLS Secret is mounted: a directory, not subPath files, so
+that the kubelet's ..data swap reaches the files deltapilot polls. */}}
+{{- define "deltapilot.xdsTlsDir" -}}
+/etc/deltapilot/xds-tls
+{{- end -}}
+
+{{/* Where the admin token Secret is mounted (a directory, as above). */}}
+{{- define "deltapilot.adminTokenDir" -}}
+/etc/deltapilot/admin-token
+{{- end -}}
+
+{{/* The server pod's volumes besides its data: the in-process adapter's
+kubeconfig, the xDS TLS Secret, the admin token Secret. */}}
+{{- define "deltapilot.serverVolumes" -}}
+{{- if and (ne .Values.log.mode "kafka") .Values.kubernetes.enabled }}
+- name: kubeconfig
+  configMap:
+    name: {{ include "deltapilot.fullname" . }}-kubeconfig
+{{- end }}
+{{- if .Values.xds.tls.secretName }}
+- name: xds-tls
+  secret:
+    secretName: {{ .Values.xds.tls.secretName }}
+{{- end }}
+{{- if .Values.admin.tokenSecret }}
+- name: admin-token
+  secret:
+    secretName: {{ .Values.admin.tokenSecret }}
+    items:
+      - key: {{ .Values.admin.tokenKey }}
+        path: token
+{{- end }}
 {{- end -}}
 
 {{/* Pod-level settings shared by every pod. */}}

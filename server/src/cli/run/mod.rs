@@ -17,11 +17,14 @@
 //!   validation.
 //! - [`checkpoints`]: restoring the engine at start and writing checkpoints while
 //!   it runs.
+//! - [`security`]: the xDS listener's TLS and the admin server's token and
+//!   limits, checked and loaded.
 //! - [`wiring`]: the adapters, listeners and tasks, and the drain on shutdown.
 //!
 //! What it does NOT do: parse registries itself (the adapters do).
 
 mod checkpoints;
+mod security;
 mod settings;
 mod wiring;
 
@@ -55,7 +58,7 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
     };
     let tasks = wiring::spawn_all(&s, parts, &shutdown);
     tracing::info!(
-        xds = %s.xds_addr, admin = %s.admin_addr, data_dir = %s.data_dir.display(),
+        xds = %s.xds_addr, xds_tls = s.xds_tls.as_ref().map_or("off", |t| if t.mutual() { "mutual" } else { "on" }), admin = %s.admin_addr, data_dir = %s.data_dir.display(),
         watch = ?s.watch, kubeconfig = ?s.kubeconfig, eureka = s.eureka.as_ref().map_or("", |e| e.base_url.as_str()),
         bind_outbound = s.gen_opts.bind_outbound, "deltapilot running"
     );

@@ -171,6 +171,49 @@ pub(crate) struct RunConfig {
         value_name = "WHEN"
     )]
     debug_endpoints: Option<DebugEndpoints>,
+    /// A file holding the bearer token `/debug/*` requires (`Authorization:
+    /// Bearer TOKEN`); re-read when it changes [default: none].
+    #[arg(long, env = "DELTAPILOT_ADMIN_TOKEN_FILE", value_name = "FILE")]
+    admin_token_file: Option<PathBuf>,
+    /// Serve /debug/* on a non-loopback admin address without a token (else
+    /// the start is refused) [default: false].
+    #[arg(long, env = "DELTAPILOT_ADMIN_INSECURE", num_args = 0..=1, default_missing_value = "true")]
+    admin_insecure: Option<bool>,
+    /// Largest admin request body accepted, in bytes; larger ones get 413 [default: 1048576].
+    #[arg(long, env = "DELTAPILOT_ADMIN_MAX_BODY_BYTES", value_name = "N")]
+    admin_max_body_bytes: Option<usize>,
+    /// Seconds an admin request may take, its body included, before it gets 408
+    /// and its connection is closed [default: 30].
+    #[arg(
+        long,
+        env = "DELTAPILOT_ADMIN_REQUEST_TIMEOUT_SECS",
+        value_name = "SECS"
+    )]
+    admin_request_timeout_secs: Option<u64>,
+    /// Serve xDS over TLS with this PEM certificate chain (with --xds-tls-key);
+    /// its SANs must include the host or IP clients dial. Reloaded when it
+    /// changes [default: plaintext].
+    #[arg(long, env = "DELTAPILOT_XDS_TLS_CERT", value_name = "FILE")]
+    xds_tls_cert: Option<PathBuf>,
+    /// The PEM private key of --xds-tls-cert.
+    #[arg(long, env = "DELTAPILOT_XDS_TLS_KEY", value_name = "FILE")]
+    xds_tls_key: Option<PathBuf>,
+    /// Require xDS clients to present a certificate signed by a CA in this PEM
+    /// file (mutual TLS) [default: no client certificate asked].
+    #[arg(long, env = "DELTAPILOT_XDS_TLS_CLIENT_CA", value_name = "FILE")]
+    xds_tls_client_ca: Option<PathBuf>,
+    /// With --xds-tls-client-ca, only clients whose certificate has this SAN DNS
+    /// name or URI (e.g. `spiffe://cluster.local/ns/NS/sa/SA`) may connect
+    /// (repeatable; the env variable takes a comma-separated list) [default: any
+    /// verified client].
+    #[arg(
+        long = "xds-tls-allow",
+        value_name = "ID",
+        env = "DELTAPILOT_XDS_TLS_ALLOW",
+        value_delimiter = ','
+    )]
+    #[serde(default)]
+    xds_tls_allow: Vec<String>,
 }
 
 /// `--debug-endpoints`: whether the admin server mounts `/debug/*`, which exposes
@@ -254,6 +297,10 @@ pub(crate) struct Settings {
     pub(super) checkpoints: Option<CheckpointPolicy>,
     /// Whether `/debug/*` is mounted.
     pub(super) debug_endpoints: bool,
+    /// The admin server's token and request limits.
+    pub(super) admin_guard: super::security::AdminGuard,
+    /// xDS over TLS, loaded (`None`: plaintext).
+    pub(super) xds_tls: Option<std::sync::Arc<deltapilot_server::tls::XdsTls>>,
 }
 
 /// The log to serve.
@@ -281,6 +328,10 @@ fn read_config(path: &Path) -> anyhow::Result<RunConfig> {
     cfg.watch = cfg.watch.into_iter().map(rebase).collect();
     cfg.kubeconfig = cfg.kubeconfig.map(rebase);
     cfg.credentials_dir = cfg.credentials_dir.map(rebase);
+    cfg.admin_token_file = cfg.admin_token_file.map(rebase);
+    cfg.xds_tls_cert = cfg.xds_tls_cert.map(rebase);
+    cfg.xds_tls_key = cfg.xds_tls_key.map(rebase);
+    cfg.xds_tls_client_ca = cfg.xds_tls_client_ca.map(rebase);
     Ok(cfg)
 }
 
@@ -310,6 +361,12 @@ impl RunConfig {
     /// Applies the defaults and checks every setting.
     fn validate(self) -> anyhow::Result<Settings> {
         let limits = self.limits()?;
+        let xds_tls = super::security::xds_tls(
+            self.xds_tls_cert.clone(),
+            self.xds_tls_key.clone(),
+            self.xds_tls_client_ca.clone(),
+            self.xds_tls_allow.clone(),
+        )?;
         let (xds_conn, admin_conn) = self.conn_options()?;
         for w in &self.watch {
             if !w.is_dir() {
@@ -370,12 +427,15 @@ impl RunConfig {
             self.checkpoint_every_secs,
             self.checkpoint_keep,
         )?;
-        let debug_endpoints = match self.debug_endpoints.unwrap_or(DebugEndpoints::Auto) {
-            // The views expose the whole mesh's configuration.
-            DebugEndpoints::Auto => admin_addr.ip().is_loopback(),
-            DebugEndpoints::On => true,
-            DebugEndpoints::Off => false,
-        };
+        let admin_guard = super::security::admin_guard(
+            admin_addr,
+            self.debug_endpoints,
+            self.admin_token_file,
+            self.admin_insecure.unwrap_or(false),
+            self.admin_max_body_bytes,
+            self.admin_request_timeout_secs,
+        )?;
+        let debug_endpoints = admin_guard.debug_endpoints;
         Ok(Settings {
             xds_addr,
             admin_addr,
@@ -392,6 +452,8 @@ impl RunConfig {
             drain_grace,
             checkpoints,
             debug_endpoints,
+            admin_guard,
+            xds_tls,
         })
     }
 
@@ -491,13 +553,16 @@ impl Settings {
     /// admin address: anyone who reaches it reads the whole mesh's
     /// configuration, and nothing authenticates them.
     pub(super) fn debug_exposure_warning(&self) -> Option<String> {
-        if !self.debug_endpoints || self.admin_addr.ip().is_loopback() {
+        if !self.debug_endpoints
+            || self.admin_addr.ip().is_loopback()
+            || self.admin_guard.token.is_some()
+        {
             return None;
         }
         Some(format!(
-            "the admin server listens on {} (not loopback) with --debug-endpoints on: \
-             anyone who can reach it can read {} without authentication (the admin \
-             server has none yet); keep the address on a trusted network, or set \
+            "the admin server listens on {} (not loopback) with --debug-endpoints on and \
+             --admin-insecure: anyone who can reach it can read {} without authentication; \
+             give --admin-token-file, keep the address on a trusted network, or set \
              --debug-endpoints off",
             self.admin_addr,
             deltapilot_server::admin::debug::EXPOSES
@@ -576,221 +641,5 @@ fn eureka_options(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[derive(Debug, clap::Parser)]
-    struct Cli {
-        #[command(flatten)]
-        run: RunArgs,
-    }
-
-    fn settings(args: &[&str]) -> anyhow::Result<Settings> {
-        use clap::Parser as _;
-        Cli::try_parse_from(std::iter::once("run").chain(args.iter().copied()))?
-            .run
-            .settings()
-    }
-
-    #[test]
-    fn credentials_dir_must_be_a_directory_and_is_rebased_from_the_config_file() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let data = dir.path().join("data");
-        let data = data.to_str().expect("utf-8");
-        let e = format!(
-            "{:#}",
-            settings(&[
-                "--data-dir",
-                data,
-                "--credentials-dir",
-                "/nonexistent/creds"
-            ])
-            .expect_err("missing")
-        );
-        assert!(e.contains("--credentials-dir /nonexistent/creds"), "{e}");
-        std::fs::create_dir(dir.path().join("creds")).expect("mkdir");
-        let cfg = dir.path().join("run.yaml");
-        std::fs::write(&cfg, "credentials-dir: creds\n").expect("write");
-        let s = settings(&["--data-dir", data, "--config", cfg.to_str().expect("utf-8")])
-            .expect("valid");
-        assert_eq!(s.credentials_dir, Some(dir.path().join("creds")));
-    }
-
-    #[test]
-    fn registries_come_from_flags_or_the_config_file() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let data = dir.path().join("data");
-        let data = data.to_str().expect("utf-8");
-        let e = format!(
-            "{:#}",
-            settings(&["--data-dir", data, "--kubeconfig", "/nonexistent/kc"])
-                .expect_err("missing")
-        );
-        assert!(e.contains("--kubeconfig /nonexistent/kc"), "{e}");
-        std::fs::write(dir.path().join("kc.yaml"), "apiVersion: v1\nkind: Config\n").expect("kc");
-        let c = dir.path().join("c.yaml");
-        std::fs::write(
-            &c,
-            "kubeconfig: kc.yaml\neureka-url: http://127.0.0.1:8761/eureka\neureka-refresh-secs: 2\n",
-        )
-        .expect("config");
-        let s =
-            settings(&["--data-dir", data, "--config", c.to_str().expect("utf-8")]).expect("valid");
-        assert_eq!(s.kubeconfig, Some(dir.path().join("kc.yaml")));
-        let eureka = s.eureka.expect("eureka");
-        assert_eq!(eureka.base_url, "http://127.0.0.1:8761/eureka");
-        assert_eq!(eureka.refresh_interval, Duration::from_secs(2));
-    }
-
-    #[test]
-    fn eureka_settings_are_checked_before_anything_runs() {
-        let data = Path::new("/var/lib/dp");
-        assert!(eureka_options(None, None, data).expect("none").is_none());
-        let o = eureka_options(
-            Some("http://127.0.0.1:8761/eureka".into()),
-            Some(0.25),
-            data,
-        )
-        .expect("valid")
-        .expect("some");
-        assert_eq!(o.refresh_interval, Duration::from_millis(250));
-        assert_eq!(
-            o.state_dir.as_deref(),
-            Some(data.join("eureka-adapter").as_path())
-        );
-        let e = |url: Option<&str>, secs: Option<f64>| {
-            format!(
-                "{:#}",
-                eureka_options(url.map(str::to_owned), secs, data).expect_err("invalid")
-            )
-        };
-        assert!(e(None, Some(1.0)).contains("needs --eureka-url"));
-        assert!(e(Some("ftp://x/eureka"), None).contains("scheme"));
-        assert!(e(Some("http://x/eureka"), Some(0.0)).contains("above 0"));
-    }
-
-    #[test]
-    fn config_file_yaml_and_json_with_relative_paths() {
-        let dir = tempfile::tempdir().expect("tmp");
-        std::fs::create_dir(dir.path().join("mesh")).expect("mesh");
-        let y = dir.path().join("c.yaml");
-        std::fs::write(
-            &y,
-            "xds-addr: 127.0.0.1:1\nbind-outbound: true\nwatch:\n  - mesh\nmax-streams: 5\n",
-        )
-        .expect("write");
-        let c = read_config(&y).expect("yaml");
-        assert_eq!(c.xds_addr, Some("127.0.0.1:1".parse().expect("addr")));
-        assert_eq!((c.bind_outbound, c.max_streams), (Some(true), Some(5)));
-        assert_eq!(c.watch, [dir.path().join("mesh")]);
-        let j = dir.path().join("c.json");
-        std::fs::write(&j, r#"{"admin-addr": "127.0.0.1:2"}"#).expect("write");
-        assert!(read_config(&j).expect("json").admin_addr.is_some());
-        std::fs::write(&j, "colour: blue").expect("write");
-        let e = format!("{:#}", read_config(&j).expect_err("unknown key"));
-        assert!(e.contains("colour"), "{e}");
-    }
-
-    #[test]
-    fn connection_limits_have_safe_defaults_and_are_checked() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let data = dir.path().join("d");
-        let data = data.to_str().expect("utf-8");
-        let s = settings(&["--data-dir", data]).expect("defaults");
-        assert_eq!(s.xds_conn, XdsConnOptions::default());
-        assert_eq!(s.admin_conn, ConnLimits::ADMIN);
-        let c = dir.path().join("c.yaml");
-        std::fs::write(
-            &c,
-            "xds-max-connections-per-source: 50\nadmin-idle-timeout-secs: 5\n",
-        )
-        .expect("write");
-        let s = settings(&[
-            "--data-dir",
-            data,
-            "--config",
-            c.to_str().expect("utf-8"),
-            "--xds-max-connections",
-            "7",
-            "--xds-handshake-timeout-secs",
-            "3",
-            "--xds-keepalive-interval-secs",
-            "4",
-            "--xds-keepalive-timeout-secs",
-            "9",
-            "--admin-max-connections-per-source",
-            "0",
-        ])
-        .expect("valid");
-        assert_eq!(
-            s.xds_conn,
-            XdsConnOptions {
-                limits: ConnLimits {
-                    max_connections: 7,
-                    max_per_source: 50,
-                    request_timeout: Duration::from_secs(3),
-                },
-                keepalive_interval: Duration::from_secs(4),
-                keepalive_timeout: Duration::from_secs(9),
-            }
-        );
-        assert_eq!(s.admin_conn.max_per_source, 0);
-        assert_eq!(s.admin_conn.request_timeout, Duration::from_secs(5));
-        for flag in [
-            "--xds-max-connections",
-            "--xds-handshake-timeout-secs",
-            "--xds-keepalive-interval-secs",
-            "--xds-keepalive-timeout-secs",
-            "--admin-max-connections",
-            "--admin-idle-timeout-secs",
-        ] {
-            let e = format!(
-                "{:#}",
-                settings(&["--data-dir", data, flag, "0"]).expect_err("zero")
-            );
-            assert!(e.contains(&format!("{flag} must be at least 1")), "{e}");
-        }
-    }
-
-    #[test]
-    fn debug_endpoints_on_a_non_loopback_admin_address_carry_a_warning() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let data = dir.path().join("d");
-        let data = data.to_str().expect("utf-8");
-        let warn = |args: &[&str]| {
-            let mut all = vec!["--data-dir", data];
-            all.extend_from_slice(args);
-            settings(&all).expect("valid").debug_exposure_warning()
-        };
-        let w =
-            warn(&["--admin-addr", "0.0.0.0:15014", "--debug-endpoints", "on"]).expect("warned");
-        assert!(
-            w.contains("0.0.0.0:15014") && w.contains("/debug/config_dump"),
-            "{w}"
-        );
-        assert_eq!(
-            warn(&["--admin-addr", "0.0.0.0:15014"]),
-            None,
-            "auto: not mounted"
-        );
-        assert_eq!(warn(&["--debug-endpoints", "on"]), None, "loopback");
-    }
-
-    #[test]
-    fn flags_override_the_config_file_which_overrides_defaults() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let c = dir.path().join("c.yaml");
-        std::fs::write(&c, "max-streams: 5\ndrain-grace-secs: 7\ndata-dir: d\n").expect("write");
-        let c = c.to_str().expect("utf-8");
-        let s = settings(&["--config", c, "--max-streams", "9"]).expect("valid");
-        assert_eq!(s.limits.max_streams, 9);
-        assert_eq!(s.drain_grace, Duration::from_secs(7));
-        assert_eq!(s.data_dir, dir.path().join("d"));
-        assert_eq!(s.limits.stall_timeout, Limits::default().stall_timeout);
-        let e = format!(
-            "{:#}",
-            settings(&["--config", c, "--max-streams", "0"]).expect_err("zero")
-        );
-        assert!(e.contains("--max-streams must be at least 1"), "{e}");
-    }
-}
+#[path = "settings_tests.rs"]
+mod tests;

@@ -320,16 +320,30 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
         .with_credentials(credentials.clone())
     });
     let (xds_conn, admin_conn) = (s.xds_conn, s.admin_conn);
+    if let Some(tls) = &s.xds_tls {
+        let (tls, metrics, shutdown) = (tls.clone(), metrics.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            deltapilot_server::tls::reload::watch_files(tls, metrics, shutdown).await;
+            Ok(())
+        });
+    }
+    let xds_tls = s.xds_tls.clone();
     tasks.spawn(async move {
-        deltapilot_server::xds::service::serve_with(listeners.xds, shared, xds_conn)
+        deltapilot_server::xds::service::serve_tls(listeners.xds, shared, xds_conn, xds_tls)
             .await
             .context("xDS server failed")
     });
     {
         let mut shutdown = shutdown.clone();
+        let admin_guard = s.admin_guard.clone();
         tasks.spawn(async move {
-            let routes =
-                deltapilot_server::admin::router_with_debug(metrics.clone(), ready_fn, debug);
+            let routes = deltapilot_server::admin::router_guarded(
+                metrics.clone(),
+                ready_fn,
+                debug,
+                admin_guard.token,
+                admin_guard.limits,
+            );
             let stop = async move {
                 let _ = shutdown.wait_for(|s| *s).await;
             };
