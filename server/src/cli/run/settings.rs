@@ -370,6 +370,13 @@ impl RunConfig {
             self.checkpoint_every_secs,
             self.checkpoint_keep,
         )?;
+        if checkpoints.is_none() && log.options.file.retention.compact {
+            bail!(
+                "--log {}: compact=true compacts below the oldest checkpoint, but checkpoints \
+                 are off (--checkpoint-every-events 0); turn them on or drop compact=true",
+                log.text
+            );
+        }
         let debug_endpoints = match self.debug_endpoints.unwrap_or(DebugEndpoints::Auto) {
             // The views expose the whole mesh's configuration.
             DebugEndpoints::Auto => admin_addr.ip().is_loopback(),
