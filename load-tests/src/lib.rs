@@ -40,6 +40,7 @@ pub mod report;
 pub mod scenario;
 pub mod server;
 pub mod sink;
+pub mod soak;
 pub mod stats;
 pub mod tracker;
 

@@ -170,6 +170,9 @@ pub struct Report {
     pub server_cpu_us_per_response: Option<f64>,
     /// The baseline replay.
     pub baseline: Option<BaselineReport>,
+    /// Memory, log and checkpoint sizes over the churn, with their slopes after
+    /// warm-up (scenarios with `server.soak-sample-secs`).
+    pub soak: Option<crate::soak::SoakReport>,
     /// Convergence p99 ÷ raw fan-out p99 (endpoint changes ÷ EDS pushes when
     /// there are any).
     pub raw_fanout_ratio: Option<f64>,
@@ -393,6 +396,9 @@ impl Report {
                 kib(self.loadgen_peak_rss_bytes.map(|v| v as f64))
             ),
         ));
+        if let Some(soak) = &self.soak {
+            rows.extend(soak.rows());
+        }
         let w = rows
             .iter()
             .map(|(k, _)| k.chars().count())

@@ -156,6 +156,18 @@ pub struct ServerSpec {
     pub stall_timeout_secs: u64,
     /// `RUST_LOG` of the spawned server.
     pub rust_log: String,
+    /// Query options of the spawned server's embedded log (e.g.
+    /// `compact=true&segment_bytes=262144&retention=30s`); empty: none.
+    pub log_options: String,
+    /// `--checkpoint-every-secs` of the spawned server (default: the server's).
+    pub checkpoint_every_secs: Option<u64>,
+    /// `--checkpoint-keep` of the spawned server (default: the server's).
+    pub checkpoint_keep: Option<usize>,
+    /// Sample memory, log and checkpoint sizes every this many seconds during
+    /// churn, for the soak figures (0: no soak figures).
+    pub soak_sample_secs: u64,
+    /// The first fraction of churn is warm-up, left out of the soak slopes.
+    pub soak_warmup_fraction: f64,
 }
 
 impl Default for Scenario {
@@ -241,6 +253,11 @@ impl Default for ServerSpec {
         ServerSpec {
             stall_timeout_secs: 300,
             rust_log: "warn".into(),
+            log_options: String::new(),
+            checkpoint_every_secs: None,
+            checkpoint_keep: None,
+            soak_sample_secs: 0,
+            soak_warmup_fraction: 0.34,
         }
     }
 }

@@ -145,6 +145,19 @@ impl Spawned {
             Some(uri) => cmd.arg("--log").arg(uri),
             None => cmd.arg("--watch").arg(&dirs.watch),
         };
+        if log.is_none() && !spec.log_options.is_empty() {
+            cmd.arg("--log").arg(format!(
+                "file://{}?{}",
+                dirs.log_dir().display(),
+                spec.log_options
+            ));
+        }
+        if let Some(secs) = spec.checkpoint_every_secs {
+            cmd.arg("--checkpoint-every-secs").arg(secs.to_string());
+        }
+        if let Some(keep) = spec.checkpoint_keep {
+            cmd.arg("--checkpoint-keep").arg(keep.to_string());
+        }
         let child = cmd
             .arg("--stall-timeout-secs")
             .arg(spec.stall_timeout_secs.to_string())

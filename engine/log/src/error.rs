@@ -130,6 +130,16 @@ pub enum Error {
         after: std::time::Duration,
     },
 
+    /// The embedded log could not be compacted; nothing was changed, or what was
+    /// changed is complete (compaction rewrites one segment at a time, atomically).
+    #[error("cannot compact the log in {path}: {reason}")]
+    Compact {
+        /// The log directory.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+
     /// A background task the engine relies on panicked or was cancelled.
     #[error("internal task failed: {0}")]
     Task(String),

@@ -15,7 +15,9 @@
 //! while a CLI reports it as an error.
 //!
 //! What it does NOT do: interpret events (that is the fold's job in
-//! `deltapilot-model`) or compact them. It depends on the event schema and the
+//! `deltapilot-model`), or decide when to compact the embedded log (the process
+//! that knows a safe position, e.g. its oldest checkpoint, calls
+//! [`file::FileLog::compact`]). It depends on the event schema and the
 //! Kafka client only, so an adapter that appends events compiles no fold and no
 //! xDS.
 
@@ -86,6 +88,15 @@ pub trait EventLog: Send + Sync {
 
     /// The position a reader starts from to read the whole log.
     fn start(&self) -> Position;
+
+    /// The oldest position at which folding from [`EventLog::start`] gives exactly
+    /// the state the log's writers produced: below it, compaction removed
+    /// superseded records (the embedded log's [`file::FileLog::horizon_offset`]). A replay
+    /// of an earlier position cannot be exact, and a checkpoint taken earlier must
+    /// not be resumed from. The start for a log that was never compacted.
+    fn horizon(&self) -> Position {
+        self.start()
+    }
 
     /// The largest encoded event this log accepts. `append` refuses a batch holding
     /// a larger one before writing any of it; callers that must not fail halfway
@@ -182,6 +193,13 @@ impl EventLog for Log {
         match self {
             Log::File(l) => l.start(),
             Log::Kafka(l) => l.start(),
+        }
+    }
+
+    fn horizon(&self) -> Position {
+        match self {
+            Log::File(l) => l.horizon(),
+            Log::Kafka(l) => l.horizon(),
         }
     }
 

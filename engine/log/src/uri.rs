@@ -6,6 +6,7 @@
 //!
 //! Backend options ride in the query string so one flag carries a whole log
 //! configuration: `file://./data?fsync=interval&fsync_interval_ms=5&segment_bytes=67108864`,
+//! `file://./data?compact=true&retention=7d`,
 //! `kafka://127.0.0.1:9092/events?partitions=6&append_timeout_ms=10000`.
 
 use std::path::PathBuf;
@@ -93,9 +94,21 @@ pub fn parse(uri: &str) -> Result<(LogUri, LogOptions)> {
                     }
                     opts.file.segment_bytes = n;
                 }
+                "compact" => {
+                    opts.file.retention.compact = match v {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(bad(format!("compact={v:?}: expected true or false"))),
+                    }
+                }
+                "retention" => {
+                    opts.file.retention.tombstone_retention =
+                        parse_retention(v).map_err(|why| bad(format!("retention={v:?}: {why}")))?;
+                }
                 _ => {
                     return Err(bad(format!(
-                        "unknown option {k:?} for file:// (known: fsync, fsync_interval_ms, segment_bytes)"
+                        "unknown option {k:?} for file:// (known: fsync, fsync_interval_ms, \
+                         segment_bytes, compact, retention)"
                     )));
                 }
             }
@@ -160,6 +173,27 @@ pub fn parse(uri: &str) -> Result<(LogUri, LogOptions)> {
     Err(bad("expected file://DIR or kafka://HOST:PORT/TOPIC".into()))
 }
 
+/// A retention window: a whole number with a unit, `s`, `m`, `h` or `d`
+/// (`90s`, `30m`, `12h`, `7d`).
+fn parse_retention(v: &str) -> std::result::Result<Duration, String> {
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (n, unit) = v.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| "expected a whole number with a unit, e.g. 7d, 12h, 30m, 90s".to_owned())?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "" => return Err("a unit is required: s, m, h or d (e.g. 7d)".into()),
+        _ => return Err(format!("unknown unit {unit:?}; use s, m, h or d")),
+    };
+    n.checked_mul(secs)
+        .map(Duration::from_secs)
+        .ok_or_else(|| "too long".to_owned())
+}
+
 fn parse_num<T: FromStr>(key: &str, value: &str) -> std::result::Result<T, String> {
     value
         .parse()
@@ -189,6 +223,14 @@ mod tests {
         );
         assert_eq!(o.file.fsync, FsyncPolicy::Always);
         assert_eq!(o.file.segment_bytes, 65536);
+        assert!(!o.file.retention.compact);
+
+        let (_, o) = parse("file://./d?compact=true&retention=12h").expect("parse");
+        assert!(o.file.retention.compact);
+        assert_eq!(
+            o.file.retention.tombstone_retention,
+            Duration::from_secs(12 * 3600)
+        );
     }
 
     #[test]
@@ -212,6 +254,10 @@ mod tests {
             ("kafka://h:1/bad topic", "topic"),
             ("file://./d?fsync=sometimes", "fsync"),
             ("file://./d?colour=blue", "unknown option"),
+            ("file://./d?compact=yes", "compact"),
+            ("file://./d?retention=7", "unit is required"),
+            ("file://./d?retention=7w", "unknown unit"),
+            ("file://./d?retention=d", "whole number"),
         ] {
             let e = parse(uri).expect_err(uri).to_string();
             assert!(e.contains(needle), "{uri}: {e}");

@@ -22,6 +22,7 @@ fn opts(fsync: FsyncPolicy, segment_bytes: u64) -> FileLogOptions {
     FileLogOptions {
         fsync,
         segment_bytes,
+        ..FileLogOptions::default()
     }
 }
 

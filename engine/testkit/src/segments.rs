@@ -60,6 +60,7 @@ pub fn small_segments() -> FileLogOptions {
     FileLogOptions {
         fsync: FsyncPolicy::Never,
         segment_bytes: SEGMENT_BYTES,
+        ..FileLogOptions::default()
     }
 }
 

@@ -160,6 +160,8 @@ pub(super) struct ChurnOutcome {
     /// Whether changes could get append times (from the server's log, or our
     /// own appends); a peer has no log, so its convergence runs from the write.
     append_times: bool,
+    /// Soak samples, when the scenario asks for them.
+    soak: Option<crate::soak::SoakReport>,
 }
 
 fn convergence_hist(s: &crate::metrics::Scrape) -> (f64, f64) {
@@ -203,8 +205,23 @@ pub(super) async fn churn(
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut emitted = 0.0f64;
+    let soak_every = Duration::from_secs(sc.server.soak_sample_secs);
+    let data_dir = server.dirs.as_ref().map(|d| d.data.clone());
+    let mut soak_samples = Vec::new();
+    let mut next_sample = start;
     while start.elapsed() < duration {
         tick.tick().await;
+        if let Some(data) = data_dir.as_ref().filter(|_| !soak_every.is_zero())
+            && Instant::now() >= next_sample
+        {
+            next_sample += soak_every;
+            soak_samples.push(crate::soak::SoakSample {
+                t_secs: start.elapsed().as_secs_f64(),
+                rss_bytes: server.stats.sample().await.map_or(0, |s| s.rss_bytes),
+                log_bytes: crate::soak::dir_bytes(&data.join("log")),
+                checkpoint_bytes: crate::soak::dir_bytes(&data.join("checkpoints")),
+            });
+        }
         let allowed = sc.churn.rate * start.elapsed().as_secs_f64();
         for _ in 0..MAX_OPS_PER_TICK {
             if emitted >= allowed {
@@ -267,6 +284,12 @@ pub(super) async fn churn(
         },
         publish_to_ack: hist0.zip(hist1).map(|(a, b)| (b.0 - a.0, b.1 - a.1)),
         append_times,
+        soak: (!soak_samples.is_empty()).then(|| {
+            crate::soak::SoakReport::new(
+                soak_samples,
+                duration.as_secs_f64() * sc.server.soak_warmup_fraction,
+            )
+        }),
     })
 }
 
@@ -286,6 +309,7 @@ pub(super) fn churn_figures(
     r.events = results.len();
     r.churn_secs = out.window.as_secs_f64();
     r.churn_server_cpu_seconds = out.cpu;
+    r.soak = out.soak.clone();
     r.server_publish_to_ack_mean_ms = out
         .publish_to_ack
         .and_then(|(sum, n)| (n > 0.0).then(|| sum / n * 1000.0));

@@ -13,6 +13,7 @@
 //! What it does NOT do: interpret events (that is the fold) or repair a log.
 
 mod append;
+pub(crate) mod compact;
 mod copies;
 mod jsonl;
 mod output;
@@ -28,7 +29,8 @@ pub(crate) struct LogArgs {
     /// Event log URI: `file://DIR` (embedded) or `kafka://HOST:PORT/TOPIC`.
     ///
     /// Backend options ride in a query string. `file://`: `fsync=always|interval|never`,
-    /// `fsync_interval_ms=N`, `segment_bytes=N`. `kafka://` (several brokers separated
+    /// `fsync_interval_ms=N`, `segment_bytes=N`, `compact=true|false`,
+    /// `retention=DURATION` (tombstones kept after compaction, e.g. `7d`). `kafka://` (several brokers separated
     /// by commas): `partitions=N` (used when the topic is created),
     /// `append_timeout_ms=N`, `request_timeout_ms=N`. Example:
     /// `file:///var/lib/deltapilot/log?fsync=always`.
@@ -64,6 +66,12 @@ enum LogCommand {
     Tail(read::TailArgs),
     /// Print the head position: one past the last record, per partition.
     Head,
+    /// Compact the embedded log offline: sealed segments below `--below` keep the
+    /// latest effective record per entity (offsets stay).
+    ///
+    /// Needs the writer lock: stop the server first (a running server compacts by
+    /// policy, `file://DIR?compact=true`).
+    Compact(compact::CompactArgs),
 }
 
 /// A parsed `--log` value, with its text kept for messages.
@@ -119,5 +127,6 @@ pub(crate) async fn main(args: LogArgs) -> anyhow::Result<()> {
         LogCommand::Read(a) => read::read(&log, a).await,
         LogCommand::Tail(a) => read::tail(&log, a).await,
         LogCommand::Head => read::head(&log).await,
+        LogCommand::Compact(a) => compact::run(&log, a).await,
     }
 }

@@ -252,6 +252,14 @@ impl Session {
         check_position(&self.opened.log, &pos)
             .await
             .with_context(|| format!("{flag} {pos}: a position is the next offset to read; it must lie between the log's start and head"))?;
+        let horizon = self.opened.log.horizon();
+        if !pos.covers(&horizon) {
+            bail!(
+                "{flag} {pos} is older than the log's retention: the log was compacted below \
+                 position {horizon} (superseded records removed), so the state before it cannot \
+                 be rebuilt; the oldest position still available is {horizon}"
+            );
+        }
         Ok(pos)
     }
 
@@ -395,7 +403,8 @@ async fn events(args: ReplayArgs) -> anyhow::Result<()> {
         .await?;
     let from = match &args.from {
         Some(_) => session.position("--from", args.from.clone()).await?,
-        None => session.opened.log.start(),
+        // A compacted log's history starts at its horizon.
+        None => session.opened.log.horizon(),
     };
     let to = session.position("--to", args.to.clone()).await?;
     if !to.covers(&from) {

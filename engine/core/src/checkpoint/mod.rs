@@ -25,7 +25,9 @@
 //! with a log whose record at that offset has the same digest, so a checkpoint
 //! directory pointed at another (or a rewritten) log is ignored rather than
 //! silently merged in. A fingerprint record that the log no longer holds (Kafka
-//! retention or compaction removed it) cannot be checked and is accepted.
+//! retention or compaction removed it) cannot be checked and is accepted. A
+//! checkpoint below the log's compaction horizon ([`EventLog::horizon`]) is not
+//! used: the records between it and the horizon are no longer those it followed.
 //!
 //! ## Files
 //!
@@ -211,6 +213,14 @@ pub async fn verify<L: EventLog + ?Sized>(
     if !head.covers(&cp.position) {
         return Ok(Err(format!(
             "taken at position {}, beyond the log's head {head} (the log was truncated or is another log)",
+            cp.position
+        )));
+    }
+    let horizon = log.horizon();
+    if !cp.position.covers(&horizon) {
+        return Ok(Err(format!(
+            "taken at position {}, below the log's compaction horizon {horizon}: the records \
+             after it were compacted, so resuming there would miss superseded writes",
             cp.position
         )));
     }

@@ -4,7 +4,8 @@
 //! segment file  = segment header, then records back to back
 //! segment header (16 bytes)
 //!   0  magic   8 bytes  b"DPLOGv02"  (format version lives in the last two bytes;
-//!                       this build reads v01 and v02 and writes v02)
+//!                       this build reads v01 and v02 and writes v02), or
+//!                       b"DPLOGc03" for a compacted segment (see below)
 //!   8  base    u64 LE   offset of the segment's first record (also in the file name)
 //! record (20-byte header + payload)
 //!   0  magic   4 bytes  b"dpR1": the last record of its append batch;
@@ -28,6 +29,12 @@
 //! that reads only v01 refuses the segment by its header instead of taking the
 //! unknown magic for a torn tail.
 //!
+//! A **compacted** segment (`DPLOGc03`, written only by compaction, see
+//! `compact.rs`) holds v02 records whose offsets strictly increase but may skip:
+//! the records compaction dropped leave gaps, and every kept record keeps its
+//! original offset. Its range ends where the next segment starts (a compacted
+//! segment is never the newest). Builds before compaction refuse it by its header.
+//!
 //! What it does NOT do: any I/O, or decide what a bad record means (torn tail or
 //! corruption): that is recovery's job.
 
@@ -40,6 +47,10 @@ pub(crate) const SEGMENT_HEADER_LEN: u64 = 16;
 const SEGMENT_MAGIC: [u8; 8] = *b"DPLOGv02";
 /// The header of segments written before records carried their batch's end.
 const SEGMENT_MAGIC_V1: [u8; 8] = *b"DPLOGv01";
+/// The header of a compacted segment: v02 records, offsets with gaps.
+const SEGMENT_MAGIC_COMPACTED: [u8; 8] = *b"DPLOGc03";
+/// The version [`check_segment_header`] returns for a compacted segment.
+pub(crate) const VERSION_COMPACTED: u8 = 3;
 
 /// Length of a record header.
 pub(crate) const RECORD_HEADER_LEN: usize = 20;
@@ -59,8 +70,17 @@ pub(crate) const MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;
 
 /// The header a segment based at `base` starts with.
 pub(crate) fn segment_header(base: u64) -> [u8; SEGMENT_HEADER_LEN as usize] {
+    header_with(SEGMENT_MAGIC, base)
+}
+
+/// The header of a compacted segment based at `base`.
+pub(crate) fn compacted_segment_header(base: u64) -> [u8; SEGMENT_HEADER_LEN as usize] {
+    header_with(SEGMENT_MAGIC_COMPACTED, base)
+}
+
+fn header_with(magic: [u8; 8], base: u64) -> [u8; SEGMENT_HEADER_LEN as usize] {
     let mut h = [0u8; SEGMENT_HEADER_LEN as usize];
-    h[..8].copy_from_slice(&SEGMENT_MAGIC);
+    h[..8].copy_from_slice(&magic);
     h[8..].copy_from_slice(&base.to_le_bytes());
     h
 }
@@ -86,7 +106,7 @@ pub fn end_last_batch(bytes: &mut [u8]) {
 }
 
 /// Checks a segment header read from a file whose name says it starts at `base`;
-/// returns the segment's format version (1 or 2).
+/// returns the segment's format version (1 or 2, or [`VERSION_COMPACTED`]).
 pub(crate) fn check_segment_header(bytes: &[u8], base: u64) -> Result<u8, String> {
     if bytes.len() < SEGMENT_HEADER_LEN as usize {
         return Err(format!(
@@ -98,6 +118,8 @@ pub(crate) fn check_segment_header(bytes: &[u8], base: u64) -> Result<u8, String
         2
     } else if bytes[..8] == SEGMENT_MAGIC_V1 {
         1
+    } else if bytes[..8] == SEGMENT_MAGIC_COMPACTED {
+        VERSION_COMPACTED
     } else {
         return Err(format!(
             "not a deltapilot log segment, or a format version this build cannot read \

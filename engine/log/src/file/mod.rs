@@ -118,9 +118,18 @@
 //! 1 MiB (or one record) whose records are zero-copy slices, so a record kept alive
 //! keeps its buffer alive.
 //!
-//! What it does NOT do: compaction, retention (segments are never deleted), several
-//! partitions, or replication.
+//! # Compaction
+//!
+//! [`FileLog::compact`] rewrites sealed segments below a position the caller
+//! vouches for to the latest effective record per entity (see `compact.rs` and
+//! `compact_plan.rs`): offsets stay, dropped records leave gaps, and
+//! [`FileLog::horizon_offset`] says from where state is exact again.
+//!
+//! What it does NOT do: decide when to compact or which position is safe (the
+//! caller does), several partitions, or replication.
 
+mod compact;
+mod compact_plan;
 mod follow;
 mod format;
 mod recovery;
@@ -141,6 +150,8 @@ use std::time::Duration;
 use deltapilot_proto::Event;
 use futures::stream::BoxStream;
 
+pub use compact::{CompactReport, HORIZON_FILE};
+pub use compact_plan::{Admit, CompactPolicy};
 pub use recovery::Recovery;
 
 use self::follow::blocking;
@@ -183,6 +194,9 @@ impl FsyncPolicy {
 pub struct FileLogOptions {
     /// When to fsync.
     pub fsync: FsyncPolicy,
+    /// Compaction and retention (`compact=`, `retention=` in the URI). The log
+    /// only carries them: the process that knows a safe position acts on them.
+    pub retention: RetentionPolicy,
     /// A segment rolls before a record that would take it past this many bytes
     /// (a single larger record gets a segment of its own).
     pub segment_bytes: u64,
@@ -192,7 +206,34 @@ impl Default for FileLogOptions {
     fn default() -> Self {
         Self {
             fsync: FsyncPolicy::Interval(FsyncPolicy::DEFAULT_INTERVAL),
+            retention: RetentionPolicy::default(),
             segment_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// When and how the history of the embedded log is bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionPolicy {
+    /// Compact sealed segments below the safe position (`compact=true`).
+    pub compact: bool,
+    /// How long a tombstone (a delete that is its entity's last write) outlives
+    /// compaction (`retention=`): readers resuming inside a compacted range within
+    /// this window still see the delete.
+    pub tombstone_retention: Duration,
+}
+
+impl RetentionPolicy {
+    /// Default tombstone retention: a day, long enough for a replica or backup
+    /// restored from yesterday's checkpoint to see today's deletes.
+    pub const DEFAULT_TOMBSTONE_RETENTION: Duration = Duration::from_secs(24 * 3600);
+}
+
+impl Default for RetentionPolicy {
+    fn default() -> Self {
+        Self {
+            compact: false,
+            tombstone_retention: Self::DEFAULT_TOMBSTONE_RETENTION,
         }
     }
 }
@@ -209,6 +250,10 @@ pub struct FileLog {
     recovery: Option<Recovery>,
     /// Append outcomes and reads (a local log is always reachable).
     pub(crate) health: Arc<LogHealth>,
+    /// The options it was opened with (defaults for a read-only handle).
+    opts: FileLogOptions,
+    /// Serialises compactions.
+    compacting: Arc<Mutex<()>>,
 }
 
 impl std::fmt::Debug for FileLog {
@@ -236,14 +281,18 @@ impl FileLog {
         })?;
         let lock = take_lock(dir)?;
         let durable = opts.fsync != FsyncPolicy::Never;
+        compact::remove_leftovers(dir)?;
         let (segments, recovery) = recovery::open_for_write(dir, durable)?;
         let shared = Arc::new(Shared::new(dir.to_owned(), false, segments));
+        shared.load_horizon()?;
         let writer = Writer::new(shared.clone(), opts.fsync, opts.segment_bytes, lock)?;
         Ok(Self {
             health: Arc::new(LogHealth::new()),
             shared,
             writer: Some(Arc::new(Mutex::new(writer))),
             recovery,
+            opts,
+            compacting: Arc::default(),
         })
     }
 
@@ -264,11 +313,14 @@ impl FileLog {
         }
         let shared = Arc::new(Shared::new(dir.to_owned(), true, Default::default()));
         recovery::refresh(&shared)?;
+        shared.load_horizon()?;
         Ok(Self {
             health: Arc::new(LogHealth::new()),
             shared,
             writer: None,
             recovery: None,
+            opts: FileLogOptions::default(),
+            compacting: Arc::default(),
         })
     }
 
@@ -286,6 +338,48 @@ impl FileLog {
     /// Whether this handle was opened with [`FileLog::open_read_only`].
     pub fn is_read_only(&self) -> bool {
         self.shared.read_only()
+    }
+
+    /// The options this handle was opened with.
+    pub fn options(&self) -> &FileLogOptions {
+        &self.opts
+    }
+
+    /// The compaction horizon: the end of the compacted range (0 if nothing was
+    /// compacted). Folding from the start gives exactly the original state at any
+    /// position at or after it; positions below it lie inside the compacted range,
+    /// where superseded records are gone.
+    pub fn horizon_offset(&self) -> u64 {
+        self.shared.horizon()
+    }
+
+    /// Compacts the sealed segments whose records all lie below `below` (see
+    /// `compact.rs`): the caller vouches that every reader it cares about resumes
+    /// at or after `below`. `admit` is the fold's payload validation. Writer
+    /// handles only; appends go on meanwhile.
+    pub async fn compact(
+        &self,
+        below: u64,
+        admit: Arc<Admit>,
+        policy: CompactPolicy,
+    ) -> Result<CompactReport> {
+        if self.writer.is_none() {
+            return Err(Error::Compact {
+                path: self.dir().to_owned(),
+                reason: "the log was opened read-only; compaction needs the writer \
+                         (stop `deltapilot run`, or let it compact by policy)"
+                    .into(),
+            });
+        }
+        let (shared, lock) = (self.shared.clone(), self.compacting.clone());
+        let durable = self.opts.fsync != FsyncPolicy::Never;
+        blocking(move || {
+            let _one = lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            compact::compact(&shared, below, &*admit, policy, durable)
+        })
+        .await
     }
 
     /// Brings a read-only handle up to date with the files (no-op for a writer).
@@ -427,6 +521,10 @@ impl EventLog for FileLog {
 
     fn start(&self) -> Position {
         Position::single(0)
+    }
+
+    fn horizon(&self) -> Position {
+        Position::single(self.shared.horizon())
     }
 
     fn max_event_bytes(&self) -> usize {

@@ -65,6 +65,9 @@ pub(crate) struct Scan {
     pub(crate) end_offset: u64,
     /// The bad record at `end_byte`, if the scan stopped before the file's end.
     pub(crate) flaw: Option<ScanFlaw>,
+    /// The header says compacted: offsets may skip, and the range ends at the
+    /// next segment's base (which is then `end_offset` when nothing is wrong).
+    pub(crate) compacted: bool,
 }
 
 fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error + use<> {
@@ -75,6 +78,8 @@ fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error
 /// Verifies the records of `file` (a segment based at `base`) from `from_byte`
 /// (a record boundary, or 0 to check the header first), expecting offset
 /// `from_offset` there, up to `file_len`. Notes valid records in `index`.
+/// `next_base` is where the next segment starts, if there is one: a compacted
+/// segment's records must stay below it, and one without a successor is refused.
 pub(crate) fn scan(
     file: &File,
     path: &Path,
@@ -82,8 +87,10 @@ pub(crate) fn scan(
     from: (u64, u64),
     file_len: u64,
     index: &mut SparseIndex,
+    next_base: Option<u64>,
 ) -> Result<Scan> {
     let (mut pos, mut off) = from;
+    let mut compacted = false;
     if pos == 0 {
         if file_len < SEGMENT_HEADER_LEN {
             return Ok(Scan {
@@ -94,16 +101,30 @@ pub(crate) fn scan(
                     next_valid: None,
                     at: (0, off),
                 }),
+                compacted,
             });
         }
         let mut h = [0u8; SEGMENT_HEADER_LEN as usize];
         read_exact_at(file, &mut h, 0).map_err(io_err("read segment header", path))?;
-        format::check_segment_header(&h, base).map_err(|reason| Error::InvalidLogDir {
-            path: path.to_owned(),
-            reason,
-        })?;
+        let version =
+            format::check_segment_header(&h, base).map_err(|reason| Error::InvalidLogDir {
+                path: path.to_owned(),
+                reason,
+            })?;
+        compacted = version == format::VERSION_COMPACTED;
+        if compacted && next_base.is_none() {
+            return Err(Error::Corrupt {
+                segment: path.to_owned(),
+                byte_offset: 0,
+                offset: base,
+                reason: "a compacted segment is the newest one: the segments after it are \
+                         missing (compaction never touches the newest segment)"
+                    .into(),
+            });
+        }
         pos = SEGMENT_HEADER_LEN;
     }
+    let range_end = next_base.unwrap_or(u64::MAX);
     // A record counts only once the record that ends its batch is verified too:
     // until then its index note waits here, and the scan's end stays at the last
     // batch end (a crash mid-append never leaves part of a batch; see `format`).
@@ -122,7 +143,10 @@ pub(crate) fn scan(
                 break None;
             }
             match format::parse_record(&buf[at..]) {
-                Ok(f) if f.offset == off => {
+                Ok(f)
+                    if f.offset == off || (compacted && f.offset > off && f.offset < range_end) =>
+                {
+                    off = f.offset;
                     pending.push((off, pos + at as u64));
                     at += f.total();
                     off += 1;
@@ -173,6 +197,7 @@ pub(crate) fn scan(
                     next_valid,
                     at: (pos, off),
                 }),
+                compacted,
             });
         }
     }
@@ -185,10 +210,15 @@ pub(crate) fn scan(
         next_valid: None,
         at: (pos, off),
     });
+    let end_offset = match (compacted, flaw.is_none(), next_base) {
+        (true, true, Some(next)) => next,
+        _ => batch_end.1,
+    };
     Ok(Scan {
         end_byte: batch_end.0,
-        end_offset: batch_end.1,
+        end_offset,
         flaw,
+        compacted,
     })
 }
 
@@ -308,7 +338,16 @@ pub(crate) fn open_for_write(dir: &Path, durable: bool) -> Result<(Segments, Opt
             .map_err(io_err("stat segment", &path))?
             .len();
         let mut seg = Segment::new(base, path, Arc::new(file));
-        let scan = scan(&seg.file, &seg.path, base, (0, base), len, &mut seg.index)?;
+        let next_base = bases.get(i + 1).copied();
+        let scan = scan(
+            &seg.file,
+            &seg.path,
+            base,
+            (0, base),
+            len,
+            &mut seg.index,
+            next_base,
+        )?;
         if let Some(flaw) = &scan.flaw {
             if !last || flaw.next_valid.is_some() {
                 return Err(corruption(&seg.path, flaw, last));
@@ -317,6 +356,7 @@ pub(crate) fn open_for_write(dir: &Path, durable: bool) -> Result<(Segments, Opt
         }
         seg.end_byte = scan.end_byte.max(SEGMENT_HEADER_LEN);
         seg.end_offset = scan.end_offset;
+        seg.compacted = scan.compacted;
         list.push(seg);
     }
     let head = list.last().map_or(0, |s| s.end_offset);
@@ -416,7 +456,15 @@ pub(crate) fn refresh(shared: &Shared) -> Result<()> {
             .len();
         let mut end = t.end;
         if len > t.end.0 {
-            let s = scan(&t.file, &t.path, t.base, t.end, len, &mut t.index)?;
+            let s = scan(
+                &t.file,
+                &t.path,
+                t.base,
+                t.end,
+                len,
+                &mut t.index,
+                newer.first().copied(),
+            )?;
             if let Some(flaw) = &s.flaw
                 && (!newer.is_empty() || flaw.next_valid.is_some())
             {
@@ -464,7 +512,15 @@ pub(crate) fn refresh(shared: &Shared) -> Result<()> {
             .map_err(io_err("stat segment", &path))?
             .len();
         let mut seg = Segment::new(base, path, Arc::new(file));
-        let s = scan(&seg.file, &seg.path, base, (0, base), len, &mut seg.index)?;
+        let s = scan(
+            &seg.file,
+            &seg.path,
+            base,
+            (0, base),
+            len,
+            &mut seg.index,
+            newer.get(j + 1).copied(),
+        )?;
         if let Some(flaw) = &s.flaw
             && (!last || flaw.next_valid.is_some())
         {
@@ -472,6 +528,7 @@ pub(crate) fn refresh(shared: &Shared) -> Result<()> {
         }
         seg.end_byte = s.end_byte;
         seg.end_offset = s.end_offset;
+        seg.compacted = s.compacted;
         prev_end = Some(((s.end_byte, s.end_offset), seg.path.clone()));
         added.push(seg);
     }
@@ -536,7 +593,7 @@ mod tests {
         let r0 = framed(0, b"zero");
         let (path, file, len) = segment(dir.path(), &[r0.clone(), damaged_with_fake_magic(1)]);
         let mut ix = SparseIndex::new();
-        let s = scan(&file, &path, 0, (0, 0), len, &mut ix).expect("scan");
+        let s = scan(&file, &path, 0, (0, 0), len, &mut ix, None).expect("scan");
         assert_eq!((s.end_byte, s.end_offset), (16 + r0.len() as u64, 1));
         let flaw = s.flaw.expect("a flaw");
         assert!(flaw.reason.contains("CRC"), "{}", flaw.reason);
@@ -551,7 +608,7 @@ mod tests {
         let r2 = framed(2, b"two");
         let (path, file, len) = segment(dir.path(), &[r0.clone(), bad.clone(), r2]);
         let mut ix = SparseIndex::new();
-        let s = scan(&file, &path, 0, (0, 0), len, &mut ix).expect("scan");
+        let s = scan(&file, &path, 0, (0, 0), len, &mut ix, None).expect("scan");
         let at = 16 + (r0.len() + bad.len()) as u64;
         assert_eq!(s.flaw.expect("a flaw").next_valid, Some((at, 2)));
     }
@@ -565,7 +622,7 @@ mod tests {
             &[r0, damaged_with_fake_magic(1), framed(0, b"old")],
         );
         let mut ix = SparseIndex::new();
-        let s = scan(&file, &path, 0, (0, 0), len, &mut ix).expect("scan");
+        let s = scan(&file, &path, 0, (0, 0), len, &mut ix, None).expect("scan");
         assert_eq!(s.flaw.expect("a flaw").next_valid, None);
     }
 }

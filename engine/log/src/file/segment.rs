@@ -199,6 +199,9 @@ pub(crate) struct Segment {
     /// verify and index the rest as they pass it. Its `end_byte` is then the file
     /// length and its `end_offset` the next segment's base, both unverified.
     pub(crate) checked_to: Option<Checked>,
+    /// A compacted segment (see `format.rs`): its records' offsets may skip, and
+    /// its range still ends at `end_offset` (the next segment's base).
+    pub(crate) compacted: bool,
 }
 
 impl Segment {
@@ -212,6 +215,7 @@ impl Segment {
             end_byte: 0,
             index: SparseIndex::new(),
             checked_to: None,
+            compacted: false,
         }
     }
 }
@@ -250,6 +254,8 @@ struct Plan {
     bound_byte: u64,
     /// The segment's last offset + 1 (the next segment's base once sealed).
     end_offset: u64,
+    /// Offsets may skip (a compacted segment).
+    compacted: bool,
     /// For a segment not fully checked yet: where its checked prefix ends, and an
     /// index continuing the segment's, to note the records this read verifies past
     /// that point.
@@ -318,6 +324,7 @@ pub(crate) fn read(
                     .ceil_byte(want_end)
                     .map_or(s.end_byte, |b| b.min(s.end_byte)),
                 end_offset: s.end_offset,
+                compacted: s.compacted,
                 lazy: s.checked_to.map(|c| Progress {
                     from: c,
                     to: c,
@@ -351,6 +358,7 @@ pub(crate) fn read(
         if let Some(p) = progress {
             keep_progress(segs, plan.base, p);
         }
+        let was = next;
         next = match res {
             Ok(next) => next,
             // The records before a damage are returned; the read that starts at
@@ -359,7 +367,9 @@ pub(crate) fn read(
             Err(_) if !out.is_empty() => return Ok(out),
             Err(e) => return Err(e),
         };
-        if out.len() == before {
+        // A compacted segment may end in a gap: the read moves on to the next
+        // segment without records from this one.
+        if out.len() == before && next <= was {
             break;
         }
     }
@@ -401,6 +411,10 @@ fn read_segment(
     let mut need = 0u64;
     while off < plan.stop_offset && out.len() < limit && *bytes < max_bytes {
         let avail = plan.end_byte.saturating_sub(pos);
+        if avail == 0 && plan.compacted {
+            // The rest of the range was compacted away.
+            return Ok(plan.stop_offset);
+        }
         let want = plan
             .bound_byte
             .saturating_sub(pos)
@@ -438,6 +452,13 @@ fn read_segment(
         while off < plan.stop_offset && out.len() < limit && *bytes < max_bytes {
             match format::parse_record(&buf[at..]) {
                 Ok(f) => {
+                    if plan.compacted && f.offset > off && f.offset < plan.end_offset {
+                        // A gap left by compaction.
+                        off = f.offset;
+                        if off >= plan.stop_offset {
+                            break;
+                        }
+                    }
                     if f.offset != off {
                         return Err(corrupt(
                             &plan.path,

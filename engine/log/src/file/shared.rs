@@ -9,7 +9,7 @@
 //! read-only refresh do that.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use tokio::sync::watch;
@@ -28,6 +28,8 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     /// Serialises read-only refreshes (several followers may poll at once).
     refresh: Mutex<()>,
+    /// The compaction horizon (see `compact.rs`): state is exact from here on.
+    horizon: AtomicU64,
 }
 
 impl Shared {
@@ -41,7 +43,35 @@ impl Shared {
             head_tx,
             closed: AtomicBool::new(false),
             refresh: Mutex::new(()),
+            horizon: AtomicU64::new(0),
         }
+    }
+
+    /// The compaction horizon: positions below it are inside a compacted range.
+    pub(crate) fn horizon(&self) -> u64 {
+        self.horizon.load(Ordering::Acquire)
+    }
+
+    /// Raises the horizon (it never goes down).
+    pub(crate) fn set_horizon(&self, horizon: u64) {
+        self.horizon.fetch_max(horizon, Ordering::AcqRel);
+    }
+
+    /// Sets the horizon from the directory's record and the compacted segments
+    /// (the larger: a log whose `COMPACTED` file was lost still knows where its
+    /// compacted segments end).
+    pub(crate) fn load_horizon(&self) -> Result<()> {
+        let recorded = super::compact::read_horizon(&self.dir)?;
+        let from_segments = self
+            .segments()
+            .list
+            .iter()
+            .filter(|s| s.compacted)
+            .map(|s| s.end_offset)
+            .max()
+            .unwrap_or(0);
+        self.set_horizon(recorded.max(from_segments));
+        Ok(())
     }
 
     /// The log directory.

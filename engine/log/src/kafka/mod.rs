@@ -73,7 +73,9 @@
 //!
 //! # Resync markers and partitions
 //!
-//! A resync marker's key is `resync/<source>`, but the entity events of that resync
+//! A resync marker's message key is `resync/<source>/<phase>` (per phase, so
+//! compaction keeps the newest `COMPLETED` copies: see `produce::message_key`),
+//! but the entity events of that resync
 //! generation are keyed by entity and spread over all partitions. A single
 //! `completed` marker on one partition would not be ordered after the generation's
 //! events: a follower could read the marker before events the adapter appended (and
@@ -89,7 +91,7 @@
 //! folded a copy from `N` distinct partitions (see the `fold` module, "Multi-partition
 //! logs"), which by per-partition order means every event of the relist has been
 //! folded, whatever order the partitions are read in. Compaction keeps it (it is per
-//! partition and the copies keep the marker's key), and with one partition nothing
+//! partition and the copies share the `COMPLETED` key), and with one partition nothing
 //! changes: the marker is written once, by key, with `copies` as the writer set it.
 //! `STARTED` is always written once, by key: the fold only records its generation.
 //! [`FollowItem::CaughtUp`] is no substitute for the copies: it is not a consistent

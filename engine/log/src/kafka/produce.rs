@@ -1,7 +1,8 @@
 //! `append`: keyed, idempotent produce of one batch, waiting for every delivery
 //! report; `COMPLETED` resync markers are written once to every partition.
 //!
-//! Every event is sent with its entity key ([`Event::key`]) as the message key, so
+//! Every event is sent with its entity key ([`Event::key`]) as the message key
+//! (resync markers: per phase, see [`message_key`]), so
 //! librdkafka's murmur2 partitioner puts all events of one entity on one partition,
 //! in append order, and with its observed-at time as the message timestamp. A run
 //! of events is enqueued whole before any report is awaited, so it travels in as
@@ -16,8 +17,9 @@
 //! acknowledged do the events after it go out. Per-partition order then puts each
 //! copy after every event the writer had appended before the marker, on every
 //! partition, and the fold sweeps only when it has folded all `N` copies (see the
-//! `fold` module). The copies keep the marker's key (`resync/<source>`), so
-//! compaction treats them like any marker. The marker's position in the returned
+//! `fold` module). The copies keep the marker's message key
+//! (`resync/<source>/completed`), so compaction keeps the newest copy on every
+//! partition. The marker's position in the returned
 //! list is that of its copy on the last partition; the head covers all copies.
 //!
 //! `STARTED` markers are sent once, by key, as before: the fold only records their
@@ -299,6 +301,34 @@ async fn append_on(
 /// broker after earlier events went out.
 pub(crate) const MAX_EVENT_BYTES: usize = 900_000;
 
+/// The Kafka message key of `e`: its entity key, except that a resync marker is
+/// keyed per phase, `resync/<source>/started` and `resync/<source>/completed`.
+/// Why: the broker's compaction keeps the newest record per key and partition.
+/// Under the one key `resync/<source>`, a newer `STARTED` would let it drop the
+/// `COMPLETED` copy before it on that partition; a replica reading the compacted
+/// topic would then never count all copies of that generation, never sweep it,
+/// and keep entities that the relist had removed. Per phase, the newest `COMPLETED`
+/// copy on every partition and the newest `STARTED` stay, which is all the fold
+/// needs: sweeps only remove and generations only grow, so the newest completed
+/// generation removes everything an older one would have (among what compaction
+/// left). `STARTED` is placed by this key; nothing depends on its partition.
+pub(crate) fn message_key(e: &Event) -> Option<String> {
+    match &e.payload {
+        Some(Payload::Resync(m)) => {
+            let phase = match m.phase() {
+                Phase::Started => "started",
+                Phase::Completed => "completed",
+                Phase::Unspecified => "unspecified",
+            };
+            Some(format!(
+                "{}/{phase}",
+                deltapilot_proto::resync_key(&e.source)
+            ))
+        }
+        _ => e.key(),
+    }
+}
+
 /// Validates keys and sizes and encodes, so a bad event fails the batch before
 /// anything is sent. On a topic of more than one partition, a `COMPLETED` marker is encoded
 /// with `copies` set to the partition count.
@@ -308,7 +338,7 @@ fn prepare(events: &[Event], partitions: usize) -> Result<Vec<Prepared>> {
         .iter()
         .enumerate()
         .map(|(i, e)| {
-            let key = e.key().ok_or_else(|| {
+            let key = message_key(e).ok_or_else(|| {
                 Error::InvalidEvent(format!(
                     "event {i} of the batch ({}, source {:?}) has no entity key, so it has no partition; nothing was appended",
                     e.kind_name(),

@@ -78,7 +78,7 @@ async fn create(target: &Target, opts: &KafkaOptions) -> Result<bool> {
     // durability of an acknowledged append comes from acks=all plus the cluster's
     // `min.insync.replicas`, which are the operator's to set per cluster.
     // Compacted: the log keeps the latest event per key (entity key, or
-    // `resync/<source>` for markers), which is all a fold from the start needs (see
+    // `resync/<source>/<phase>` for markers), which is all a fold from the start needs (see
     // the module docs of [`crate::kafka`]), instead of deleting old events by
     // age (the broker's default `delete` policy would lose live entities).
     let new = NewTopic::new(&target.topic, opts.partitions, TopicReplication::Fixed(-1))

@@ -223,6 +223,22 @@ pub struct FoldOutput {
     pub applied: usize,
 }
 
+/// Whether the fold accepts `event` on its own merits: folded alone into an
+/// empty state, it is not refused for its payload (no payload, or invalid).
+/// State-dependent refusals (a key conflict, a stale generation) are not asked
+/// here. The embedded log's compaction uses it to know which writes count
+/// (`deltapilot_log::file::Admit`).
+pub fn admits(event: &Event) -> bool {
+    let at = RecordPos {
+        partition: 0,
+        offset: 0,
+    };
+    let out = fold_iter(&ModelState::default(), [(at, event)]);
+    !out.skipped
+        .iter()
+        .any(|s| matches!(s.reason, SkipReason::Invalid | SkipReason::EmptyPayload))
+}
+
 /// Folds a batch of decoded events into `state`. Pure.
 pub fn fold(state: &ModelState, batch: &[(RecordPos, Event)]) -> FoldOutput {
     fold_iter(state, batch.iter().map(|(p, e)| (*p, e)))

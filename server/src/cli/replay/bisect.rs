@@ -60,7 +60,8 @@ pub(crate) async fn run(input: &Source, args: BisectArgs) -> anyhow::Result<()> 
         .await?;
     let from = match &args.from {
         Some(_) => session.position("--from", args.from.clone()).await?,
-        None => session.opened.log.start(),
+        // A compacted log's history starts at its horizon.
+        None => session.opened.log.horizon(),
     };
     let to = session.position("--to", args.to.clone()).await?;
     if !to.covers(&from) {

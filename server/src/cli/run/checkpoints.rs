@@ -1,6 +1,14 @@
 //! `run`'s checkpoints: restoring the engine from the newest usable checkpoint at
 //! start, and the task that writes `DATA_DIR/checkpoints/*.dpc` while it runs.
 //!
+//! With `--log file://DIR?compact=true` it also compacts the embedded log while
+//! running ([`Checkpoints::compact_while_running`]): the log must not know about
+//! checkpoints, so this is where the safe position comes from. It is the
+//! position of the **oldest** checkpoint kept: a restart restores the newest
+//! usable one, and falls back to older ones when that is damaged, so every one of
+//! them must lie at or above the compacted range (a checkpoint below it is not
+//! restored, see `checkpoint::verify`).
+//!
 //! What it does NOT do: encode, verify or prune checkpoints (the engine's
 //! `checkpoint` module does), or decide when to write them (that is the
 //! `--checkpoint-*` settings).
@@ -61,6 +69,65 @@ impl Checkpoints {
         let (path, cp) = loaded.checkpoint?;
         tracing::info!(checkpoint = %path.display(), position = %cp.position, "restoring from checkpoint");
         Some(cp)
+    }
+
+    /// Compacts the embedded log below the oldest kept checkpoint, once per
+    /// checkpoint interval, until `shutdown`. A failed compaction is logged and
+    /// retried at the next interval (the log stays as it was: see
+    /// `engine/log/src/file/compact.rs`).
+    pub(crate) fn compact_while_running(
+        &self,
+        log: Arc<Log>,
+        retention: std::time::Duration,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static {
+        let (store, every) = (self.store.clone(), self.policy.every);
+        async move {
+            let Log::File(file) = &*log else {
+                return Ok(());
+            };
+            let mut done_below = 0;
+            loop {
+                tokio::select! {
+                    _ = shutdown.changed() => return Ok(()),
+                    () = tokio::time::sleep(every) => {}
+                }
+                if *shutdown.borrow() {
+                    return Ok(());
+                }
+                let listed = {
+                    let store = store.clone();
+                    tokio::task::spawn_blocking(move || store.list()).await
+                };
+                let below = match listed {
+                    Ok(Ok(files)) => files.iter().map(|f| f.records).min(),
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "compaction: cannot list checkpoints; not compacting");
+                        None
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "compaction: listing checkpoints failed");
+                        None
+                    }
+                };
+                let Some(below) = below.filter(|&b| b > done_below) else {
+                    continue;
+                };
+                let policy = deltapilot_log::file::CompactPolicy {
+                    tombstone_retention: retention,
+                    now_unix_micros: crate::cli::log::compact::now_unix_micros(),
+                };
+                match file
+                    .compact(below, Arc::new(deltapilot_model::fold::admits), policy)
+                    .await
+                {
+                    Ok(_) => done_below = below,
+                    Err(e) => {
+                        tracing::warn!(error = %e, below, "compaction of the embedded log failed; retrying at the next interval")
+                    }
+                }
+            }
+        }
     }
 
     /// The periodic checkpoint writer, as a task for `run`'s task set.

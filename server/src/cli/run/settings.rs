@@ -427,6 +427,13 @@ impl RunConfig {
             self.checkpoint_every_secs,
             self.checkpoint_keep,
         )?;
+        if checkpoints.is_none() && log.options.file.retention.compact {
+            bail!(
+                "--log {}: compact=true compacts below the oldest checkpoint, but checkpoints \
+                 are off (--checkpoint-every-events 0); turn them on or drop compact=true",
+                log.text
+            );
+        }
         let admin_guard = super::security::admin_guard(
             admin_addr,
             self.debug_endpoints,

@@ -239,6 +239,19 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
         })
         .collect();
     if let Some(checkpoints) = checkpoints {
+        if let LogSetting {
+            uri: deltapilot_log::LogUri::File { .. },
+            options,
+            ..
+        } = &s.log
+            && options.file.retention.compact
+        {
+            tasks.spawn(checkpoints.compact_while_running(
+                log.clone(),
+                options.file.retention.tombstone_retention,
+                shutdown.clone(),
+            ));
+        }
         let stats = checkpoints.stats();
         metrics.on_scrape(move |m| m.follow_checkpoints(&stats));
         tasks.spawn(checkpoints.write_while_running(
