@@ -28,12 +28,12 @@ use std::path::Path;
 use std::time::Instant;
 
 use criterion::{Criterion, Throughput};
+use deltapilot_benches::workload::{CHURN_1M, events};
 use deltapilot_engine::checkpoint::{CheckpointStore, fingerprints, generator_id, load_verified};
 use deltapilot_engine::replay::Replayer;
 use deltapilot_engine::replay::drive::fold_to;
 use deltapilot_log::file::{FileLog, FileLogOptions, FsyncPolicy};
 use deltapilot_log::{EventLog, Position};
-use deltapilot_proto::{self as pb, Event, SCHEMA_VERSION, event::Payload};
 use deltapilot_xds::generate::GenOptions;
 use deltapilot_xds::snapshot::Snapshot;
 
@@ -41,131 +41,10 @@ use deltapilot_xds::snapshot::Snapshot;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const SERVICES: usize = 10_000;
-const ENDPOINTS: usize = 100_000;
-const EVENTS: usize = 1_000_000;
+/// Events in the log.
+const EVENTS: usize = CHURN_1M.events;
 /// The checkpoint sits this many events before the head.
 const TAIL: usize = 1_000;
-
-fn host(s: usize) -> String {
-    format!("svc-{s}.ns-{}.svc.cluster.local", s % 50)
-}
-
-fn event(payload: Payload) -> Event {
-    Event {
-        schema_version: SCHEMA_VERSION,
-        source: "k8s:bench".into(),
-        generation: 1,
-        observed_at_unix_micros: 1_700_000_000_000_000,
-        payload: Some(payload),
-    }
-}
-
-fn service(s: usize, rev: usize) -> Event {
-    event(Payload::ServiceUpsert(pb::ServiceUpsert {
-        service: Some(pb::Service {
-            hostname: host(s),
-            namespace: format!("ns-{}", s % 50),
-            ports: vec![
-                pb::Port {
-                    name: "http".into(),
-                    number: 8080,
-                    protocol: pb::Protocol::Http as i32,
-                },
-                pb::Port {
-                    name: "grpc".into(),
-                    number: 9090,
-                    protocol: pb::Protocol::Grpc as i32,
-                },
-            ],
-            labels: [
-                ("app".to_string(), format!("svc-{s}")),
-                ("rev".to_string(), rev.to_string()),
-            ]
-            .into(),
-            resolution: 0,
-        }),
-    }))
-}
-
-/// Pod `pod` of service `pod % SERVICES`, in a given health and weight.
-fn endpoint(pod: usize, healthy: bool, weight: u32) -> Event {
-    let s = pod % SERVICES;
-    event(Payload::EndpointUpsert(pb::EndpointUpsert {
-        key: format!("ep/k8s/ns-{}/pod-{pod}", s % 50),
-        endpoint: Some(pb::Endpoint {
-            address: format!(
-                "10.{}.{}.{}",
-                (pod >> 16) & 255,
-                (pod >> 8) & 255,
-                pod & 255
-            ),
-            ports: [("http".to_string(), 8080), ("grpc".to_string(), 9090)].into(),
-            labels: [
-                ("app".to_string(), format!("svc-{s}")),
-                ("version".to_string(), "v1".to_string()),
-            ]
-            .into(),
-            locality: Some(pb::Locality {
-                region: "us-east1".into(),
-                zone: format!("us-east1-{}", ["b", "c", "d"][pod % 3]),
-                subzone: String::new(),
-            }),
-            weight,
-            health: if healthy {
-                pb::Health::Healthy
-            } else {
-                pb::Health::Unhealthy
-            } as i32,
-            service_account: format!("spiffe://cluster.local/ns/ns-{}/sa/svc-{s}", s % 50),
-            services: vec![pb::ServiceRef {
-                namespace: format!("ns-{}", s % 50),
-                hostname: host(s),
-            }],
-        }),
-    }))
-}
-
-fn delete(pod: usize) -> Event {
-    let s = pod % SERVICES;
-    event(Payload::EndpointDelete(pb::EntityDelete {
-        key: format!("ep/k8s/ns-{}/pod-{pod}", s % 50),
-    }))
-}
-
-/// The whole event stream, deterministic: the registry, then churn.
-fn events() -> Vec<Event> {
-    let mut out: Vec<Event> = (0..SERVICES).map(|s| service(s, 0)).collect();
-    out.extend((0..ENDPOINTS).map(|p| endpoint(p, true, 1)));
-    // Live pods, by slot: slot i holds pod `live[i]`; replacements get new numbers.
-    let mut live: Vec<usize> = (0..ENDPOINTS).collect();
-    let mut k = 0usize;
-    while out.len() < EVENTS {
-        k += 1;
-        let slot = (k * 7_919) % ENDPOINTS;
-        match k % 20 {
-            // A pod is replaced: the old one goes, a new one (new key, new IP) comes.
-            0 => {
-                out.push(delete(live[slot]));
-                // Same service as the pod it replaces (ENDPOINTS is a multiple of
-                // SERVICES), new key and address.
-                let pod = live[slot] + ENDPOINTS;
-                live[slot] = pod;
-                out.push(endpoint(pod, true, 1));
-            }
-            // A service is relabelled (rare).
-            1 if k % 2_000 == 1 => out.push(service(slot % SERVICES, k)),
-            // Readiness flaps and weight changes: the bulk of real churn.
-            _ => out.push(endpoint(
-                live[slot],
-                !k.is_multiple_of(3),
-                1 + (k % 4) as u32,
-            )),
-        }
-    }
-    out.truncate(EVENTS);
-    out
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -186,7 +65,7 @@ async fn prepare(dir: &Path) {
         },
     )
     .expect("open log");
-    for chunk in events().chunks(10_000) {
+    for chunk in events(CHURN_1M).chunks(10_000) {
         log.append(chunk).await.expect("append");
     }
     let at = Position::single((EVENTS - TAIL) as u64);

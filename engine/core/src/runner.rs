@@ -7,6 +7,9 @@
 //! snapshot is published after every batch so its `position` is always current (for
 //! readiness and debug views), but its `seq` only moves, and readers are only woken,
 //! when the change set is non-empty: identical content never causes a push.
+//! [`Engine::run`] folds the log it finds at start differently, as a replay
+//! does (large batches, one regeneration and one snapshot at the catch-up; see
+//! `runner_catch_up.rs`), then takes this per-batch path.
 //!
 //! Counters ([`EngineStats`]) are plain atomics that the server exports as metrics;
 //! the engine depends on no metrics crate. How long each batch's fold and
@@ -26,6 +29,7 @@ use futures::StreamExt;
 use imbl::Vector;
 use tokio::sync::watch;
 
+use self::catch_up::{FoldItem, Gather};
 use crate::Result;
 use crate::release::Releaser;
 use deltapilot_log::{EventLog, FollowItem, Position, Record, RecordPos};
@@ -177,6 +181,17 @@ pub struct Engine {
     releaser: Releaser<Arc<Snapshot>>,
     /// See [`Engine::observe_steps`].
     observer: Option<StepObserver>,
+    /// Set while [`Engine::run`] folds the log it found at start (see
+    /// `catch_up`).
+    catch_up: Option<catch_up::CatchUp>,
+}
+
+/// What [`Engine::regenerate_and_publish`] produced.
+struct Published {
+    gen_errors: Vec<GenError>,
+    changes: Arc<ChangeSet>,
+    hash: u64,
+    times: StepTimes,
 }
 
 impl Engine {
@@ -228,6 +243,7 @@ impl Engine {
             ready,
             releaser: Releaser::new("engine-release"),
             observer: None,
+            catch_up: None,
         }
     }
 
@@ -305,8 +321,32 @@ impl Engine {
         let out = fold(&self.model, events);
         let fold_took = fold_started.elapsed();
         skipped.extend(out.skipped);
+        self.count_batch(&mut skipped, out.applied);
+        let observed_at = events
+            .iter()
+            .map(|(_, e)| e.observed_at_unix_micros)
+            .max()
+            .unwrap_or(0);
+        let done = self.regenerate_and_publish(out.state, &out.touched, fold_took, observed_at);
+        StepReport {
+            records: events.len() + skipped.len(),
+            applied: out.applied,
+            skipped,
+            touched: out.touched,
+            gen_errors: done.gen_errors,
+            changes: done.changes,
+            seq: self.seq,
+            hash: done.hash,
+            position: self.position.clone(),
+            times: done.times,
+        }
+    }
+
+    /// Counts a folded batch and its skipped events (sorted into log order and
+    /// logged here).
+    fn count_batch(&self, skipped: &mut [Skipped], applied: usize) {
         skipped.sort_by_key(|s| s.pos);
-        for s in &skipped {
+        for s in skipped.iter() {
             self.stats.skipped[s.reason.index()].fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 position = %s.pos,
@@ -318,13 +358,25 @@ impl Engine {
         }
         self.stats
             .events_applied
-            .fetch_add(out.applied as u64, Ordering::Relaxed);
+            .fetch_add(applied as u64, Ordering::Relaxed);
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
+    }
 
+    /// Makes `state` (folded from the current one, with `touched` what changed)
+    /// the engine's: regenerates the touched resources, updates the views, and
+    /// publishes the next snapshot (a new `seq` only if something proxies see
+    /// changed). `observed_at` is the newest observation time among the events
+    /// folded into it.
+    fn regenerate_and_publish(
+        &mut self,
+        state: ModelState,
+        touched: &Touched,
+        fold_took: Duration,
+        observed_at: i64,
+    ) -> Published {
         let regen_started = Instant::now();
         let (resources, changes, gen_errors) =
-            self.generator
-                .regenerate(&self.resources, &out.state, &out.touched);
+            self.generator.regenerate(&self.resources, &state, touched);
         let times = StepTimes {
             fold: fold_took,
             regenerate: regen_started.elapsed(),
@@ -337,25 +389,21 @@ impl Engine {
             .fetch_add(gen_errors.len() as u64, Ordering::Relaxed);
 
         let (views, views_changed) = self.views.update(
-            &out.state,
+            &state,
             &resources,
             &changes,
-            &out.touched,
+            touched,
             self.generator.options(),
             self.seq + 1,
         );
-        self.model = out.state;
+        self.model = state;
         self.resources = resources;
         self.views = views;
         let changes = Arc::new(changes);
         // A Sidecar change moves no global resource but must reach its proxies.
         if !changes.is_empty() || views_changed {
             self.seq += 1;
-            self.observed_at_micros = events
-                .iter()
-                .map(|(_, e)| e.observed_at_unix_micros)
-                .max()
-                .unwrap_or(0);
+            self.observed_at_micros = observed_at;
             self.recent.push_back((self.seq, changes.clone()));
             while self.recent.len() > RECENT_CHANGES {
                 self.recent.pop_front();
@@ -370,16 +418,10 @@ impl Engine {
             });
         }
         let hash = self.publish();
-        StepReport {
-            records: events.len() + skipped.len(),
-            applied: out.applied,
-            skipped,
-            touched: out.touched,
+        Published {
             gen_errors,
             changes,
-            seq: self.seq,
             hash,
-            position: self.position.clone(),
             times,
         }
     }
@@ -430,19 +472,25 @@ impl Engine {
         if !self.position.covers(&from) {
             self.mark_position(&from);
         }
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<FollowItem>(FOLD_QUEUE);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<FoldItem>(FOLD_QUEUE);
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        self.begin_catch_up();
+        let mut gather = Gather::new(self.catching_up());
         let thread = std::thread::Builder::new()
             .name(FOLD_THREAD.into())
             .spawn(move || {
                 while let Some(item) = rx.blocking_recv() {
                     match item {
-                        FollowItem::Records(records) => {
-                            self.apply_records(&records);
+                        FoldItem::Decoded(records, decoded) => self.fold_decoded(records, decoded),
+                        FoldItem::Follow(FollowItem::Records(records)) => {
+                            self.fold_records(records)
                         }
-                        FollowItem::CaughtUp(head) => self.mark_caught_up(&head),
+                        FoldItem::Follow(FollowItem::CaughtUp(head)) => self.finish_catch_up(&head),
                     }
                 }
+                // Stopped before the catch-up ended: what was folded is
+                // published, so the engine handed back is consistent.
+                self.end_catch_up();
                 // The receiver may be gone if the caller was cancelled: then the
                 // engine is simply dropped here.
                 let _ = done_tx.send(self);
@@ -452,7 +500,7 @@ impl Engine {
             let mut stream = log.follow(from);
             let stop = shutdown.wait_for(|s| *s);
             tokio::pin!(stop);
-            loop {
+            'read: loop {
                 // The select only picks; sending happens after it, so the
                 // shutdown future's borrow of the watch is never held across an
                 // await (the task must stay `Send`).
@@ -470,8 +518,16 @@ impl Engine {
                     }
                     Some(Err(e)) => break Err(e.into()),
                     Some(Ok(item)) => {
-                        if tx.send(item).await.is_err() {
-                            break Err(crate::Error::Task("the fold thread stopped".into()));
+                        let items = match gather.take(item).await {
+                            Ok(items) => items,
+                            Err(e) => break Err(e),
+                        };
+                        for item in items {
+                            if tx.send(item).await.is_err() {
+                                break 'read Err(crate::Error::Task(
+                                    "the fold thread stopped".into(),
+                                ));
+                            }
                         }
                     }
                 }
@@ -505,6 +561,9 @@ pub(crate) fn undecodable(pos: RecordPos, e: &deltapilot_log::Error) -> Skipped 
     };
     Skipped::undecodable(pos, reason, e.to_string())
 }
+
+#[path = "runner_catch_up.rs"]
+mod catch_up;
 
 #[cfg(test)]
 #[path = "runner_tests.rs"]

@@ -584,3 +584,49 @@ fn unsubscribing_a_name_under_a_wildcard_is_answered() {
     ack(&mut st, &p);
     assert!(st.next_response(&s).is_none());
 }
+
+/// A client that NACKs every EDS response still gets every later EDS change
+/// (each a new version), with clusters changing in between; nothing is left
+/// in flight that would stall the stream silently.
+#[test]
+fn nacking_every_eds_response_still_gets_every_later_change() {
+    let s = base();
+    let mut st = synced(&s, &[(Cluster, &[]), (Endpoint, &["c1", "c2"])]);
+    let mut snap = s;
+    let mut eds_pushes = 0;
+    for i in 0..20u32 {
+        let mut edits = vec![(Endpoint, if i % 2 == 0 { "c1" } else { "c2" }, None)];
+        let body = format!("cla-{i}");
+        edits[0].2 = Some(body.as_str());
+        let cluster_body = format!("cluster-{i}");
+        if i % 3 == 0 {
+            edits.push((Cluster, "c1", Some(cluster_body.as_str())));
+        }
+        snap = next(&snap, &edits);
+        let mut sent_eds = false;
+        for _ in 0..10 {
+            let Some(p) = st.next_response(&snap) else {
+                break;
+            };
+            if p.t == Endpoint {
+                sent_eds = true;
+                eds_pushes += 1;
+                let mut nack = req(Endpoint, &[], &[], &p.out.nonce);
+                nack.error_detail = Some(RpcStatus {
+                    code: 3,
+                    message: "rejected on purpose".into(),
+                    details: vec![],
+                });
+                on(&mut st, &snap, &nack).expect("nack");
+            } else {
+                ack(&mut st, &p);
+            }
+        }
+        assert!(
+            sent_eds,
+            "change {i}: an EDS push after the NACKs before it"
+        );
+        assert_eq!(st.in_flight(), 0, "change {i}: nothing left unanswered");
+    }
+    assert!(eds_pushes >= 20);
+}
