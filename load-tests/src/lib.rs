@@ -17,8 +17,8 @@
 //! - [`harness`]: the phases of a run; [`server`], [`probe`], [`procstat`],
 //!   [`metrics`], [`fdlimit`]: the server under test and the machine;
 //! - [`report`], [`plot`], [`progress`], [`stats`]: output;
-//! - [`peer`]: `--peer`, the same scenario against a peer control plane
-//!   (go-control-plane), side by side.
+//! - [`peer`], [`istiod`]: `--peer`, the same scenario against a peer control
+//!   plane (go-control-plane, Istio's istiod), side by side.
 //!
 //! What it does NOT do: run inside the server, assert anything (tests and people
 //! judge the report), or use any server code: it speaks only the wire protocols.
@@ -27,6 +27,7 @@ pub mod baseline;
 pub mod churn;
 pub mod fdlimit;
 pub mod harness;
+pub mod istiod;
 pub mod logwatch;
 pub mod mesh;
 pub mod metrics;
@@ -127,10 +128,11 @@ pub struct LoadgenArgs {
     /// one after the other, and print both side by side.
     #[arg(long, value_enum, env = "DELTAPILOT_LOADGEN_PEER", requires = "spawn")]
     pub peer: Option<peer::Peer>,
-    /// The peer's binary (built by load-tests/peers/build.sh).
-    #[arg(long, value_name = "PATH", env = "DELTAPILOT_GCP_PEER")]
+    /// The peer's binary; without it, the peer's own environment variable
+    /// (DELTAPILOT_GCP_PEER, DELTAPILOT_ISTIOD_PEER; see load-tests/peers/).
+    #[arg(long, value_name = "PATH")]
     pub peer_bin: Option<PathBuf>,
-    /// The go-control-plane cache the peer serves from.
+    /// The go-control-plane cache the peer serves from (istiod has its own).
     #[arg(
         long,
         value_enum,

@@ -1,4 +1,5 @@
-//! Peers side by side (`--peer go-control-plane`): the same scenario run first
+//! Peers side by side (`--peer go-control-plane`, `--peer istiod`): the same
+//! scenario run first
 //! against a spawned deltapilot, then against a spawned peer control plane, one
 //! after the other on the same machine, and the figures of both in one table.
 //!
@@ -13,9 +14,11 @@
 //! ratio to raw fan-out is computed from that same figure; each run's raw
 //! fan-out replays the responses that run's proxy 0 received.
 //!
-//! The peer (`load-tests/peers/go-control-plane`, built by
-//! `load-tests/peers/build.sh`) is found through `--peer-bin` or
-//! `DELTAPILOT_GCP_PEER`.
+//! The peer is found through `--peer-bin`, else its environment variable:
+//! `DELTAPILOT_GCP_PEER` for go-control-plane (`load-tests/peers/go-control-plane`,
+//! built by `load-tests/peers/build.sh`), `DELTAPILOT_ISTIOD_PEER` for Istio's
+//! `pilot-discovery` (built by `load-tests/peers/istiod/build.sh`, by hand: it
+//! is too heavy for the test command).
 //!
 //! What it does NOT do: build the peer, or run the two servers at once (they
 //! would share the two cores and measure each other).
@@ -35,6 +38,9 @@ use crate::stats::{Percentiles, ratio};
 pub enum Peer {
     /// go-control-plane v0.14 (`load-tests/peers/go-control-plane`).
     GoControlPlane,
+    /// Istio's istiod (`pilot-discovery`) in file-config mode
+    /// (`load-tests/peers/istiod`, see [`crate::istiod`]).
+    Istiod,
 }
 
 impl Peer {
@@ -42,6 +48,31 @@ impl Peer {
     pub fn as_str(self) -> &'static str {
         match self {
             Peer::GoControlPlane => "go-control-plane",
+            Peer::Istiod => "istiod",
+        }
+    }
+
+    /// The environment variable naming its binary.
+    pub fn env(self) -> &'static str {
+        match self {
+            Peer::GoControlPlane => GCP_PEER_ENV,
+            Peer::Istiod => ISTIOD_PEER_ENV,
+        }
+    }
+
+    /// The cache it serves from, as reports name it: only go-control-plane's
+    /// is chosen (`--peer-cache`); istiod has its own.
+    pub fn cache(self, cache: PeerCache) -> Option<&'static str> {
+        match self {
+            Peer::GoControlPlane => Some(cache.as_str()),
+            Peer::Istiod => None,
+        }
+    }
+
+    fn build_script(self) -> &'static str {
+        match self {
+            Peer::GoControlPlane => "load-tests/peers/build.sh",
+            Peer::Istiod => "load-tests/peers/istiod/build.sh",
         }
     }
 }
@@ -70,23 +101,34 @@ impl PeerCache {
 /// The environment variable naming the go-control-plane peer's binary.
 pub const GCP_PEER_ENV: &str = "DELTAPILOT_GCP_PEER";
 
-/// The peer's binary: `explicit` (`--peer-bin` or `DELTAPILOT_GCP_PEER`), which
-/// must exist.
+/// The environment variable naming istiod's `pilot-discovery` binary.
+pub const ISTIOD_PEER_ENV: &str = "DELTAPILOT_ISTIOD_PEER";
+
+/// The peer's binary: `explicit` (`--peer-bin`), else the peer's own
+/// environment variable ([`Peer::env`]); it must exist.
 pub fn find_binary(peer: Peer, explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
-    match explicit {
-        Some(p) if p.is_file() => Ok(p.to_owned()),
-        Some(p) => bail!(
-            "--peer-bin / {GCP_PEER_ENV} {}: no such file; build the {} peer with \
-             load-tests/peers/build.sh",
-            p.display(),
-            peer.as_str()
-        ),
-        None => bail!(
-            "--peer {} needs its binary: build it with load-tests/peers/build.sh and set \
-             {GCP_PEER_ENV} (or pass --peer-bin PATH)",
-            peer.as_str()
-        ),
+    let env = peer.env();
+    let (path, from) = match explicit {
+        Some(p) => (p.to_owned(), "--peer-bin".to_string()),
+        None => match std::env::var_os(env) {
+            Some(p) => (PathBuf::from(p), env.to_string()),
+            None => bail!(
+                "--peer {} needs its binary: build it with {} and set {env} (or pass \
+                 --peer-bin PATH)",
+                peer.as_str(),
+                peer.build_script()
+            ),
+        },
+    };
+    if path.is_file() {
+        return Ok(path);
     }
+    bail!(
+        "{from} {}: no such file; build the {} peer with {}",
+        path.display(),
+        peer.as_str(),
+        peer.build_script()
+    )
 }
 
 /// One figure of the comparison.
@@ -107,7 +149,7 @@ pub struct Row {
 pub struct SideBySide {
     /// The peer's name.
     pub peer: String,
-    /// The peer's cache.
+    /// The peer's cache (`own` for istiod, whose cache is not chosen).
     pub peer_cache: String,
     /// The figures, side by side.
     pub comparison: Vec<Row>,
@@ -206,7 +248,7 @@ impl SideBySide {
     pub fn new(peer: Peer, cache: PeerCache, deltapilot: Report, other: Report) -> Self {
         SideBySide {
             peer: peer.as_str().into(),
-            peer_cache: cache.as_str().into(),
+            peer_cache: peer.cache(cache).unwrap_or("own").into(),
             comparison: rows(&deltapilot, &other),
             deltapilot_report: deltapilot,
             peer_report: other,
@@ -297,5 +339,28 @@ mod tests {
             (Some(100.0), Some(300.0), Some(3.0))
         );
         assert!(s.table().contains("go-control-plane (linear)"));
+        let s = SideBySide::new(
+            Peer::Istiod,
+            PeerCache::Linear,
+            Report::default(),
+            Report::default(),
+        );
+        assert_eq!(s.peer_cache, "own", "istiod's cache is not chosen");
+        assert!(s.table().contains("istiod (own)"));
+    }
+
+    #[test]
+    fn a_missing_peer_binary_names_the_build_script() {
+        let e = find_binary(
+            Peer::Istiod,
+            Some(Path::new("/nonexistent/pilot-discovery")),
+        )
+        .expect_err("no such file");
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("/nonexistent/pilot-discovery")
+                && msg.contains("load-tests/peers/istiod/build.sh"),
+            "{msg}"
+        );
     }
 }

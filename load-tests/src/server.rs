@@ -9,11 +9,11 @@
 //! killed if it does not drain in time) and killed on drop, so a failed run never
 //! leaves it behind.
 //!
-//! A peer (`--peer go-control-plane`) is spawned the same way on its own
-//! temporary directory: it watches the ServiceEntry directory and listens on a
-//! free loopback port; it has no admin port, so it is ready once its xDS port
-//! accepts connections (it scans the directory before listening), and its CPU
-//! and RSS come from /proc.
+//! A peer (`--peer go-control-plane`, `--peer istiod`) is spawned the same way
+//! on its own temporary directory: it watches the ServiceEntry directory and
+//! listens on a free loopback port; it has no admin port the load generator
+//! reads, so it is ready once its xDS port accepts connections (both read the
+//! directory before listening), and its CPU and RSS come from /proc.
 //!
 //! What it does NOT do: write the mesh (see `sink`) or measure (see `procstat`,
 //! `metrics`).
@@ -188,25 +188,62 @@ impl Spawned {
         within: Duration,
     ) -> anyhow::Result<Self> {
         let xds = free_port()?;
-        let log_file = dirs.root.path().join("peer.log");
-        let out = std::fs::File::create(&log_file)?;
-        let child = Command::new(bin)
-            .arg("--addr")
+        let mut cmd = Command::new(bin);
+        cmd.arg("--addr")
             .arg(xds.to_string())
             .arg("--watch")
             .arg(&dirs.watch)
             .arg("--cache")
-            .arg(cache)
+            .arg(cache);
+        Self::start_peer(cmd, dirs, xds, "go-control-plane peer", within).await
+    }
+
+    /// Starts Istio's `pilot-discovery` (see [`crate::istiod`]) on `dirs.watch`,
+    /// and waits (up to `within`) until its plaintext xDS port accepts
+    /// connections, which istiod opens only once its config caches have synced.
+    pub async fn start_istiod_peer(
+        bin: &Path,
+        dirs: &ServerDirs,
+        within: Duration,
+    ) -> anyhow::Result<Self> {
+        let xds = free_port()?;
+        let cmd = crate::istiod::command(
+            bin,
+            dirs.root.path(),
+            &dirs.watch,
+            xds,
+            free_port()?,
+            free_port()?,
+            free_port()?,
+        )?;
+        Self::start_peer(cmd, dirs, xds, "istiod peer", within).await
+    }
+
+    async fn start_peer(
+        mut cmd: Command,
+        dirs: &ServerDirs,
+        xds: SocketAddr,
+        what: &'static str,
+        within: Duration,
+    ) -> anyhow::Result<Self> {
+        let log_file = dirs.root.path().join("peer.log");
+        let out = std::fs::File::create(&log_file)?;
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)
             .spawn()
-            .with_context(|| format!("starting the go-control-plane peer {}", bin.display()))?;
+            .with_context(|| {
+                format!(
+                    "starting the {what} {}",
+                    cmd.get_program().to_string_lossy()
+                )
+            })?;
         let mut s = Spawned {
             child,
             xds,
             admin: None,
-            what: "go-control-plane peer",
+            what,
             log_file,
         };
         s.wait_ready(within).await?;

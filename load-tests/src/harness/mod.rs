@@ -68,7 +68,8 @@ pub enum Target {
         peer: crate::peer::Peer,
         /// Its binary.
         bin: PathBuf,
-        /// The go-control-plane cache it uses (`linear` or `snapshot`).
+        /// The go-control-plane cache it uses (`linear` or `snapshot`); istiod
+        /// has its own and ignores it.
         cache: crate::peer::PeerCache,
         /// Keep the temporary directory (the peer's output) after the run.
         keep: bool,
@@ -210,14 +211,21 @@ async fn prepare(plan: &Plan, mesh: &Mesh) -> anyhow::Result<Server> {
                 dirs: Some(dirs),
             })
         }
-        Target::Peer { bin, cache, .. } => {
+        Target::Peer {
+            peer, bin, cache, ..
+        } => {
             let dirs = ServerDirs::create()?;
             let sink = Sink::Files {
                 dir: dirs.watch.clone(),
             };
             sink.write_initial(mesh).await?;
             let within = Duration::from_secs(sc.timeouts.server_secs);
-            let spawned = Spawned::start_gcp_peer(bin, &dirs, cache.as_str(), within).await?;
+            let spawned = match peer {
+                crate::peer::Peer::GoControlPlane => {
+                    Spawned::start_gcp_peer(bin, &dirs, cache.as_str(), within).await?
+                }
+                crate::peer::Peer::Istiod => Spawned::start_istiod_peer(bin, &dirs, within).await?,
+            };
             Ok(Server {
                 xds: spawned.xds,
                 stats: ServerStats {
@@ -305,9 +313,10 @@ pub async fn execute(plan: Plan) -> anyhow::Result<Report> {
     };
     let mut server = prepare(&plan, &mesh).await?;
     report.server = match &plan.target {
-        Target::Peer { peer, cache, .. } => {
-            format!("peer {} ({} cache)", peer.as_str(), cache.as_str())
-        }
+        Target::Peer { peer, cache, .. } => match peer.cache(*cache) {
+            Some(c) => format!("peer {} ({c} cache)", peer.as_str()),
+            None => format!("peer {}", peer.as_str()),
+        },
         Target::Spawn { .. } => "spawn".into(),
         Target::Remote { .. } => "target".into(),
     };
