@@ -220,9 +220,6 @@ pub(crate) struct EndpointStore {
     by_host: [OrdMap<HKey, Listing>; SHARDS],
 }
 
-/// How many keys [`EndpointStore::warm_keys`] reads at a time.
-pub(crate) const WARM_KEYS: usize = 16;
-
 /// How many of a key's top bits pick its shard.
 pub(crate) const SHARD_BITS: u32 = 1;
 
@@ -273,35 +270,6 @@ impl EndpointStore {
     /// Reads what a lookup of `hk` reads first (see [`Records::warm`]).
     pub(crate) fn warm(&self, hk: &HKey) -> u64 {
         self.hot[shard(hk)].warm(hk)
-    }
-
-    /// Reads what [`EndpointStore::hot_mut_named`] reads beyond the record for
-    /// each of `keys` (at most [`WARM_KEYS`]): its first hostname's listing,
-    /// the cold part listed there and the key's text, one step for all keys
-    /// at a time. Why: each step depends on the one before, so for one key
-    /// they are cache misses waited for in turn, a rewrite's whole cost over
-    /// again; taken for all keys of a group together, the processor overlaps
-    /// each step's misses. The records must have been read first (see
-    /// [`EndpointStore::warm`]); the value means nothing.
-    pub(crate) fn warm_keys(&self, keys: &[HKey]) -> u64 {
-        let keys = &keys[..keys.len().min(WARM_KEYS)];
-        let mut listings: [Option<&Listing>; WARM_KEYS] = [None; WARM_KEYS];
-        for (slot, hk) in listings.iter_mut().zip(keys) {
-            *slot = self.hot(hk).and_then(|h| self.listing(&h.first_host));
-        }
-        let mut colds: [Option<&Arc<Cold>>; WARM_KEYS] = [None; WARM_KEYS];
-        for ((slot, listing), hk) in colds.iter_mut().zip(&listings).zip(keys) {
-            *slot = listing.and_then(|l| l.get(hk));
-        }
-        let mut lens = 0u64;
-        for cold in colds.iter().flatten() {
-            lens ^= cold.key.len() as u64;
-        }
-        let mut first = 0u64;
-        for cold in colds.iter().flatten() {
-            first ^= u64::from(cold.key.as_bytes().first().copied().unwrap_or(0));
-        }
-        lens ^ first
     }
 
     pub(crate) fn hot(&self, hk: &HKey) -> Option<&Hot> {

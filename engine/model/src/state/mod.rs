@@ -544,12 +544,6 @@ impl ModelState {
         self.raw_endpoints.warm(hk)
     }
 
-    /// Reads the stored key text of each of `keys` ahead of a rewrite that
-    /// compares it (see `EndpointStore::warm_keys`).
-    pub(crate) fn warm_endpoint_keys(&self, keys: &[HKey]) -> u64 {
-        self.raw_endpoints.warm_keys(keys)
-    }
-
     /// The plain record of the endpoint stored under `hk`.
     pub(crate) fn endpoint_record_at(&self, hk: &HKey) -> Option<&Hot> {
         self.raw_endpoints.hot(hk)
