@@ -353,7 +353,7 @@ impl ModelState {
             hash,
         );
         self.hash_add(hash);
-        if let Some(old) = self.raw_endpoints.put_hot(hk, hot) {
+        if let Some(old) = self.raw_endpoints.put_hot(hk, &ep.key, hot) {
             self.hash_sub(old.hash);
         }
         let old = current.as_ref().map(|o| &*o.value);

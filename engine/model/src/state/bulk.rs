@@ -21,7 +21,9 @@ use std::sync::Arc;
 
 use imbl::OrdMap;
 
-use super::endpoints::{Cold, EndpointStore, HotRecords, Listing, SHARDS, shard};
+use super::endpoints::{
+    Cold, EndpointStore, HotRecords, KeyText, KeyTexts, Listing, SHARDS, shard,
+};
 use super::{Claim, Claims, HKey, Hot, ModelState, ServiceSlot, ShapeFacts, Written};
 use crate::canon::{self, Kind};
 use crate::model::{Endpoint, Hostname, Service};
@@ -269,25 +271,38 @@ impl ModelState {
         // stay runs). The two shards on two of the pool's threads.
         let split = records.partition_point(|(hk, _, _)| shard(hk) == 0);
         let (low, high) = records.split_at(split);
+        // Each endpoint's key text once (an endpoint of several hostnames has
+        // an index entry under each), by key; the index is split by hostname,
+        // so its entries are gathered from both halves first.
+        let mut texts: Vec<(HKey, KeyText)> = (by_host.iter().flatten())
+            .map(|e| (e.1, KeyText(e.3.key.clone())))
+            .collect();
+        texts.sort_unstable_by_key(|t| t.0);
+        texts.dedup_by_key(|t| t.0);
+        let texts_high = texts.split_off(texts.partition_point(|(hk, _)| shard(hk) == 0));
         let [low_hosts, high_hosts] = by_host;
-        let ((hot0, index0), (hot1, index1)) = par::join(
-            move || load_shard(low, low_hosts),
-            move || load_shard(high, high_hosts),
+        let ((hot0, index0, texts0), (hot1, index1, texts1)) = par::join(
+            move || load_shard(low, low_hosts, texts),
+            move || load_shard(high, high_hosts, texts_high),
         );
-        self.raw_endpoints = EndpointStore::from_parts([hot0, hot1], [index0, index1]);
+        self.raw_endpoints =
+            EndpointStore::from_parts([hot0, hot1], [index0, index1], [texts0, texts1]);
         self.endpoints_by_addr.invalidate();
     }
 }
 
 /// One shard of an [`EndpointStore`]: the map of `records` (sorted by key, no
-/// key repeated) and the hostname index of `by_host`. Each map is filled
+/// key repeated), the hostname index of `by_host` and the key texts of
+/// `texts` (sorted likewise). Each map is filled
 /// front to back. The address index is built when first asked for (see
 /// `addr_index`).
 fn load_shard(
     records: &[(HKey, usize, Hot)],
     mut by_host: Vec<IndexEntry>,
-) -> (HotRecords, OrdMap<HKey, Listing>) {
+    texts: Vec<(HKey, KeyText)>,
+) -> (HotRecords, OrdMap<HKey, Listing>, KeyTexts) {
     let hot = HotRecords::from_sorted(records.iter().map(|(hk, _, hot)| (*hk, *hot)));
+    let texts = KeyTexts::from_sorted(texts.into_iter());
     // Each hostname's endpoints in key order, so each listing is filled
     // front to back. A stable sort: it merges the runs of parts sorted on
     // their own threads (`sort_indexes`) in one pass.
@@ -301,7 +316,7 @@ fn load_shard(
         }
         index.insert(host, listing);
     }
-    (hot, index)
+    (hot, index, texts)
 }
 
 /// A service definition to load: where it is stored, its generation, its value.

@@ -218,7 +218,26 @@ pub(crate) struct EndpointStore {
     /// cold part. Keys only in the order, not names: sets compare integers held
     /// in their nodes instead of following each key to its text.
     by_host: [OrdMap<HKey, Listing>; SHARDS],
+    /// Endpoint key → its text, to compare keys by value (see
+    /// [`EndpointStore::hot_mut_named`]). Written only when an endpoint is
+    /// created or deleted; a lookup is one bucket, as in `hot`, where the
+    /// listing under the record's first hostname was two tree walks.
+    texts: [KeyTexts; SHARDS],
 }
+
+/// An endpoint key's text, told apart from others of its hash by value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyText(pub(crate) Arc<str>);
+
+impl FullKey for KeyText {
+    type Key = str;
+    fn full_key(&self) -> &str {
+        &self.0
+    }
+}
+
+/// One shard's key texts.
+pub(crate) type KeyTexts = Records<KeyText, SHARD_BITS>;
 
 /// How many of a key's top bits pick its shard.
 pub(crate) const SHARD_BITS: u32 = 1;
@@ -255,8 +274,13 @@ impl EndpointStore {
     pub(crate) fn from_parts(
         hot: [HotRecords; SHARDS],
         by_host: [OrdMap<HKey, Listing>; SHARDS],
+        texts: [KeyTexts; SHARDS],
     ) -> Self {
-        EndpointStore { hot, by_host }
+        EndpointStore {
+            hot,
+            by_host,
+            texts,
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -269,7 +293,7 @@ impl EndpointStore {
 
     /// Reads what a lookup of `hk` reads first (see [`Records::warm`]).
     pub(crate) fn warm(&self, hk: &HKey) -> u64 {
-        self.hot[shard(hk)].warm(hk)
+        self.hot[shard(hk)].warm(hk) ^ self.texts[shard(hk)].warm(hk)
     }
 
     pub(crate) fn hot(&self, hk: &HKey) -> Option<&Hot> {
@@ -294,19 +318,12 @@ impl EndpointStore {
 
     /// The record under `hk` to write in place, when the endpoint stored there
     /// has the key text `key`: `None` when there is none, or when it is another
-    /// text of the same hash. Compares the stored text by value, through the
-    /// cold part listed under the record's first hostname: one listing lookup
-    /// more than [`EndpointStore::hot_mut`], the cost of never conflating two
-    /// keys.
+    /// text of the same hash. Compares the stored text by value, in the
+    /// key texts: one bucket lookup more than [`EndpointStore::hot_mut`], the
+    /// cost of never conflating two keys.
     pub(crate) fn hot_mut_named(&mut self, hk: &HKey, key: &str) -> Option<&mut Hot> {
-        let by_host = &self.by_host;
-        let rec = self.hot[shard(hk)].get_mut(hk, &())?;
-        let host = rec.first_host;
-        let named = by_host[shard(&host)]
-            .get(&host)
-            .and_then(|listing| listing.get(hk))
-            .is_some_and(|cold| *cold.key == *key);
-        named.then_some(rec)
+        self.texts[shard(hk)].get(hk, key)?;
+        self.hot[shard(hk)].get_mut(hk, &())
     }
 
     /// The key text of the endpoint stored under `hk`.
@@ -386,8 +403,12 @@ impl EndpointStore {
 
     /// Stores the record under `hk`, returning the one it replaces. The
     /// caller lists the endpoint (see [`EndpointStore::list`]).
-    pub(crate) fn put_hot(&mut self, hk: HKey, hot: Hot) -> Option<Hot> {
-        self.hot[shard(&hk)].insert(hk, hot)
+    pub(crate) fn put_hot(&mut self, hk: HKey, key: &Arc<str>, hot: Hot) -> Option<Hot> {
+        let old = self.hot[shard(&hk)].insert(hk, hot);
+        if old.is_none() {
+            self.texts[shard(&hk)].insert(hk, KeyText(key.clone()));
+        }
+        old
     }
 
     /// Removes the record under `hk`, returning it with the cold part listed
@@ -395,6 +416,7 @@ impl EndpointStore {
     pub(crate) fn remove(&mut self, hk: &HKey) -> Option<(Hot, Arc<Cold>)> {
         let hot = self.hot[shard(hk)].remove(hk, &())?;
         let cold = self.listed(hk, &hot)?.clone();
+        self.texts[shard(hk)].remove(hk, &cold.key);
         Some((hot, cold))
     }
 
