@@ -3,7 +3,8 @@
 //! `router~127.0.0.1~ingress-1.edge~edge.svc.cluster.local` with node metadata
 //! LABELS `istio: ingressgateway`, a Gateway selecting those labels and a
 //! VirtualService bound to it, both read from the watched directory. Envoy
-//! serves the service by path on the Gateway's port (404 off the path),
+//! serves the service by path on the Gateway's port (404 off the path) and
+//! forwards its TCP server's connections through a VirtualService `tcp` route,
 //! `/debug/syncz` and `deltapilot proxy-status` show the key
 //! `gateway/edge/ingress`, `deltapilot_views` counts the gateway view, the router holds no sidecar outbound listener, and
 //! Envoy never rejects an update. Deleting the Gateway returns the router to
@@ -16,7 +17,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use support::{Backend, Deltapilot, Envoy, free_port, http_get, metric, wait_for};
+use support::{Backend, Deltapilot, Envoy, free_port, http_get, metric, raw_http_body, wait_for};
 
 const WAIT: Duration = Duration::from_secs(60);
 const NODE: &str = "router~127.0.0.1~ingress-1.edge~edge.svc.cluster.local";
@@ -82,7 +83,7 @@ fn a_router_gets_its_gateway_view_from_the_fold() {
     let (data, watch) = (tmp.path().join("data"), tmp.path().join("watch"));
     std::fs::create_dir_all(&watch).expect("watch dir");
     let web = Backend::start("web");
-    let (svc_port, gw_port) = (free_port(), free_port());
+    let (svc_port, gw_port, tcp_port) = (free_port(), free_port(), free_port());
     support::write_service_entry(
         &watch,
         "web.yaml",
@@ -95,7 +96,14 @@ fn a_router_gets_its_gateway_view_from_the_fold() {
         &watch,
         "gateway.yaml",
         &format!(
-            "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata:\n  name: ingress\n  namespace: edge\nspec:\n  selector:\n    istio: ingressgateway\n  servers:\n    - port:\n        number: {gw_port}\n        name: http\n        protocol: HTTP\n      hosts:\n        - \"*/{HOST}\"\n"
+            "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata:\n  name: ingress\n  namespace: edge\nspec:\n  selector:\n    istio: ingressgateway\n  servers:\n    - port:\n        number: {gw_port}\n        name: http\n        protocol: HTTP\n      hosts:\n        - \"*/{HOST}\"\n    - port:\n        number: {tcp_port}\n        name: tcp\n        protocol: TCP\n      hosts:\n        - \"*/{HOST}\"\n"
+        ),
+    );
+    write(
+        &watch,
+        "vs-tcp.yaml",
+        &format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: web-tcp\n  namespace: test\nspec:\n  hosts: [{HOST}]\n  gateways: [edge/ingress]\n  tcp:\n    - match: [{{port: {tcp_port}}}]\n      route: [{{destination: {{host: web.test.local, port: {{number: {svc_port}}}}}}}]\n"
         ),
     );
     write(
@@ -120,12 +128,23 @@ fn a_router_gets_its_gateway_view_from_the_fold() {
         Ok(404),
         "off the path"
     );
+    let tcp = SocketAddr::from(([127, 0, 0, 1], tcp_port));
+    wait_for(
+        "the router's TCP server to forward to web",
+        WAIT,
+        || match raw_http_body(tcp, HOST) {
+            Ok(b) if b == "web" => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
     assert_eq!(view_keys(&dp), ["gateway/edge/ingress"]);
-    let listeners = envoy_listeners(&envoy);
+    let mut listeners = envoy_listeners(&envoy);
+    listeners.sort();
+    let mut want = [format!("0.0.0.0_{gw_port}"), format!("0.0.0.0_{tcp_port}")];
+    want.sort();
     assert_eq!(
-        listeners,
-        [format!("0.0.0.0_{gw_port}")],
-        "only the gateway listener, no sidecar outbound one"
+        listeners, want,
+        "only the gateway listeners, no sidecar outbound one"
     );
     let m = dp.metrics();
     assert_eq!(

@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use deltapilot_testkit::tls::make_cert;
 use support::{
-    Backend, Deltapilot, Envoy, Proc, free_port, http_get, metric, wait_for, write_service_entry,
+    Backend, Deltapilot, Envoy, Proc, free_port, http_get, metric, raw_http_body, wait_for,
+    write_service_entry,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -41,38 +42,9 @@ fn tcp_rule(routes: &str) -> String {
     )
 }
 
-/// Who answers a connection to `addr`: one HTTP request over the raw TCP
-/// connection the sidecar forwards, read by its content-length (the test
-/// backends keep a connection open for more requests, so reading to the end
-/// would wait for their idle timeout).
+/// Who answers a connection to `addr` (see `support::raw_http_body`).
 fn who(addr: SocketAddr) -> Result<String, String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
-    s.write_all(b"GET / HTTP/1.1\r\nhost: db.test.local\r\n\r\n")
-        .map_err(|e| e.to_string())?;
-    let mut got = Vec::new();
-    let mut buf = [0u8; 1024];
-    loop {
-        let text = String::from_utf8_lossy(&got).into_owned();
-        if let Some((head, body)) = text.split_once("\r\n\r\n") {
-            let len = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length: "))
-                .and_then(|n| n.trim().parse::<usize>().ok())
-                .ok_or_else(|| format!("no content-length in {head:?}"))?;
-            if body.len() >= len {
-                return Ok(body[..len].to_string());
-            }
-        }
-        match s.read(&mut buf) {
-            Ok(0) => return Err(format!("closed after {:?}", String::from_utf8_lossy(&got))),
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e) => return Err(format!("read {addr}: {e}")),
-        }
-    }
+    raw_http_body(addr, "db.test.local")
 }
 
 fn answers(addr: SocketAddr, want: &str) -> Result<(), String> {

@@ -213,6 +213,39 @@ pub fn http_get(addr: SocketAddr, path: &str, host: &str) -> Result<(u16, String
     Ok((status, body))
 }
 
+/// The body of one GET over a fresh connection, read by its content-length:
+/// for connections a proxy forwards byte for byte (TCP routes), where the
+/// test backends, which keep a connection open for more requests, would make
+/// a read to the end wait for their idle timeout.
+pub fn raw_http_body(addr: SocketAddr, host: &str) -> Result<String, String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    s.write_all(format!("GET / HTTP/1.1\r\nhost: {host}\r\n\r\n").as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let len = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .and_then(|n| n.trim().parse::<usize>().ok())
+                .ok_or_else(|| format!("no content-length in {head:?}"))?;
+            if body.len() >= len {
+                return Ok(body[..len].to_string());
+            }
+        }
+        match s.read(&mut buf) {
+            Ok(0) => return Err(format!("closed after {:?}", String::from_utf8_lossy(&got))),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => return Err(format!("read {addr}: {e}")),
+        }
+    }
+}
+
 /// `deltapilot run` on free loopback ports.
 pub struct Deltapilot {
     pub proc: Proc,

@@ -4,7 +4,7 @@
 //!
 //! ## Servers, as deltapilot reads them
 //! - `port.number` (required), `port.name`, `port.protocol` (`HTTP`, `HTTP2`,
-//!   `GRPC`, `HTTPS`, `TLS`; others are reported `DP1206`);
+//!   `GRPC`, `HTTPS`, `TLS`, `TCP`; others are reported `DP1206`);
 //! - `hosts` (required): `ns/host`, where `ns` is a namespace, `.` (the
 //!   Gateway's own) or `*` (any); no `ns/` means any. `host` is an FQDN, a
 //!   wildcard (`*.example.com`) or `*`;
@@ -150,6 +150,8 @@ pub enum ServerMode {
     },
     /// TLS forwarded untouched, by SNI, through VirtualService `tls` routes.
     Passthrough,
+    /// Plain TCP, forwarded through VirtualService `tcp` routes.
+    Tcp,
 }
 
 /// One host pattern of a server.
@@ -304,6 +306,7 @@ fn check_server(
             https_redirect: tls.and_then(|t| t.https_redirect).unwrap_or(false),
         },
         ("HTTPS" | "TLS", Some("PASSTHROUGH")) => ServerMode::Passthrough,
+        ("TCP", None | Some("")) => ServerMode::Tcp,
         ("HTTPS", Some(m @ ("SIMPLE" | "MUTUAL"))) => {
             let t = tls?;
             let Some(cred) = t.credential_name.as_deref().filter(|c| valid_credential(c)) else {
@@ -348,7 +351,7 @@ fn check_server(
                 at("port.protocol"),
                 format!(
                     "protocol {p} with tls.mode {} is not supported (HTTP, HTTP2, GRPC; \
-                     HTTPS with SIMPLE, MUTUAL or PASSTHROUGH; TLS with PASSTHROUGH): \
+                     HTTPS with SIMPLE, MUTUAL or PASSTHROUGH; TLS with PASSTHROUGH; TCP): \
                      server dropped",
                     m.unwrap_or("unset")
                 ),

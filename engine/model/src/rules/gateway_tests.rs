@@ -110,7 +110,7 @@ fn servers_that_cannot_be_honoured_are_dropped_and_reported() {
            "tls": {"mode": "ISTIO_MUTUAL"}},
           {"port": {"number": 443, "protocol": "HTTPS"}, "hosts": ["a"],
            "tls": {"mode": "SIMPLE", "credentialName": "../etc"}},
-          {"port": {"number": 3306, "protocol": "TCP"}, "hosts": ["a"]},
+          {"port": {"number": 3306, "protocol": "MONGO"}, "hosts": ["a"]},
           {"port": {"number": 81}, "hosts": ["ok.example.com"], "bind": "1.2.3.4", "extra": 1}
         ]}"#,
     ));

@@ -31,7 +31,7 @@
 //! | `DP1203` | error | HTTPS server without `tls.mode` | server dropped |
 //! | `DP1204` | error | `tls.mode` `ISTIO_MUTUAL`, `OPTIONAL_MUTUAL` or `AUTO_PASSTHROUGH` | server dropped |
 //! | `DP1205` | error | `SIMPLE`/`MUTUAL` without a usable `credentialName` | server dropped |
-//! | `DP1206` | error | a protocol / TLS mode combination deltapilot does not serve (TCP, TLS termination, …) | server dropped |
+//! | `DP1206` | error | a protocol / TLS mode combination deltapilot does not serve (MONGO, TLS termination, …) | server dropped |
 //! | `DP1208` | warning | a Gateway without servers | selects proxies, gives them nothing |
 //! | `DP1209` | warning | `httpsRedirect` on a server that is not plain HTTP | ignored |
 //! | `DP1301` | error | a Sidecar egress host that is not `namespace/dnsName` | object rejected |

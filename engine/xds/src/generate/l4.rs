@@ -20,6 +20,9 @@
 //! with several owners and no default, only the matched chains are served (a
 //! connection matching none is closed).
 //!
+//! A gateway's TCP server takes the `tcp` routes of the VirtualServices bound
+//! to it the same way ([`gateway_chains`]).
+//!
 //! What it does NOT do: source-based matching (reported by the model), or
 //! telling TCP services apart by destination VIP (the model has no VIPs).
 
@@ -38,7 +41,7 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
 use envoy_types::pb::google::protobuf::UInt32Value;
 
 use deltapilot_model::Hostname;
-use deltapilot_model::rules::{BoundVirtualService, Problem, RouteDestination, resolve_host};
+use deltapilot_model::rules::{Problem, RouteDestination, VirtualService, resolve_host};
 
 use super::ModelRead;
 use super::common::{cluster_name, to_any};
@@ -93,7 +96,16 @@ pub(crate) fn sidecar<M: ModelRead + ?Sized>(
     for owner in owners {
         if let Some(vs) = rules.virtual_service_for(owner) {
             let mut mine = Vec::new();
-            one_rule(model, &vs, port, &mut taken, &mut out, &mut mine);
+            let rule = (&*vs.rule.namespace, &**vs.spec);
+            one_rule(
+                model,
+                rule,
+                Kinds::TlsAndTcp,
+                port,
+                &mut taken,
+                &mut out,
+                &mut mine,
+            );
             problems.extend(mine.into_iter().map(|p| (vs.rule.key.clone(), p)));
         }
     }
@@ -106,16 +118,51 @@ pub fn problems<M: ModelRead + ?Sized>(model: &M, host: &Hostname, port: u16) ->
     let mut problems = Vec::new();
     if let Some(vs) = model.rules().and_then(|r| r.virtual_service_for(host)) {
         let mut out = SidecarL4::default();
+        let rule = (&*vs.rule.namespace, &**vs.spec);
+        let taken = &mut Taken::default();
         one_rule(
             model,
-            &vs,
+            rule,
+            Kinds::TlsAndTcp,
             port,
-            &mut Taken::default(),
+            taken,
             &mut out,
             &mut problems,
         );
     }
     problems
+}
+
+/// The filter chains of a gateway's TCP server on `port`: the `tcp` routes
+/// of `bound` (the VirtualServices bound to the server, in merge order, each
+/// with its rule's key and namespace), as on a sidecar, the first
+/// unconditional route as the last chain; each problem with its rule's key.
+pub(crate) fn gateway_chains<M: ModelRead + ?Sized>(
+    model: &M,
+    bound: &[(&std::sync::Arc<str>, &str, &VirtualService)],
+    port: u16,
+    problems: &mut Vec<(std::sync::Arc<str>, Problem)>,
+) -> Vec<FilterChain> {
+    let (mut out, mut taken) = (SidecarL4::default(), Taken::default());
+    for (key, ns, spec) in bound {
+        let mut mine = Vec::new();
+        one_rule(
+            model,
+            (ns, spec),
+            Kinds::Tcp,
+            port,
+            &mut taken,
+            &mut out,
+            &mut mine,
+        );
+        problems.extend(mine.into_iter().map(|p| ((*key).clone(), p)));
+    }
+    let mut chains = out.matched;
+    chains.extend(out.default.map(|p| FilterChain {
+        filters: vec![tcp_filter(&p)],
+        ..Default::default()
+    }));
+    chains
 }
 
 /// What the port's chains already match.
@@ -129,19 +176,34 @@ fn on_port(p: Option<u32>, port: u16) -> bool {
     p.is_none_or(|p| p == u32::from(port))
 }
 
+/// Which routes of a VirtualService a port takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kinds {
+    /// A sidecar's TCP port: `tls` and `tcp` routes.
+    TlsAndTcp,
+    /// A gateway's TCP server: `tcp` routes (its `tls` routes are for
+    /// PASSTHROUGH servers).
+    Tcp,
+}
+
 fn one_rule<M: ModelRead + ?Sized>(
     model: &M,
-    vs: &BoundVirtualService<'_>,
+    (ns, spec): (&str, &VirtualService),
+    kinds: Kinds,
     port: u16,
     taken: &mut Taken,
     out: &mut SidecarL4,
     problems: &mut Vec<Problem>,
 ) {
-    let ns = &*vs.rule.namespace;
     let proxy = |dests: &Option<Vec<RouteDestination>>, path: &str| {
         tcp_proxy(model, ns, dests.as_deref().unwrap_or_default(), path)
     };
-    for (i, route) in vs.spec.tls.iter().flatten().enumerate() {
+    let tls = spec
+        .tls
+        .iter()
+        .flatten()
+        .filter(|_| kinds == Kinds::TlsAndTcp);
+    for (i, route) in tls.enumerate() {
         let path = format!("tls[{i}]");
         let mut names = Vec::new();
         for (j, m) in route.matches.iter().flatten().enumerate() {
@@ -179,7 +241,7 @@ fn one_rule<M: ModelRead + ?Sized>(
             Err(p) => problems.push(p),
         }
     }
-    for (i, route) in vs.spec.tcp.iter().flatten().enumerate() {
+    for (i, route) in spec.tcp.iter().flatten().enumerate() {
         let path = format!("tcp[{i}]");
         let matches = route.matches.as_deref().unwrap_or_default();
         let mut unconditional = matches.is_empty();

@@ -32,7 +32,8 @@ const TLS_INSPECTOR: &str = "envoy.filters.listener.tls_inspector";
 const TLS_SOCKET: &str = "envoy.transport_sockets.tls";
 
 /// The listener `0.0.0.0_<port>`: its name and bytes; `passthrough` holds
-/// the chains of each PASSTHROUGH server, by position in `servers`.
+/// the chains of each PASSTHROUGH server, by position in `servers` (on a TCP
+/// port: the chains of its one server).
 pub(crate) fn listener(
     port: u16,
     servers: &PortServers<'_>,
@@ -41,7 +42,9 @@ pub(crate) fn listener(
     passthrough: Vec<Vec<FilterChain>>,
 ) -> (Arc<str>, Bytes) {
     let name = sidecar_listener_name(port);
-    let filter_chains = if servers.tls {
+    let filter_chains = if servers.tcp {
+        passthrough.into_iter().flatten().collect()
+    } else if servers.tls {
         servers
             .servers
             .iter()

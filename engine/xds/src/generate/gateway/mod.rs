@@ -60,6 +60,7 @@
 //! | `DP2105` | warning | a `tls` route SNI already routed on the port | left out of that route |
 //! | `DP2106` | error | a `tls` route without a destination, or to a host without a service | route dropped |
 //! | `DP2107` | error | a `tls` route destination without a port, to a service with several | route dropped |
+//! | `DP2114` | warning | a TCP server no bound VirtualService `tcp` route serves | no listener on its port |
 //! | `DP2112` | error | a sidecar `tcp` route `destinationSubnets` entry that is not a prefix (see `l4`) | subnet left out |
 //! | `DP2113` | warning | a sidecar `tcp` route subnet set already routed on the port (see `l4`) | left out of that route |
 //!
@@ -67,8 +68,10 @@
 //! `vs_routes` codes.
 //!
 //! What it does NOT do: decide which Gateways select a proxy (the model:
-//! `RuleIndex::gateways_selecting`), read credentials (the server's SDS), or
-//! TCP servers (`DP1206`).
+//! `RuleIndex::gateways_selecting`) or read credentials (the server's SDS).
+//!
+//! TCP servers (one per port) forward through the bound VirtualServices'
+//! `tcp` routes, as sidecars do (see `l4`).
 
 mod listener;
 mod passthrough;
@@ -77,10 +80,14 @@ mod routes;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use deltapilot_model::rules::{GatewayServer, Problem, ServerMode};
+use envoy_types::pb::envoy::config::listener::v3::FilterChain;
+
+use deltapilot_model::rules::{
+    GatewayServer, Problem, RuleIndex, ServerMode, VirtualService, host_matches, resolve_host,
+};
 use deltapilot_model::state::Touched;
 
-use super::{GenOptions, ModelRead};
+use super::{GenOptions, ModelRead, l4, lds};
 use crate::{Resource, ResourceMap};
 
 /// What a router proxy selected by some Gateways receives, besides the
@@ -159,6 +166,8 @@ impl Placed<'_> {
 pub(crate) struct PortServers<'a> {
     /// Whether the port is TLS (SNI chains) rather than plain HTTP.
     pub(crate) tls: bool,
+    /// Whether the port is plain TCP (its one server's `tcp` routes).
+    pub(crate) tcp: bool,
     pub(crate) servers: Vec<Placed<'a>>,
 }
 
@@ -195,6 +204,20 @@ pub fn gateway_resources<M: ModelRead + ?Sized>(
         }
     }
     for (port, servers) in &ports {
+        if servers.tcp {
+            let chains = servers
+                .servers
+                .iter()
+                .flat_map(|p| tcp_chains(model, rules, p, &mut out.problems))
+                .collect::<Vec<_>>();
+            if !chains.is_empty() {
+                let filters = lds::HttpFilters::default();
+                let built = listener::listener(*port, servers, opts, filters, vec![chains]);
+                out.listeners
+                    .insert(Arc::new(Resource::new(built.0, built.1)));
+            }
+            continue;
+        }
         let (listener, route_configs) = routes::port_routes(model, rules, *port, servers);
         out.problems.extend(route_configs.problems);
         for (name, bytes) in route_configs.configs {
@@ -244,11 +267,33 @@ fn place<'a>(
     let s = placed.server;
     let path = format!("servers[{}]", s.index);
     let tls = matches!(s.mode, ServerMode::Https { .. } | ServerMode::Passthrough);
+    let tcp = s.mode == ServerMode::Tcp;
+    let kind = |tls: bool, tcp: bool| match (tls, tcp) {
+        (true, _) => "TLS",
+        (_, true) => "TCP",
+        _ => "plain HTTP",
+    };
     let entry = ports.entry(s.port).or_insert_with(|| PortServers {
         tls,
+        tcp,
         servers: Vec::new(),
     });
-    if entry.tls != tls {
+    if entry.tcp && tcp && !entry.servers.is_empty() {
+        problems.push((
+            placed.key.clone(),
+            Problem::error(
+                "DP2103",
+                path,
+                format!(
+                    "port {} already has a TCP server, and two cannot be told apart: \
+                     server dropped",
+                    s.port
+                ),
+            ),
+        ));
+        return;
+    }
+    if entry.tls != tls || entry.tcp != tcp {
         problems.push((
             placed.key.clone(),
             Problem::error(
@@ -256,9 +301,9 @@ fn place<'a>(
                 path,
                 format!(
                     "port {} already serves {} from an earlier server; one port cannot mix \
-                     plain HTTP and TLS: server dropped",
+                     plain HTTP, TLS and TCP: server dropped",
                     s.port,
-                    if entry.tls { "TLS" } else { "plain HTTP" }
+                    kind(entry.tls, entry.tcp)
                 ),
             ),
         ));
@@ -306,3 +351,50 @@ fn place<'a>(
 
 #[cfg(test)]
 mod tests;
+
+/// The chains of TCP server `p`: the `tcp` routes of the VirtualServices
+/// bound to its Gateway whose hosts meet the server's hosts their namespace
+/// may use (see `l4::gateway_chains`). None: the server is reported
+/// (`DP2114`) and its port gets no listener.
+fn tcp_chains<M: ModelRead + ?Sized>(
+    model: &M,
+    rules: &RuleIndex,
+    p: &Placed<'_>,
+    problems: &mut Vec<(Arc<str>, Problem)>,
+) -> Vec<FilterChain> {
+    let bound: Vec<(&Arc<str>, &str, &VirtualService)> = rules
+        .virtual_services_for_gateway(p.gateway)
+        .into_iter()
+        .filter(|(rule, spec)| {
+            let ns = &*rule.namespace;
+            p.server
+                .hosts
+                .iter()
+                .filter(|sh| sh.namespace.as_deref().is_none_or(|n| n == ns))
+                .any(|sh| {
+                    spec.hosts.iter().flatten().any(|h| {
+                        let h = resolve_host(h, ns);
+                        host_matches(sh.host.as_str(), h.as_str())
+                            || host_matches(h.as_str(), sh.host.as_str())
+                    })
+                })
+        })
+        .map(|(rule, spec)| (&rule.key, &*rule.namespace, &**spec))
+        .collect();
+    let chains = l4::gateway_chains(model, &bound, p.server.port, problems);
+    if chains.is_empty() {
+        problems.push((
+            p.key.clone(),
+            Problem::warning(
+                "DP2114",
+                format!("servers[{}]", p.server.index),
+                format!(
+                    "TCP server on port {} has no VirtualService tcp route bound to it: \
+                     nothing is served there",
+                    p.server.port
+                ),
+            ),
+        ));
+    }
+    chains
+}

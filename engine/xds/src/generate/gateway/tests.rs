@@ -418,3 +418,46 @@ fn cors_and_fault_routes_put_their_filters_in_the_gateway_chain() {
         ]
     );
 }
+
+#[test]
+fn tcp_servers_forward_through_tcp_routes() {
+    let tcp_gw = r#"{"selector": {"istio": "tcpgateway"}, "servers": [
+        {"port": {"number": 9000, "name": "tcp", "protocol": "TCP"}, "hosts": ["*/db.example.com"]},
+        {"port": {"number": 9000, "name": "again", "protocol": "TCP"}, "hosts": ["*/x.example.com"]},
+        {"port": {"number": 9001, "name": "none", "protocol": "TCP"}, "hosts": ["*/nothing.example.com"]}
+    ]}"#;
+    let m = ModelState::from_events(&[
+        svc("k", 0, "web", "a.web.svc.cluster.local", &[80]),
+        rule("k", 0, ConfigKind::Gateway, "edge", "tcp", tcp_gw),
+        rule(
+            "k",
+            0,
+            ConfigKind::VirtualService,
+            "web",
+            "db",
+            r#"{"hosts":["db.example.com"],"gateways":["edge/tcp"],
+                "tcp":[{"match":[{"port":9000}],"route":[{"destination":{"host":"a"}}]}]}"#,
+        ),
+    ]);
+    let r = gateway_resources(&m, &[Arc::from("edge/tcp")], &GenOptions::default());
+    let codes: Vec<(&str, &str)> = r
+        .problems
+        .iter()
+        .map(|(_, p)| (p.code, p.path.as_str()))
+        .collect();
+    assert_eq!(
+        codes,
+        [("DP2103", "servers[1]"), ("DP2114", "servers[2]")],
+        "{:?}",
+        r.problems
+    );
+    let l = listener(&r, "0.0.0.0_9000");
+    assert_eq!(l.filter_chains.len(), 1);
+    let f = &l.filter_chains[0].filters[0];
+    assert_eq!(f.name, "envoy.filters.network.tcp_proxy");
+    assert!(
+        r.listeners.get("0.0.0.0_9001").is_none(),
+        "nothing to serve"
+    );
+    assert!(r.routes.is_empty(), "a TCP port has no route configuration");
+}
