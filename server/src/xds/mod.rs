@@ -18,6 +18,7 @@ pub mod encode;
 pub mod frame;
 #[cfg(test)]
 mod fuzz_tests;
+mod listen;
 mod order;
 pub mod registry;
 pub mod request;

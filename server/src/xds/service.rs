@@ -39,12 +39,11 @@ use super::request::DeltaRequest;
 use super::sotw::SotwStream;
 use super::{Limits, RequestOutcome};
 use crate::Error;
-use crate::conn::accept::Acceptor;
-use crate::conn::{ConnInfo, ListenerKind, XdsConnOptions};
+use crate::conn::ConnInfo;
 use crate::credentials::CredentialStore;
 use crate::credentials::stream::{DeltaSecrets, SecretSide, SotwSecrets};
 use crate::metrics::Metrics;
-use crate::tls::{PeerIdentity, XdsTls};
+use crate::tls::PeerIdentity;
 
 pub use super::clock::{CLOCK_HISTORY, ObservedAt, PublishClock};
 
@@ -52,8 +51,8 @@ pub use super::clock::{CLOCK_HISTORY, ObservedAt, PublishClock};
 pub struct XdsShared {
     snapshots: SnapshotReader,
     limits: Limits,
-    metrics: Arc<Metrics>,
-    drain: watch::Receiver<bool>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) drain: watch::Receiver<bool>,
     ready: watch::Receiver<bool>,
     observed: Arc<dyn ObservedAt>,
     next_stream: AtomicU64,
@@ -725,104 +724,4 @@ pub fn routes(shared: Arc<XdsShared>) -> tonic::service::Routes {
         .add_service(XdsService::<Rds>::new(shared))
 }
 
-/// Listen backlog asked for the xDS socket. A fleet reconnecting after a restart
-/// or a network blip arrives as one burst (10,000 SYNs in well under a second);
-/// with tokio's default of 1,024 the kernel drops the overflow and the clients
-/// retry after 1 s and 3 s, which is most of a reconnect storm's duration. Linux
-/// caps the value at `net.core.somaxconn` (4,096 on the reference machine).
-pub const XDS_LISTEN_BACKLOG: u32 = 16_384;
-
-/// Binds the xDS listening socket with [`XDS_LISTEN_BACKLOG`].
-pub fn bind_listener(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, Error> {
-    let err = |source| Error::Bind { addr, source };
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()
-    } else {
-        tokio::net::TcpSocket::new_v6()
-    }
-    .map_err(err)?;
-    // As std's `TcpListener::bind` does on Unix: a restarted server can rebind
-    // while old connections sit in TIME_WAIT.
-    socket.set_reuseaddr(true).map_err(err)?;
-    socket.bind(addr).map_err(err)?;
-    socket.listen(XDS_LISTEN_BACKLOG).map_err(err)
-}
-
-/// Serves xDS on `listener` with the default connection options (see
-/// [`serve_with`]).
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    shared: Arc<XdsShared>,
-) -> Result<(), tonic::transport::Error> {
-    serve_with(listener, shared, XdsConnOptions::default()).await
-}
-
-/// Serves xDS on `listener` until `drain` turns true; open streams end with
-/// `UNAVAILABLE` at that moment, and the caller bounds the rest with its grace
-/// period.
-///
-/// Connections pass `opts`' caps and handshake timeout (see [`crate::conn`]), and
-/// each is pinged every `keepalive_interval`: a peer that stops answering is
-/// dropped after `keepalive_timeout`, even when it also withholds flow-control
-/// window (which stops its streams' own timers, see `run_stream`).
-pub async fn serve_with(
-    listener: tokio::net::TcpListener,
-    shared: Arc<XdsShared>,
-    opts: XdsConnOptions,
-) -> Result<(), tonic::transport::Error> {
-    serve_tls(listener, shared, opts, None).await
-}
-
-/// As [`serve_with`], over TLS when `tls` is given: every connection
-/// handshakes with `tls`'s config of the moment (see [`crate::tls`]).
-pub async fn serve_tls(
-    listener: tokio::net::TcpListener,
-    shared: Arc<XdsShared>,
-    opts: XdsConnOptions,
-    tls: Option<Arc<XdsTls>>,
-) -> Result<(), tonic::transport::Error> {
-    let acceptor = Acceptor::new(
-        listener,
-        ListenerKind::Xds,
-        &opts.limits,
-        &shared.metrics.connections,
-    );
-    match tls {
-        Some(tls) => {
-            let incoming = crate::tls::accept::incoming(acceptor, tls, shared.metrics.clone());
-            serve_incoming(incoming, shared, opts).await
-        }
-        None => {
-            let incoming = futures::stream::unfold(acceptor, |mut a| async move {
-                let io = a.next().await;
-                Some((Ok::<_, std::io::Error>(io), a))
-            });
-            serve_incoming(incoming, shared, opts).await
-        }
-    }
-}
-
-async fn serve_incoming<I, IO>(
-    incoming: I,
-    shared: Arc<XdsShared>,
-    opts: XdsConnOptions,
-) -> Result<(), tonic::transport::Error>
-where
-    I: futures::Stream<Item = Result<IO, std::io::Error>>,
-    IO: tokio::io::AsyncRead
-        + tokio::io::AsyncWrite
-        + tonic::transport::server::Connected<ConnectInfo = ConnInfo>
-        + Unpin
-        + Send
-        + 'static,
-{
-    let mut drain = shared.drain.clone();
-    tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(opts.keepalive_interval))
-        .http2_keepalive_timeout(Some(opts.keepalive_timeout))
-        .add_routes(routes(shared))
-        .serve_with_incoming_shutdown(incoming, async move {
-            let _ = drain.wait_for(|d| *d).await;
-        })
-        .await
-}
+pub use super::listen::{XDS_LISTEN_BACKLOG, bind_listener, serve, serve_tls, serve_with};
