@@ -68,6 +68,9 @@
 //! - `views` — distinct views served: the scoped views (one per valid Sidecar),
 //!   the gateway views (one per set of Gateways), plus the three default ones;
 //!   server memory for views grows with this, not with the number of proxies.
+//! - `gateway_sets_truncated` — 1 while the Gateways' selectors combine into
+//!   more sets than `MAX_GATEWAY_SETS`: routers of a set left out get the
+//!   default router view (each is also logged when it connects).
 //! - `engine_events_applied_total` — events folded into the state (held
 //!   endpoint events are counted apart, below).
 //! - `engine_events_skipped_total{reason}` — log records the fold could not
@@ -195,6 +198,8 @@ pub struct Metrics {
     /// See the module docs.
     pub views: Gauge,
     /// See the module docs.
+    pub gateway_sets_truncated: Gauge,
+    /// See the module docs.
     pub resyncs_pending: Gauge,
     /// Endpoints held for a service that does not exist (yet).
     pub endpoints_held: Gauge,
@@ -292,6 +297,7 @@ impl Metrics {
             connections: crate::conn::ConnMetrics::default(),
             snapshot_seq: Gauge::default(),
             views: Gauge::default(),
+            gateway_sets_truncated: Gauge::default(),
             resyncs_pending: Gauge::default(),
             endpoints_held: Gauge::default(),
             ready: Gauge::default(),
@@ -406,6 +412,11 @@ impl Metrics {
             "views",
             "Distinct views served (one per valid Sidecar, one per set of Gateways, plus the default view of each proxy type)",
             m.views.clone(),
+        );
+        registry.register(
+            "gateway_sets_truncated",
+            "1 while the Gateway selectors combine into more sets than get a gateway view (MAX_GATEWAY_SETS): some routers then get the default router view",
+            m.gateway_sets_truncated.clone(),
         );
         registry.register(
             "rules",

@@ -7,7 +7,9 @@
 //! forwards its TCP server's connections through a VirtualService `tcp` route,
 //! `/debug/syncz` and `deltapilot proxy-status` show the key
 //! `gateway/edge/ingress`, `deltapilot_views` counts the gateway view, the router holds no sidecar outbound listener, and
-//! Envoy never rejects an update. Deleting the Gateway returns the router to
+//! Envoy never rejects an update. Gateways whose selectors combine into more
+//! sets than get a view are reported by `deltapilot_gateway_sets_truncated`.
+//! Deleting the Gateway returns the router to
 //! `default/router`.
 
 mod support;
@@ -163,6 +165,36 @@ fn a_router_gets_its_gateway_view_from_the_fold() {
         "{out}{}",
         String::from_utf8_lossy(&status.stderr)
     );
+
+    // Nine Gateways with unrelated selectors combine into 511 sets, more than
+    // get a view: the cut is reported, and clears when they go.
+    let truncated =
+        |dp: &Deltapilot| metric(&dp.metrics(), "deltapilot_gateway_sets_truncated", &[]);
+    assert_eq!(truncated(&dp), 0.0);
+    for i in 0..9 {
+        write(
+            &watch,
+            &format!("unrelated-{i}.yaml"),
+            &format!(
+                "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata:\n  name: u{i}\n  namespace: edge\nspec:\n  selector:\n    gw-{i}: \"on\"\n  servers:\n    - port: {{number: 8080, name: http, protocol: HTTP}}\n      hosts: [\"*\"]\n"
+            ),
+        );
+    }
+    wait_for(
+        "the gateway sets to be reported cut",
+        WAIT,
+        || match truncated(&dp) {
+            1.0 => Ok(()),
+            v => Err(format!("deltapilot_gateway_sets_truncated {v}")),
+        },
+    );
+    for i in 0..9 {
+        std::fs::remove_file(watch.join(format!("unrelated-{i}.yaml"))).expect("remove");
+    }
+    wait_for("the cut to clear", WAIT, || match truncated(&dp) {
+        0.0 => Ok(()),
+        v => Err(format!("deltapilot_gateway_sets_truncated {v}")),
+    });
 
     std::fs::remove_file(watch.join("gateway.yaml")).expect("remove Gateway");
     wait_for("the router back on default/router", WAIT, || {

@@ -272,3 +272,39 @@ fn merge(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use deltapilot_model::state::mk::rule;
+    use deltapilot_proto::ConfigKind;
+
+    /// `n` Gateways with unrelated selectors (`gw-i: "on"`): every union of
+    /// them selects a router that carries those labels, `2^n - 1` sets.
+    fn unrelated(n: usize) -> ModelState {
+        let events: Vec<_> = (0..n)
+            .map(|i| {
+                let spec = format!(
+                    r#"{{"selector":{{"gw-{i}":"on"}},"servers":[{{"port":{{"number":8080,"protocol":"HTTP"}},"hosts":["*"]}}]}}"#
+                );
+                rule("k", 0, ConfigKind::Gateway, "edge", &format!("g{i}"), &spec)
+            })
+            .collect();
+        ModelState::from_events(&events)
+    }
+
+    #[test]
+    fn unrelated_selectors_close_over_every_union_until_the_cap() {
+        let small = gateway_sets(&unrelated(4));
+        assert_eq!(small.sets.len(), 15, "2^4 - 1 unions");
+        assert!(!small.truncated);
+
+        let big = gateway_sets(&unrelated(9));
+        assert_eq!(
+            big.sets.len(),
+            MAX_GATEWAY_SETS,
+            "2^9 - 1 = 511 unions, cut at the cap"
+        );
+        assert!(big.truncated, "the cut is reported, not silent");
+    }
+}

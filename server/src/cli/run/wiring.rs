@@ -433,6 +433,9 @@ async fn publish_clock(
                     // and the gateway ones.
                     let n = snap.views.len() + snap.views.gateways().count();
                     metrics.views.set(3 + n as i64);
+                    metrics
+                        .gateway_sets_truncated
+                        .set(i64::from(snap.views.gateway_sets_truncated()));
                 }
                 None => return Ok(()),
             },
