@@ -5,69 +5,12 @@
 
 mod replay_support;
 
-use std::path::Path;
 use std::time::Duration;
 
-use deltapilot_log::EventLog;
-use deltapilot_log::file::{FileLog, FileLogOptions, FsyncPolicy};
-use deltapilot_proto::event::Payload;
-use deltapilot_proto::{self as pb, Event};
-use deltapilot_testkit::events::{ep, ep_del, event, resync};
+use replay_support::compact::write_churn_log;
 use replay_support::{Server, dp, get, json_lines, wait_for};
 
 const EVENTS: u64 = 1_500;
-
-fn svc(generation: u64, host: &str, port: u32) -> Event {
-    event(
-        "a",
-        generation,
-        Payload::ServiceUpsert(pb::ServiceUpsert {
-            service: Some(pb::Service {
-                hostname: host.into(),
-                namespace: "ns".into(),
-                ports: vec![pb::Port {
-                    name: "http".into(),
-                    number: port,
-                    protocol: pb::Protocol::Http as i32,
-                }],
-                ..Default::default()
-            }),
-        }),
-    )
-}
-
-fn step(i: u64) -> Event {
-    let g = 1 + i / 300;
-    let host = format!("h{}.ns.svc", i % 5);
-    let key = format!("ep/a/k{}", (i * 7) % 30);
-    match i % 300 {
-        0 => resync("a", g, false),
-        150 => resync("a", g, true),
-        _ if i % 10 == 3 => ep_del("a", g, &key),
-        _ if i % 10 == 5 => svc(g, &host, 80 + (i % 3) as u32),
-        _ => ep(
-            "a",
-            g,
-            &key,
-            &format!("10.0.{}.{}", (i / 250) % 250, i % 250),
-            &[&host],
-            1 + (i % 4) as u32,
-        ),
-    }
-}
-
-async fn write_log(dir: &Path) {
-    let opts = FileLogOptions {
-        fsync: FsyncPolicy::Never,
-        segment_bytes: 4096,
-        ..FileLogOptions::default()
-    };
-    let log = FileLog::open(dir, opts).expect("open");
-    for i in (0..EVENTS).step_by(3) {
-        let batch: Vec<Event> = (i..(i + 3).min(EVENTS)).map(step).collect();
-        log.append(&batch).await.expect("append");
-    }
-}
 
 fn served_hash(s: &Server) -> String {
     wait_for("the snapshot at the head", Duration::from_secs(30), || {
@@ -84,8 +27,8 @@ fn served_hash(s: &Server) -> String {
 async fn run_compacts_below_its_oldest_checkpoint_and_serves_the_same_state() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let d = tmp.path();
-    write_log(&d.join("data/log")).await;
-    write_log(&d.join("full")).await;
+    write_churn_log(&d.join("data/log"), EVENTS).await;
+    write_churn_log(&d.join("full"), EVENTS).await;
     let o = dp(d, &["replay", "--log", "file://full", "--output", "json"]);
     assert!(o.ok(), "{o:?}");
     let full_hash = json_lines(&o.stdout).pop().expect("end")["end"]["hash"]
