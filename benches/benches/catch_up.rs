@@ -10,8 +10,8 @@
 //! the final snapshot (as `deltapilot replay` does); `run/SHAPE` opens it
 //! read-only, runs `Engine::run` from the start and stops the clock when the
 //! engine is ready (its first snapshot covering the head published). Both
-//! reach the same snapshot hash (checked before measuring). Target (issue 29):
-//! `run` within 1.3× of `fold`, and both ≤ 3 s per 1M events.
+//! reach the same snapshot hash (checked before measuring). The targets and
+//! figures are in BENCHMARKS.md ("Replay and checkpoint").
 //!
 //! `cargo bench -p deltapilot-benches --bench catch_up -- --warm-up-time 1 --measurement-time 10`.
 //! `CATCH_UP_BENCH_DIR=DIR` keeps (and reuses) the generated logs in

@@ -51,8 +51,8 @@ use super::render::renderer;
 use super::rules_view::{problem_list, rules_report};
 use crate::xds::registry::StreamStatus;
 
-/// Largest request body: room for dozens of objects at the adapters' per-object
-/// limit (512 KiB), far above any hand-written change.
+/// Largest request body: room for dozens of objects at the file adapter's
+/// per-object limit (`MAX_OBJECT_BYTES`), far above any hand-written change.
 pub const MAX_IMPACT_BODY: usize = 16 * 1024 * 1024;
 
 /// Previews computed at once: each rebuilds every resource, so a second one
