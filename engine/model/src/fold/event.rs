@@ -372,8 +372,9 @@ pub(super) fn apply_event(
         Payload::EndpointDelete(d) => {
             let key = nonempty_key(d)?;
             let hk = prep.hk.unwrap_or_else(|| HKey::of(key));
-            if st.endpoint_key_at(&hk).is_some_and(|stored| stored != key) {
-                // Another key of the same hash is stored; this one is not.
+            if !st.holds_endpoint_key(&hk, key) {
+                // Not stored (nothing is, or another key of the same hash):
+                // deleting it is a no-op.
                 return Ok(Applied::Done);
             }
             if let Some(rec) = st.endpoint_record_at(&hk)

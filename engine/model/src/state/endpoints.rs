@@ -326,9 +326,10 @@ impl EndpointStore {
         self.hot[shard(hk)].get_mut(hk, &())
     }
 
-    /// The key text of the endpoint stored under `hk`.
-    pub(crate) fn key_at(&self, hk: &HKey) -> Option<&str> {
-        self.cold(hk).map(|c| &*c.key)
+    /// Whether an endpoint of key text `key` (hash `hk`) is stored: one bucket
+    /// lookup in the key texts, not a walk to its cold part.
+    pub(crate) fn holds_key(&self, hk: &HKey, key: &str) -> bool {
+        self.texts[shard(hk)].get(hk, key).is_some()
     }
 
     /// The cold part of the endpoint under `hk`, listed under its record's

@@ -595,9 +595,9 @@ impl ModelState {
             .cloned()
     }
 
-    /// The key text of the endpoint stored under `hk`.
-    pub(crate) fn endpoint_key_at(&self, hk: &HKey) -> Option<&str> {
-        self.raw_endpoints.key_at(hk)
+    /// Whether an endpoint of key text `key` (hash `hk`) is stored.
+    pub(crate) fn holds_endpoint_key(&self, hk: &HKey, key: &str) -> bool {
+        self.raw_endpoints.holds_key(hk, key)
     }
 
     /// The stored hostname of other text whose key is `host`'s, if any: a
