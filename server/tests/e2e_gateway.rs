@@ -14,7 +14,6 @@ mod support;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +28,7 @@ use deltapilot_server::xds::service::{PublishClock, XdsShared, serve};
 use deltapilot_xds::generate::{GenOptions, build_all, gateway_resources};
 use deltapilot_xds::snapshot::{Snapshot, SnapshotWriter};
 use deltapilot_xds::{ResourceMap, ResourceSet};
-use support::{Backend, Envoy, Proc, free_ports, http_get, wait_for};
+use support::{Backend, Envoy, curl_tls, free_ports, http_get, tls_backend, wait_for};
 
 const WAIT: Duration = Duration::from_secs(60);
 const HOST: &str = "web.example.com";
@@ -89,23 +88,7 @@ fn model(backend: u16, tls_backend: u16, ports: (u16, u16, u16, u16)) -> ModelSt
 }
 
 fn curl(port: u16, ca: &Path, path: &str) -> Result<String, String> {
-    curl_host(HOST, port, ca, path)
-}
-
-fn curl_host(host: &str, port: u16, ca: &Path, path: &str) -> Result<String, String> {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "5", "--cacert"])
-        .arg(ca)
-        .arg("--resolve")
-        .arg(format!("{host}:{port}:127.0.0.1"))
-        .arg(format!("https://{host}:{port}{path}"))
-        .output()
-        .map_err(|e| format!("curl: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    curl_tls(HOST, port, ca, path)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,21 +125,12 @@ async fn a_gateway_publishes_by_path_redirects_and_terminates_https() {
     .expect("envoy");
     let picked = free_ports(5);
     let ports = (picked[0], picked[1], picked[2], picked[3]);
-    let tls_backend = picked[4];
+    let tls_backend_port = picked[4];
 
     let backend = Backend::start("web");
     let pt_dir = dir.join("pt-backend");
-    make_cert_for(&pt_dir, PT_HOST);
-    let mut s_server = Command::new("openssl");
-    s_server
-        .args(["s_server", "-www", "-accept"])
-        .arg(format!("127.0.0.1:{tls_backend}"))
-        .arg("-cert")
-        .arg(pt_dir.join("tls.crt"))
-        .arg("-key")
-        .arg(pt_dir.join("tls.key"));
-    let _s_server = Proc::spawn("s_server", s_server, dir.join("s_server.log"));
-    let model = model(backend.port, tls_backend, ports);
+    let _s_server = tls_backend(&pt_dir, PT_HOST, tls_backend_port);
+    let model = model(backend.port, tls_backend_port, ports);
     let opts = GenOptions {
         outbound_address: "127.0.0.1".into(),
         bind_outbound: true,
@@ -219,7 +193,7 @@ async fn a_gateway_publishes_by_path_redirects_and_terminates_https() {
         wait_for(
             "tls passthrough by SNI to the backend",
             WAIT,
-            || match curl_host(PT_HOST, ports.3, &pt_ca, "/") {
+            || match curl_tls(PT_HOST, ports.3, &pt_ca, "/") {
                 Ok(b) if b.contains("s_server") => Ok(()),
                 other => Err(format!("{other:?}")),
             },

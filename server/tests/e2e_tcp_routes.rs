@@ -15,13 +15,11 @@ mod support;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use deltapilot_testkit::tls::make_cert;
 use support::{
-    Backend, Deltapilot, Envoy, Proc, free_port, http_get, metric, raw_http_body, wait_for,
-    write_service_entry,
+    Backend, Deltapilot, Envoy, Proc, curl_tls, free_port, http_get, metric, raw_http_body,
+    wait_for, write_service_entry,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -54,37 +52,15 @@ fn answers(addr: SocketAddr, want: &str) -> Result<(), String> {
     }
 }
 
-/// curl over TLS to `port` with SNI `host`, trusting only `ca`: succeeds only
-/// when the backend reached holds the certificate of `host`.
+/// curl over TLS to `port` with SNI `host`, trusting only `ca`.
 fn tls_get(host: &str, port: u16, ca: &Path) -> Result<String, String> {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "5", "--cacert"])
-        .arg(ca)
-        .arg("--resolve")
-        .arg(format!("{host}:{port}:127.0.0.1"))
-        .arg(format!("https://{host}:{port}/"))
-        .output()
-        .map_err(|e| format!("curl: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    curl_tls(host, port, ca, "/")
 }
 
-/// An `openssl s_server -www` on a free port, with a certificate for `host`
-/// made in `dir`.
+/// A TLS backend for `host` on a free port (see `support::tls_backend`).
 fn tls_backend(dir: &Path, host: &str) -> (Proc, u16) {
-    make_cert(dir, host);
     let port = free_port();
-    let mut cmd = Command::new("openssl");
-    cmd.args(["s_server", "-www", "-accept"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("-cert")
-        .arg(dir.join("tls.crt"))
-        .arg("-key")
-        .arg(dir.join("tls.key"));
-    (Proc::spawn(host, cmd, dir.join("s_server.log")), port)
+    (support::tls_backend(dir, host, port), port)
 }
 
 fn scenario(example: &str) {

@@ -213,6 +213,40 @@ pub fn http_get(addr: SocketAddr, path: &str, host: &str) -> Result<(u16, String
     Ok((status, body))
 }
 
+/// `curl` over TLS to 127.0.0.1:`port` as `host` (its SNI and authority),
+/// trusting only `ca`: succeeds only when the server reached holds a
+/// certificate for `host` that `ca` signed. The body, or curl's error.
+pub fn curl_tls(host: &str, port: u16, ca: &Path, path: &str) -> Result<String, String> {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "5", "--cacert"])
+        .arg(ca)
+        .arg("--resolve")
+        .arg(format!("{host}:{port}:127.0.0.1"))
+        .arg(format!("https://{host}:{port}{path}"))
+        .output()
+        .map_err(|e| format!("curl: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// A TLS backend: `openssl s_server -www` on 127.0.0.1:`port`, with a fresh
+/// self-signed certificate for `host` made in `dir` (`dir/tls.crt` is then
+/// the CA a client trusts).
+pub fn tls_backend(dir: &Path, host: &str, port: u16) -> Proc {
+    deltapilot_testkit::tls::make_cert(dir, host);
+    let mut cmd = Command::new("openssl");
+    cmd.args(["s_server", "-www", "-accept"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("-cert")
+        .arg(dir.join("tls.crt"))
+        .arg("-key")
+        .arg(dir.join("tls.key"));
+    Proc::spawn(host, cmd, dir.join("s_server.log"))
+}
+
 /// The body of one GET over a fresh connection, read by its content-length:
 /// for connections a proxy forwards byte for byte (TCP routes), where the
 /// test backends, which keep a connection open for more requests, would make
