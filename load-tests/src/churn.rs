@@ -7,7 +7,11 @@
 //! - **scale-up** / **scale-down**: a service gains or loses 1..=`max-step`
 //!   endpoints (never below one);
 //! - **service-add** / **service-remove**: a service appears with
-//!   `endpoints-per-service` endpoints, or disappears.
+//!   `endpoints-per-service` endpoints, or disappears (never one a rule routes
+//!   to);
+//! - **rule-shift**: a VirtualService's weighted split moves, with a new
+//!   marker in its response headers (see `mesh::RULE_MARKER_HEADER`), once its
+//!   previous shift has converged.
 //!
 //! Which service changes follows a Zipf distribution over the services' popularity
 //! rank: a few services change constantly, most rarely, as with real deployments.
@@ -27,7 +31,7 @@ use deltapilot_proto as pb;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::mesh::{Endpoint, Mesh, Service};
+use crate::mesh::{Endpoint, Mesh, Rule, Service};
 use crate::scenario::ChurnSpec;
 use crate::tracker::{ChangeKind, EventId, Expect, Tracker};
 
@@ -50,6 +54,9 @@ pub struct Write {
     pub removed: Vec<Arc<str>>,
     /// The tracked changes (one per event).
     pub events: Vec<EventId>,
+    /// The rule after a shift: only it is written (`service` is the one it
+    /// routes, unchanged).
+    pub rule: Option<Rule>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +66,7 @@ enum Op {
     ScaleDown,
     ServiceAdd,
     ServiceRemove,
+    RuleShift,
 }
 
 /// Zipf weights over ranks `0..n`, rebuilt when `n` changes.
@@ -148,6 +156,7 @@ impl Churn {
                 Op::ScaleDown => self.scale_down(),
                 Op::ServiceAdd => Some(self.service_add()),
                 Op::ServiceRemove => self.service_remove(),
+                Op::RuleShift => self.rule_shift(),
             };
             if w.is_some() {
                 return w;
@@ -165,6 +174,7 @@ impl Churn {
             (Op::ScaleDown, m.scale_down),
             (Op::ServiceAdd, m.service_add),
             (Op::ServiceRemove, m.service_remove),
+            (Op::RuleShift, m.rule_shift),
         ];
         let total: u32 = table.iter().map(|(_, w)| w).sum();
         let mut x = self.rng.random_range(0..total.max(1));
@@ -231,6 +241,7 @@ impl Churn {
             added: Vec::new(),
             removed,
             events,
+            rule: None,
         })
     }
 
@@ -284,6 +295,7 @@ impl Churn {
             added,
             removed: Vec::new(),
             events,
+            rule: None,
         })
     }
 
@@ -310,6 +322,7 @@ impl Churn {
             removed_service: false,
             removed: Vec::new(),
             events: vec![ev],
+            rule: None,
         }
     }
 
@@ -320,7 +333,8 @@ impl Churn {
         for _ in 0..PICK_ATTEMPTS {
             let pos = self.rng.random_range(0..self.mesh.services.len());
             let s = &self.mesh.services[pos];
-            let ok = eligible(&self.tracker, s.introduced_by)
+            let ok = !s.ruled
+                && eligible(&self.tracker, s.introduced_by)
                 && s.endpoints
                     .iter()
                     .all(|e| eligible(&self.tracker, e.introduced_by));
@@ -342,9 +356,44 @@ impl Churn {
                 removed_service: true,
                 added: Vec::new(),
                 events: vec![ev],
+                rule: None,
             });
         }
         None
+    }
+
+    fn rule_shift(&mut self) -> Option<Write> {
+        let n = self.mesh.rules.len();
+        if n == 0 {
+            return None;
+        }
+        let k = self.zipf.sample(n, &mut self.rng);
+        if !eligible(&self.tracker, self.mesh.rules[k].last_shift) {
+            return None;
+        }
+        let host = &self.mesh.rules[k].host;
+        let service = self.mesh.services.iter().find(|s| &s.host == host)?.clone();
+        let rule = &mut self.mesh.rules[k];
+        rule.shift();
+        let rule = rule.clone();
+        let marker = rule.marker();
+        let ev = self.tracker.register_route(
+            rule.route(),
+            rule.track_key(),
+            Expect::RouteHas(Arc::from(marker.as_str())),
+            marker,
+            SystemTime::now(),
+        );
+        self.mesh.rules[k].last_shift = Some(ev);
+        Some(Write {
+            service,
+            new_service: false,
+            removed_service: false,
+            added: Vec::new(),
+            removed: Vec::new(),
+            events: vec![ev],
+            rule: Some(rule),
+        })
     }
 }
 
@@ -361,6 +410,7 @@ mod tests {
                 endpoints_per_service: 4,
                 http_fraction: 1.0,
                 namespaces: 2,
+                rules: 0,
             },
             &mut rng,
         );

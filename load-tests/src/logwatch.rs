@@ -2,8 +2,9 @@
 //! server's file adapter (not the load generator) appended it.
 //!
 //! The log is opened read-only (no lock, so the server keeps writing) and followed
-//! from its head; each endpoint upsert, endpoint delete and service delete is
-//! matched to the tracked change with the same address or service key, whose
+//! from its head; each endpoint upsert, endpoint delete, service delete and rule
+//! upsert is matched to the tracked change with the same address, service key
+//! or rule marker, whose
 //! append time becomes the event's observed-at time. The read-only follower polls
 //! the files every 100 ms, which delays only when the times are learnt, not the
 //! times themselves.
@@ -37,6 +38,9 @@ pub fn key_of(ev: &Event) -> Option<String> {
             Some(format!("-{addr}"))
         }
         Payload::ServiceDelete(d) => Some(d.key.clone()),
+        Payload::ConfigUpsert(c) => {
+            crate::mesh::marker_in(&c.config.as_ref()?.spec_json).map(str::to_owned)
+        }
         _ => None,
     }
 }

@@ -65,6 +65,37 @@ pub struct Service {
     pub introduced_by: Option<EventId>,
     /// Its cluster (and ClusterLoadAssignment) name, `outbound|<port>||<host>`.
     pub cluster: Arc<str>,
+    /// A rule routes to it, so churn never removes it.
+    pub ruled: bool,
+}
+
+/// The response header each rule sets to its revision's marker. A weight alone
+/// cannot say which shift a proxy holds (weights repeat); the marker is unique
+/// per shift, so a proxy finds it in the route configuration's bytes without
+/// decoding them.
+pub const RULE_MARKER_HEADER: &str = "x-loadgen-rev";
+
+/// Prefix of every rule marker, so the log watcher can find one in a spec.
+const MARKER_PREFIX: &str = "lgrev-";
+
+/// One VirtualService: `host`'s traffic split between it and `other`.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// `split-<k>`: the VirtualService's name and the YAML file's stem.
+    pub name: String,
+    /// The namespace of `host`'s service.
+    pub namespace: String,
+    /// The host it routes, and its first destination.
+    pub host: String,
+    /// Its second destination.
+    pub other: String,
+    /// Percent of the traffic to `host` (the rest to `other`).
+    pub first: u32,
+    /// Shifts so far; names the marker.
+    pub rev: u64,
+    /// The tracked event of the last shift. The next waits until it has
+    /// converged, so no shift is overwritten before the adapter reads it.
+    pub last_shift: Option<EventId>,
 }
 
 /// The whole mesh as the load generator believes it is.
@@ -72,6 +103,8 @@ pub struct Service {
 pub struct Mesh {
     /// Services, most popular first (the Zipf rank is the position).
     pub services: Vec<Service>,
+    /// VirtualServices over the first HTTP services (`mesh.rules`).
+    pub rules: Vec<Rule>,
     next_service: u64,
     next_addr: u32,
     spec: MeshSpec,
@@ -87,14 +120,33 @@ impl Mesh {
     pub fn new(spec: &MeshSpec, rng: &mut impl Rng) -> Self {
         let mut mesh = Mesh {
             services: Vec::with_capacity(spec.services),
+            rules: Vec::with_capacity(spec.rules),
             next_service: 0,
             next_addr: 1 << 8,
             spec: spec.clone(),
         };
-        for _ in 0..spec.services {
-            let s = mesh.new_service(rng, None);
+        for k in 0..spec.services {
+            let mut s = mesh.new_service(rng, None);
+            // A rule's two destinations are HTTP services that never go away.
+            if spec.rules > 0 && k <= spec.rules {
+                s.make_http();
+                s.ruled = true;
+            }
             mesh.services.push(s);
         }
+        mesh.rules = mesh.services[..spec.rules]
+            .iter()
+            .zip(&mesh.services[1..])
+            .map(|(s, next)| Rule {
+                name: format!("split-{}", s.id),
+                namespace: s.namespace.clone(),
+                host: s.host.clone(),
+                other: next.host.clone(),
+                first: 80,
+                rev: 0,
+                last_shift: None,
+            })
+            .collect();
         mesh
     }
 
@@ -135,6 +187,7 @@ impl Mesh {
             http,
             endpoints,
             introduced_by,
+            ruled: false,
         }
     }
 
@@ -158,6 +211,12 @@ impl Mesh {
 }
 
 impl Service {
+    fn make_http(&mut self) {
+        self.http = true;
+        self.port = HTTP_PORT;
+        self.cluster = cluster_name(HTTP_PORT, &self.host);
+    }
+
     fn port_name(&self) -> &'static str {
         if self.http { "http" } else { "tcp" }
     }
@@ -261,6 +320,79 @@ impl Service {
     }
 }
 
+impl Rule {
+    /// The route configuration that holds its virtual host.
+    pub fn route(&self) -> Arc<str> {
+        Arc::from(HTTP_PORT.to_string().as_str())
+    }
+
+    /// What the tracker files its shifts under.
+    pub fn track_key(&self) -> Arc<str> {
+        Arc::from(format!("rule:{}/{}", self.namespace, self.name).as_str())
+    }
+
+    /// The unique string the current revision puts in the route configuration.
+    pub fn marker(&self) -> String {
+        format!("{MARKER_PREFIX}{}-{}", self.name, self.rev)
+    }
+
+    /// The next shift: a new split and a new marker.
+    pub fn shift(&mut self) {
+        self.rev += 1;
+        // 10..=90 in steps that never repeat the previous split.
+        self.first = 10 + (self.first - 10 + 30) % 90;
+    }
+
+    /// The spec as canonical JSON (sorted keys), as an adapter would log it.
+    pub fn spec_json(&self) -> String {
+        let dest = |host: &str, weight: u32| serde_json::json!({"destination": {"host": host, "port": {"number": HTTP_PORT}}, "weight": weight});
+        serde_json::json!({
+            "hosts": [self.host],
+            "http": [{
+                "headers": {"response": {"set": {RULE_MARKER_HEADER: self.marker()}}},
+                "route": [dest(&self.host, self.first), dest(&self.other, 100 - self.first)],
+            }],
+        })
+        .to_string()
+    }
+
+    /// The `ConfigUpsert` payload (direct log mode).
+    pub fn upsert_payload(&self) -> Payload {
+        Payload::ConfigUpsert(pb::ConfigUpsert {
+            config: Some(pb::ConfigObject {
+                kind: pb::ConfigKind::VirtualService as i32,
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                spec_json: self.spec_json(),
+                ..Default::default()
+            }),
+        })
+    }
+
+    /// The Istio `VirtualService` the file adapter reads (JSON is YAML).
+    pub fn yaml(&self) -> String {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: {}\n  namespace: {}\nspec: {}\n",
+            self.name,
+            self.namespace,
+            self.spec_json()
+        )
+    }
+
+    /// The YAML file name (in the watched directory).
+    pub fn file_name(&self) -> String {
+        format!("lg-vs-{}.yaml", self.name)
+    }
+}
+
+/// The rule marker in a logged spec, if it carries one.
+pub fn marker_in(spec_json: &str) -> Option<&str> {
+    let at = spec_json.find(MARKER_PREFIX)?;
+    let rest = &spec_json[at..];
+    let end = rest.find('"').unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
 fn zone_of(addr: &str) -> &'static str {
     match addr.bytes().last().map(|b| b % 3) {
         Some(0) => "zone-a",
@@ -301,6 +433,7 @@ mod tests {
             endpoints_per_service: 20,
             http_fraction: 0.5,
             namespaces: 4,
+            rules: 0,
         };
         let mesh = Mesh::new(&spec, &mut rng);
         let mut seen = std::collections::HashSet::new();
@@ -326,5 +459,45 @@ mod tests {
         let eps = v["spec"]["endpoints"].as_sequence().expect("endpoints");
         assert_eq!(eps.len(), s.endpoints.len());
         assert_eq!(eps[0]["address"].as_str(), Some(&*s.endpoints[0].addr));
+    }
+
+    #[test]
+    fn rules_split_between_http_services_and_every_shift_is_new() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let spec = MeshSpec {
+            services: 20,
+            http_fraction: 0.0,
+            rules: 3,
+            ..MeshSpec::default()
+        };
+        let mesh = Mesh::new(&spec, &mut rng);
+        assert_eq!(mesh.rules.len(), 3);
+        for (k, r) in mesh.rules.iter().enumerate() {
+            assert!(mesh.services[k].http && mesh.services[k + 1].http && mesh.services[k].ruled);
+            assert_eq!(
+                (r.host.as_str(), r.other.as_str()),
+                (
+                    mesh.services[k].host.as_str(),
+                    mesh.services[k + 1].host.as_str()
+                )
+            );
+        }
+        assert!(!mesh.services[4].http, "the rest keep the fraction");
+        let mut r = mesh.rules[0].clone();
+        let mut seen = std::collections::HashSet::new();
+        let mut last = r.first;
+        for _ in 0..50 {
+            r.shift();
+            assert!((10..=90).contains(&r.first) && r.first != last);
+            last = r.first;
+            assert!(seen.insert(r.marker()));
+            assert_eq!(marker_in(&r.spec_json()), Some(r.marker().as_str()));
+        }
+        let v: serde_yaml::Value = serde_yaml::from_str(&r.yaml()).expect("yaml");
+        assert_eq!(v["kind"].as_str(), Some("VirtualService"));
+        assert_eq!(
+            v["spec"]["http"][0]["route"][1]["weight"].as_u64(),
+            Some(u64::from(100 - r.first))
+        );
     }
 }

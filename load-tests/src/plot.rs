@@ -27,6 +27,7 @@ fn colour(kind: ChangeKind) -> &'static str {
         ChangeKind::EndpointRemove => "#ff7f0e",
         ChangeKind::ServiceAdd => "#2ca02c",
         ChangeKind::ServiceRemove => "#d62728",
+        ChangeKind::RuleShift => "#9467bd",
     }
 }
 
@@ -210,6 +211,7 @@ pub fn svg(r: &Report) -> String {
         (ChangeKind::EndpointRemove, "endpoint removed"),
         (ChangeKind::ServiceAdd, "service added"),
         (ChangeKind::ServiceRemove, "service removed"),
+        (ChangeKind::RuleShift, "rule shifted"),
     ] {
         let _ = write!(
             o,
@@ -283,7 +285,7 @@ mod tests {
         let s = svg(&r);
         assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
         assert!(s.contains("a&lt;b"));
-        assert_eq!(s.matches("<circle").count(), 20 + 2 + 5);
+        assert_eq!(s.matches("<circle").count(), 20 + 2 + 6);
         assert_eq!(log_bounds([3.0, 60.0].into_iter()), (1.0, 100.0));
         assert_eq!(nice_step(60.0), 10.0);
     }

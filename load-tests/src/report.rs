@@ -15,6 +15,10 @@
 //!   bytes of the assignments in them whose content actually changed for the
 //!   receiving proxy (1.0 = nothing but the change; what an endpoint change
 //!   costs). `bytes_per_change_ratio_all` is the same over every type.
+//! - `route_bytes_per_push`: the mean size of the route configurations whose
+//!   content changed, received during churn; `bytes_per_route_ratio` =
+//!   `bytes_per_proxy_per_event` ÷ that (1.0 = a change costs one route
+//!   configuration per proxy, as a rule shift should).
 //! - `server_rss_bytes_per_proxy`: server RSS growth from before the proxies
 //!   connected (the shared snapshot already built) to after they all synced, ÷
 //!   proxies.
@@ -186,6 +190,10 @@ pub struct Report {
     pub bytes_per_change_ratio: Option<f64>,
     /// All bytes received ÷ all bytes that changed.
     pub bytes_per_change_ratio_all: Option<f64>,
+    /// Mean size of a changed route configuration received during churn.
+    pub route_bytes_per_push: Option<f64>,
+    /// Bytes per proxy per change ÷ `route_bytes_per_push`.
+    pub bytes_per_route_ratio: Option<f64>,
     /// Server CPU over the whole run.
     pub server_cpu_seconds: Option<f64>,
     /// Server CPU during churn and drain.
@@ -367,6 +375,16 @@ impl Report {
                     f(self.bytes_per_change_ratio_all, "")
                 ),
             ));
+            if self.route_bytes_per_push.is_some() {
+                rows.push((
+                    "route config pushed",
+                    format!(
+                        "{} mean; bytes/proxy/change ÷ it: {}",
+                        f(self.route_bytes_per_push, " B"),
+                        f(self.bytes_per_route_ratio, "")
+                    ),
+                ));
+            }
         }
         rows.push((
             "server CPU",

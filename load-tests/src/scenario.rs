@@ -82,6 +82,10 @@ pub struct MeshSpec {
     pub http_fraction: f64,
     /// Number of namespaces the services spread over.
     pub namespaces: usize,
+    /// VirtualServices written with the mesh: rule `k` splits the traffic of
+    /// the `k`-th HTTP service between it and the next HTTP service (needs
+    /// `rules + 1` HTTP services). The `rule-shift` churn moves their weights.
+    pub rules: usize,
 }
 
 /// Kinds of churn, weighted.
@@ -99,6 +103,8 @@ pub struct ChurnMix {
     pub service_add: u32,
     /// A service disappears.
     pub service_remove: u32,
+    /// A VirtualService's weighted split moves (needs `mesh.rules`).
+    pub rule_shift: u32,
 }
 
 /// Churn: what changes, how often, and where.
@@ -198,6 +204,7 @@ impl Default for MeshSpec {
             endpoints_per_service: 10,
             http_fraction: 0.8,
             namespaces: 10,
+            rules: 0,
         }
     }
 }
@@ -210,6 +217,7 @@ impl Default for ChurnMix {
             scale_down: 10,
             service_add: 10,
             service_remove: 10,
+            rule_shift: 0,
         }
     }
 }
@@ -286,6 +294,17 @@ impl Scenario {
         if self.mesh.services > 1_000_000 || self.mesh.endpoints_per_service > 10_000 {
             bail!("mesh is too large (at most 1,000,000 services of 10,000 endpoints)");
         }
+        if self.churn.mix.rule_shift > 0 && self.mesh.rules == 0 {
+            bail!("churn.mix.rule-shift needs mesh.rules of at least 1");
+        }
+        if self.mesh.rules >= self.mesh.services {
+            bail!(
+                "mesh.rules must be below mesh.services (got {} rules for {} services): \
+                 each rule splits traffic between two HTTP services",
+                self.mesh.rules,
+                self.mesh.services
+            );
+        }
         for (key, v) in [
             ("mesh.http-fraction", self.mesh.http_fraction),
             ("behaviour.nack-fraction", self.behaviour.nack_fraction),
@@ -308,7 +327,8 @@ impl Scenario {
         }
         let m = &self.churn.mix;
         if self.churn.rate > 0.0
-            && m.flap + m.scale_up + m.scale_down + m.service_add + m.service_remove == 0
+            && m.flap + m.scale_up + m.scale_down + m.service_add + m.service_remove + m.rule_shift
+                == 0
         {
             bail!("churn.mix: every weight is 0 but churn.rate is above 0");
         }
@@ -337,6 +357,38 @@ impl Scenario {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_shipped_scenario_loads_and_validates() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).expect("scenarios dir") {
+            let p = e.expect("entry").path();
+            if p.extension().is_some_and(|x| x == "yaml") {
+                let s = Scenario::load(&p).unwrap_or_else(|e| panic!("{e:#}"));
+                s.validate()
+                    .unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
+                n += 1;
+            }
+        }
+        assert!(n >= 9, "found {n} scenarios");
+        let rc = Scenario::load(&dir.join("rule-change.yaml")).expect("rule-change");
+        assert!(rc.mesh.rules > 0 && rc.churn.mix.rule_shift > 0 && rc.churn.mix.flap == 0);
+    }
+
+    #[test]
+    fn rule_shifts_need_rules() {
+        let s: Scenario = serde_yaml::from_str("churn:\n  mix: {rule-shift: 1}\n").expect("parse");
+        let e = s.validate().expect_err("no rules");
+        assert!(e.to_string().contains("mesh.rules"), "{e}");
+        let s: Scenario = serde_yaml::from_str("mesh: {services: 5, rules: 5}\n").expect("parse");
+        assert!(
+            s.validate()
+                .expect_err("too many")
+                .to_string()
+                .contains("mesh.rules")
+        );
+    }
 
     #[test]
     fn partial_yaml_keeps_defaults_and_unknown_keys_fail() {

@@ -7,7 +7,8 @@
 //!   The initial mesh goes in as a resync (started, every entity, completed), so
 //!   whatever an earlier run left under the same source is swept by the engine.
 //!   Every event's observed-at time is the moment just before its append.
-//! - [`Sink::Files`] writes one `lg-svc-<id>.yaml` per service, atomically (a hidden
+//! - [`Sink::Files`] writes one `lg-svc-<id>.yaml` per service and one
+//!   `lg-vs-split-<id>.yaml` per rule, atomically (a hidden
 //!   temporary file renamed into place; the adapter skips hidden files). This is
 //!   the path for `--spawn`: `deltapilot run` holds its embedded log's writer
 //!   lock, so no second process may append; its file adapter does the appending
@@ -26,7 +27,7 @@ use deltapilot_proto::resync_marker::Phase;
 use deltapilot_proto::{Event, event::Payload};
 
 use crate::churn::Write;
-use crate::mesh::{self, Mesh, Service};
+use crate::mesh::{self, Mesh, Rule, Service};
 
 /// Most events in one append of the initial mesh: a few hundred kilobytes, well
 /// under any backend's batch limit.
@@ -92,6 +93,7 @@ impl Sink {
                 for s in &mesh.services {
                     service_events(s, &mut payloads);
                 }
+                payloads.extend(mesh.rules.iter().map(Rule::upsert_payload));
                 payloads.push(mesh::resync(Phase::Completed));
                 let at = unix_micros(SystemTime::now());
                 let events: Vec<Event> = payloads
@@ -106,8 +108,12 @@ impl Sink {
                 Ok(())
             }
             Sink::Files { dir } => {
-                let keep: std::collections::HashSet<String> =
-                    mesh.services.iter().map(Service::file_name).collect();
+                let keep: std::collections::HashSet<String> = mesh
+                    .services
+                    .iter()
+                    .map(Service::file_name)
+                    .chain(mesh.rules.iter().map(Rule::file_name))
+                    .collect();
                 let mut stale = Vec::new();
                 let mut rd = tokio::fs::read_dir(dir)
                     .await
@@ -124,7 +130,10 @@ impl Sink {
                         .with_context(|| format!("removing stale {}", p.display()))?;
                 }
                 for s in &mesh.services {
-                    write_file(dir, s).await?;
+                    write_file(dir, &s.file_name(), &s.service_entry_yaml()).await?;
+                }
+                for r in &mesh.rules {
+                    write_file(dir, &r.file_name(), &r.yaml()).await?;
                 }
                 Ok(())
             }
@@ -138,7 +147,9 @@ impl Sink {
             Sink::Log { log, generation } => {
                 let s = &w.service;
                 let mut payloads = Vec::new();
-                if w.new_service {
+                if let Some(rule) = &w.rule {
+                    payloads.push(rule.upsert_payload());
+                } else if w.new_service {
                     service_events(s, &mut payloads);
                 } else if w.removed_service {
                     payloads.extend(w.removed.iter().map(|a| s.endpoint_delete(a)));
@@ -160,13 +171,16 @@ impl Sink {
             }
             Sink::Files { dir } => {
                 let now = SystemTime::now();
-                if w.removed_service {
+                if let Some(rule) = &w.rule {
+                    write_file(dir, &rule.file_name(), &rule.yaml()).await?;
+                } else if w.removed_service {
                     let p = dir.join(w.service.file_name());
                     tokio::fs::remove_file(&p)
                         .await
                         .with_context(|| format!("removing {}", p.display()))?;
                 } else {
-                    write_file(dir, &w.service).await?;
+                    let s = &w.service;
+                    write_file(dir, &s.file_name(), &s.service_entry_yaml()).await?;
                 }
                 Ok(now)
             }
@@ -174,11 +188,10 @@ impl Sink {
     }
 }
 
-async fn write_file(dir: &std::path::Path, s: &Service) -> anyhow::Result<()> {
-    let name = s.file_name();
+async fn write_file(dir: &std::path::Path, name: &str, body: &str) -> anyhow::Result<()> {
     let tmp = dir.join(format!(".{name}.tmp"));
-    let dst = dir.join(&name);
-    tokio::fs::write(&tmp, s.service_entry_yaml())
+    let dst = dir.join(name);
+    tokio::fs::write(&tmp, body)
         .await
         .with_context(|| format!("writing {}", tmp.display()))?;
     tokio::fs::rename(&tmp, &dst)

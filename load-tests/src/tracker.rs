@@ -12,6 +12,11 @@
 //! state means having passed the earlier ones, even when a slow proxy got them
 //! coalesced into one response).
 //!
+//! A rule shift is registered under its rule, with the route configuration
+//! that holds it: a proxy that ACKs that route configuration converges the
+//! newest shift whose marker its bytes contain (markers are unique per shift,
+//! and one rule's shifts are written in order).
+//!
 //! This is sound because addresses are never reused and churn never removes an
 //! address (or a service) whose own addition has not converged yet (see `churn`):
 //! "absent" can then only mean "removed", never "not yet added".
@@ -39,6 +44,8 @@ pub enum ChangeKind {
     ServiceAdd,
     /// A service (cluster) went away.
     ServiceRemove,
+    /// A VirtualService's weighted split moved.
+    RuleShift,
 }
 
 impl ChangeKind {
@@ -57,6 +64,8 @@ pub enum Expect {
     Absent(Arc<str>),
     /// The cluster is gone from CDS.
     ClusterGone,
+    /// The route configuration's bytes contain this marker.
+    RouteHas(Arc<str>),
 }
 
 /// Which proxies count towards convergence.
@@ -110,6 +119,8 @@ struct Inner {
     events: Vec<Tracked>,
     by_cluster: HashMap<Arc<str>, Vec<EventId>>,
     by_key: HashMap<String, EventId>,
+    /// Route configuration name → the rules (keys of `by_cluster`) it holds.
+    rules_of_route: HashMap<Arc<str>, Vec<Arc<str>>>,
     normal: u32,
     slow: u32,
 }
@@ -169,6 +180,26 @@ impl Tracker {
         id
     }
 
+    /// Registers a rule shift before it is written: `rule` is the list it
+    /// joins (one per rule), `route` the route configuration that shows it.
+    pub fn register_route(
+        &self,
+        route: Arc<str>,
+        rule: Arc<str>,
+        expect: Expect,
+        key: String,
+        written: SystemTime,
+    ) -> EventId {
+        {
+            let mut i = self.lock();
+            let rules = i.rules_of_route.entry(route).or_default();
+            if !rules.contains(&rule) {
+                rules.push(rule.clone());
+            }
+        }
+        self.register(rule, expect, ChangeKind::RuleShift, key, written)
+    }
+
     /// Corrects the write time of `id` to when the write actually happened.
     pub fn set_written(&self, id: EventId, at: SystemTime) {
         if let Some(e) = self.lock().events.get_mut(id) {
@@ -224,8 +255,32 @@ impl Tracker {
         self.advance(cursor, cluster, group, now, |e| match &e.expect {
             Expect::Present(a) => has(a),
             Expect::Absent(a) => !has(a),
-            Expect::ClusterGone => false,
+            Expect::ClusterGone | Expect::RouteHas(_) => false,
         });
+    }
+
+    /// A proxy of `group` ACKed route configuration `route` holding `bytes`.
+    pub fn on_route(
+        &self,
+        cursor: &mut Cursor,
+        route: &str,
+        bytes: &[u8],
+        group: Group,
+        now: SystemTime,
+    ) {
+        if group == Group::Untracked {
+            return;
+        }
+        let rules = match self.lock().rules_of_route.get(route) {
+            Some(r) => r.clone(),
+            None => return,
+        };
+        for rule in rules {
+            self.advance(cursor, &rule, group, now, |e| match &e.expect {
+                Expect::RouteHas(m) => memchr::memmem::find(bytes, m.as_bytes()).is_some(),
+                _ => false,
+            });
+        }
     }
 
     /// A proxy of `group` ACKed a response that removed `cluster`, at `now`.
@@ -406,5 +461,33 @@ mod tests {
         assert!(!tr.is_converged(gone));
         tr.on_cluster_gone(&mut p, "c", Group::Normal, t(2));
         assert!(tr.is_converged(gone));
+    }
+
+    #[test]
+    fn a_rule_shift_converges_when_its_marker_is_in_the_route() {
+        let tr = Tracker::new();
+        tr.set_expected(1, 0);
+        let route: Arc<str> = Arc::from("8080");
+        let reg = |rule: &str, marker: &str| {
+            tr.register_route(
+                route.clone(),
+                Arc::from(rule),
+                Expect::RouteHas(Arc::from(marker)),
+                marker.into(),
+                t(0),
+            )
+        };
+        let a1 = reg("a", "m-a-1");
+        let b1 = reg("b", "m-b-1");
+        let a2 = reg("a", "m-a-2");
+        let mut p = Cursor::default();
+        tr.on_route(&mut p, "9090", b"m-a-2 m-b-1", Group::Normal, t(1));
+        assert!(!tr.is_converged(a1), "another route shows nothing");
+        tr.on_route(&mut p, "8080", b"..m-a-1..m-b-0..", Group::Normal, t(2));
+        assert!(tr.is_converged(a1) && !tr.is_converged(b1) && !tr.is_converged(a2));
+        tr.on_route(&mut p, "8080", b"..m-a-2..m-b-1..", Group::Normal, t(3));
+        assert!(tr.is_converged(b1) && tr.is_converged(a2));
+        assert!(tr.caught_up(&p));
+        assert_eq!(tr.results()[2].kind, ChangeKind::RuleShift);
     }
 }

@@ -1,6 +1,7 @@
 //! Direct log churn (`--log URI`): the events the load generator appends fold,
 //! in the real engine, into the clusters and assignments it expects — the initial
-//! mesh as a resync, then an endpoint change, a service added and one removed.
+//! mesh as a resync, then an endpoint change, a service added and one removed,
+//! and VirtualService weight shifts whose markers reach the route configuration.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -38,6 +39,7 @@ async fn appended_churn_folds_into_the_expected_resources() {
         endpoints_per_service: 3,
         http_fraction: 0.5,
         namespaces: 2,
+        rules: 2,
     };
     let mesh = Mesh::new(&spec, &mut rng);
     sink.write_initial(&mesh).await.expect("initial");
@@ -49,6 +51,7 @@ async fn appended_churn_folds_into_the_expected_resources() {
         scale_down: 0,
         service_add: 1,
         service_remove: 1,
+        rule_shift: 1,
     };
     let mut churn = Churn::new(
         mesh,
@@ -90,4 +93,21 @@ async fn appended_churn_folds_into_the_expected_resources() {
         want.sort();
         assert_eq!(addrs, want, "{}", s.cluster);
     }
+    let route = snap
+        .resources
+        .routes
+        .get("8080")
+        .expect("the HTTP port's route");
+    for r in &churn.mesh().rules {
+        assert!(
+            memchr::memmem::find(&route.bytes, r.marker().as_bytes()).is_some(),
+            "route 8080 holds {}'s latest shift ({})",
+            r.name,
+            r.marker()
+        );
+    }
+    assert!(
+        churn.mesh().rules.iter().any(|r| r.rev > 0),
+        "some rule shifted"
+    );
 }

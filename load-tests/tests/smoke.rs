@@ -96,6 +96,46 @@ async fn delta_fleet_converges_on_every_change_with_no_nack() {
     }
 }
 
+/// VirtualService weight shifts among endpoint flaps: every proxy converges on
+/// every shift (its marker in the route configuration it ACKed), and the report
+/// gives the size of the pushed route configuration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_shifts_converge_and_report_the_route_cost() {
+    let mut sc = smoke();
+    sc.name = "smoke-rules".into();
+    sc.proxies = 20;
+    sc.duration_secs = 3;
+    sc.mesh.rules = 4;
+    sc.churn.mix.flap = 1;
+    sc.churn.mix.scale_up = 0;
+    sc.churn.mix.scale_down = 0;
+    sc.churn.mix.service_add = 0;
+    sc.churn.mix.service_remove = 1;
+    sc.churn.mix.rule_shift = 3;
+    let r = spawned(sc, None).await;
+    assert_all_converged(&r);
+    let shifts = r
+        .samples
+        .iter()
+        .filter(|s| s.kind == deltapilot_load_tests::tracker::ChangeKind::RuleShift)
+        .count();
+    assert!(shifts > 0, "no rule shift converged\n{}", r.table());
+    assert_eq!(
+        r.events_without_append_time,
+        0,
+        "every shift was found in the server's log\n{}",
+        r.table()
+    );
+    let route = r
+        .route_bytes_per_push
+        .expect("route configurations were pushed");
+    assert!(
+        route > 0.0 && r.bytes_per_route_ratio.is_some(),
+        "{}",
+        r.table()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sotw_fleet_converges_too() {
     let mut sc = smoke();

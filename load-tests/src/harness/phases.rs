@@ -357,6 +357,12 @@ pub(super) fn churn_figures(
         r.bytes_per_proxy_per_event = Some(push_bytes / (r.events as f64 * receivers));
     }
     r.bytes_per_change_ratio_all = ratio(Some(push_bytes), Some(changed));
+    let routes = c.push_routes.load(Ordering::Relaxed);
+    if routes > 0 {
+        let mean = c.push_route_bytes.load(Ordering::Relaxed) as f64 / routes as f64;
+        r.route_bytes_per_push = Some(mean);
+        r.bytes_per_route_ratio = ratio(r.bytes_per_proxy_per_event, Some(mean));
+    }
     r.bytes_per_change_ratio = ratio(
         Some(c.push_eds_bytes.load(Ordering::Relaxed) as f64),
         Some(c.push_eds_changed_bytes.load(Ordering::Relaxed) as f64),

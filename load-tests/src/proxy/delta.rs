@@ -212,6 +212,7 @@ impl DeltaClient {
                     let (_, routes) = decode::listener_routes(&value)?;
                     self.routes_of.insert(r.name.clone(), routes);
                 }
+                RDS => h.routes.push((r.name.clone(), value)),
                 _ => {}
             }
         }

@@ -114,6 +114,10 @@ pub struct Counters {
     pub push_eds_bytes: AtomicU64,
     /// Bytes of what actually changed in those EDS responses.
     pub push_eds_changed_bytes: AtomicU64,
+    /// Route configurations with new content received during churn.
+    pub push_routes: AtomicU64,
+    /// Their bytes (each route configuration's own size).
+    pub push_route_bytes: AtomicU64,
     /// Resources received during the reconnect storm.
     pub storm_resources: AtomicU64,
     /// Responses received during the reconnect storm.
@@ -555,6 +559,9 @@ async fn run_proxy(
                                 c.push_eds_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                                 c.push_eds_changed_bytes.fetch_add(h.changed_bytes as u64, Ordering::Relaxed);
                             }
+                            c.push_routes.fetch_add(h.routes.len() as u64, Ordering::Relaxed);
+                            let route_bytes: usize = h.routes.iter().map(|(_, b)| b.len()).sum();
+                            c.push_route_bytes.fetch_add(route_bytes as u64, Ordering::Relaxed);
                         }
                         _ => {}
                     }
@@ -570,6 +577,9 @@ async fn run_proxy(
                     }
                     for cluster in &h.gone {
                         shared.tracker.on_cluster_gone(&mut cursor, cluster, group, now);
+                    }
+                    for (route, bytes) in &h.routes {
+                        shared.tracker.on_route(&mut cursor, route, bytes, group, now);
                     }
                     if !h.nacked && let Some(o) = &shared.observer {
                         o.acked(&h.nonce, group, Instant::now());

@@ -64,6 +64,8 @@ pub struct Handled {
     pub cla: Vec<(String, Vec<String>)>,
     /// Clusters removed.
     pub gone: Vec<String>,
+    /// Route configurations received with new content: name and bytes.
+    pub routes: Vec<(String, Bytes)>,
     /// Resources in the response.
     pub resources: usize,
     /// Bytes of the resources whose content differs from what the proxy held

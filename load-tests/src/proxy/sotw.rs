@@ -184,6 +184,9 @@ impl SotwClient {
             let hv = hash(v);
             if self.held[t].get(&name) != Some(&hv) {
                 h.changed_bytes += v.len();
+                if t == RDS {
+                    h.routes.push((name.clone(), any.value.clone()));
+                }
             }
             now.insert(name, hv);
         }
