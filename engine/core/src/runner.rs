@@ -444,12 +444,14 @@ impl Engine {
     }
 
     /// Records that the log has been read up to `head`: the engine's position moves
-    /// up to it (per partition) and the engine becomes ready.
+    /// up to it (per partition), the snapshot at that position is published, and
+    /// only then does the engine become ready, so that nothing that waits for
+    /// readiness (`/readyz`, xDS streams) sees an older position.
     pub fn mark_caught_up(&mut self, head: &Position) {
         self.mark_position(head);
+        self.publish();
         self.stats.caught_up.store(true, Ordering::Relaxed);
         self.ready.send_if_modified(|r| !std::mem::replace(r, true));
-        self.publish();
     }
 
     /// Follows `log` from `from`, folding every batch, until `shutdown` turns `true`
