@@ -107,7 +107,7 @@
 //!
 //! # Security and tuning
 //!
-//! TLS, SASL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER) and tuning are librdkafka
+//! TLS, SASL (PLAIN, SCRAM-SHA-256/512; OAUTHBEARER without OIDC) and tuning are librdkafka
 //! properties given in the URI or a `config=FILE`, applied to every client of the
 //! log; secrets come from files or environment variables, never the URI. The
 //! effective producer configuration is logged at connect with secrets redacted.

@@ -56,6 +56,22 @@ pub fn is_secret(key: &str) -> bool {
             .any(|s| key.ends_with(s))
 }
 
+/// `sasl.oauthbearer.*` properties that are not secret (everything else under it
+/// is redacted in logs: extensions and assertion claims may carry credentials).
+const OAUTHBEARER_PUBLIC: &[&str] = &[
+    "sasl.oauthbearer.method",
+    "sasl.oauthbearer.client.id",
+    "sasl.oauthbearer.scope",
+    "sasl.oauthbearer.token.endpoint.url",
+    "sasl.oauthbearer.grant.type",
+];
+
+/// Whether `key`'s value is hidden wherever it is shown: every secret
+/// ([`is_secret`]), and every `sasl.oauthbearer.*` value but a few public ones.
+pub fn is_redacted(key: &str) -> bool {
+    is_secret(key) || (key.starts_with("sasl.oauthbearer.") && !OAUTHBEARER_PUBLIC.contains(&key))
+}
+
 /// Properties deltapilot sets itself and an operator may not change, each with why.
 pub const OWNED: &[(&str, &str)] = &[
     ("bootstrap.servers", BROKERS),
@@ -141,7 +157,7 @@ impl fmt::Debug for ClientSettings {
 /// A value as it may be shown: secrets by their source only.
 fn shown(key: &str, s: &Source) -> String {
     match s {
-        Source::Value(_) if is_secret(key) => REDACTED.to_owned(),
+        Source::Value(_) if is_redacted(key) => REDACTED.to_owned(),
         Source::Value(v) => v.clone(),
         Source::File(p) => format!("{REDACTED} (file {})", p.display()),
         Source::Env(v) => format!("{REDACTED} (env {v})"),
@@ -226,7 +242,7 @@ impl ClientSettings {
         {
             return Err(format!(
                 "{}=GSSAPI (Kerberos) is not supported: this build's librdkafka has no Cyrus \
-                 SASL; use SCRAM-SHA-512, SCRAM-SHA-256, PLAIN or OAUTHBEARER",
+                 SASL; use SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN",
                 m.key
             ));
         }
@@ -298,7 +314,7 @@ fn check_with_librdkafka(key: &str, value: &str) -> Result<(), String> {
     match c.create_native_config() {
         Ok(_) => Ok(()),
         Err(KafkaError::ClientConfig(_, desc, _, _)) => {
-            let v = if is_secret(key) { REDACTED } else { value };
+            let v = if is_redacted(key) { REDACTED } else { value };
             Err(format!("librdkafka refused {key}={v}: {desc}"))
         }
         Err(e) => Err(format!("librdkafka refused {key}: {e}")),
@@ -311,7 +327,7 @@ fn check_with_librdkafka(key: &str, value: &str) -> Result<(), String> {
 pub(crate) fn client_error(e: KafkaError) -> String {
     match e {
         KafkaError::ClientConfig(_, desc, key, value) => {
-            let v = if is_secret(&key) { REDACTED } else { &value };
+            let v = if is_redacted(&key) { REDACTED } else { &value };
             format!("librdkafka refused {key}={v}: {desc}")
         }
         KafkaError::ClientCreation(why) => format!("librdkafka refused the configuration: {why}"),
@@ -387,7 +403,7 @@ impl Resolved {
         let parts: Vec<String> = self
             .entries
             .iter()
-            .map(|e| match (&e.from, is_secret(&e.key)) {
+            .map(|e| match (&e.from, is_redacted(&e.key)) {
                 (Some(from), true) => format!("{}={REDACTED} ({from})", e.key),
                 (None, true) => format!("{}={REDACTED}", e.key),
                 (_, false) => format!("{}={}", e.key, e.value),
@@ -410,7 +426,7 @@ pub(crate) fn describe_config(c: &ClientConfig) -> String {
         .config_map()
         .into_iter()
         .map(|(k, v)| {
-            if is_secret(k) {
+            if is_redacted(k) {
                 format!("{k}={REDACTED}")
             } else {
                 format!("{k}={v}")
@@ -444,7 +460,7 @@ pub fn redact_uri(uri: &str) -> String {
             let parts: Vec<String> = q
                 .split('&')
                 .map(|kv| match kv.split_once('=') {
-                    Some((k, _)) if is_secret(k) => format!("{k}={REDACTED}"),
+                    Some((k, _)) if is_redacted(k) => format!("{k}={REDACTED}"),
                     _ => kv.to_owned(),
                 })
                 .collect();

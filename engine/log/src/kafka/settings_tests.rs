@@ -184,3 +184,39 @@ fn uris_are_redacted_for_messages() {
         "kafka://h:1/t?partitions=3"
     );
 }
+
+#[test]
+fn oauthbearer_values_are_redacted_and_oidc_is_not_in_this_build() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("kafka.properties");
+    std::fs::write(
+        &file,
+        "sasl.mechanism=OAUTHBEARER\nsasl.oauthbearer.config=principal=dp hidden-value\n",
+    )
+    .expect("write");
+    let mut s = ClientSettings::default();
+    s.set_file(file.to_str().expect("utf-8")).expect("file");
+    let shown = s.resolve().expect("resolve").describe();
+    assert!(shown.contains("sasl.mechanism=OAUTHBEARER"), "{shown}");
+    assert!(
+        shown.contains("sasl.oauthbearer.config=[redacted]"),
+        "{shown}"
+    );
+    assert!(!shown.contains("hidden-value"), "{shown}");
+    // Every other sasl.oauthbearer.* value is hidden too, bar the public few.
+    assert!(is_redacted("sasl.oauthbearer.extensions"));
+    assert!(is_redacted("sasl.oauthbearer.assertion.claim.sub"));
+    assert!(!is_redacted("sasl.oauthbearer.method"));
+    assert!(!is_redacted("sasl.username"));
+    let e = uri(&[("sasl.oauthbearer.client.secret", "x")]).expect_err("secret");
+    assert!(
+        e.contains("sasl.oauthbearer.client.secret.file=PATH"),
+        "{e}"
+    );
+    // OIDC needs libcurl, which this build does not link: librdkafka says so.
+    let e = uri(&[("sasl.oauthbearer.method", "oidc")]).expect_err("no OIDC");
+    assert!(
+        e.contains("sasl.oauthbearer.method") && e.contains("not supported in this build"),
+        "{e}"
+    );
+}
