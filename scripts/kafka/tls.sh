@@ -20,34 +20,34 @@ TLS_SASL_USER=deltapilot
 
 # tls_make_files DIR : the CA, the broker's and the client's certificates, and the
 # passwords. The broker's certificate names 127.0.0.1 and localhost, so clients
-# verify it with endpoint identification on (librdkafka's default).
+# verify it with endpoint identification on (librdkafka's default). P-256 keys:
+# generated in milliseconds, where RSA keys took seconds on a busy machine.
 tls_make_files() {
     local d="$1"
     mkdir -p "$d"
     (
         cd "$d"
         umask 077
-        local ossl=(openssl)
-        "${ossl[@]}" req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=deltapilot test CA" \
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "/CN=deltapilot test CA" \
             -keyout ca.key -out ca.pem 2>/dev/null
-        "${ossl[@]}" req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=untrusted test CA" \
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "/CN=untrusted test CA" \
             -keyout other-ca.key -out other-ca.pem 2>/dev/null
         # The broker: key (PKCS#8, unencrypted) and certificate in one PEM keystore.
-        "${ossl[@]}" req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=127.0.0.1" \
             -keyout broker.key -out broker.csr 2>/dev/null
         printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >broker.ext
-        "${ossl[@]}" x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+        openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
             -extfile broker.ext -out broker.pem 2>/dev/null
-        "${ossl[@]}" pkcs8 -topk8 -nocrypt -in broker.key -out broker.p8 2>/dev/null
+        openssl pkcs8 -topk8 -nocrypt -in broker.key -out broker.p8 2>/dev/null
         cat broker.p8 broker.pem >broker.keystore.pem
         # The client: its key encrypted with a password, as a secret file would hold it.
         python3 -c 'import secrets; print(secrets.token_hex(16))' >client.key.password
-        "${ossl[@]}" req -newkey rsa:2048 -nodes -subj "/CN=deltapilot-client" \
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=deltapilot-client" \
             -keyout client.plain.key -out client.csr 2>/dev/null
         printf 'extendedKeyUsage=clientAuth\n' >client.ext
-        "${ossl[@]}" x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+        openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
             -extfile client.ext -out client.pem 2>/dev/null
-        "${ossl[@]}" pkcs8 -topk8 -v2 aes-256-cbc -in client.plain.key -out client.key \
+        openssl pkcs8 -topk8 -v2 aes-256-cbc -in client.plain.key -out client.key \
             -passout file:client.key.password 2>/dev/null
         rm -f client.plain.key ./*.csr ./*.ext ./*.srl
         printf '%s\n' "$TLS_SASL_USER" >sasl.username
