@@ -53,7 +53,9 @@ echo "== starting Apache Kafka on 127.0.0.1:$kafka_port (with SSL and SASL_SSL l
 DELTAPILOT_KAFKA_TLS=1 bash scripts/kafka.sh start "$kafka_port"
 export DELTAPILOT_KAFKA_BROKERS="127.0.0.1:$kafka_port"
 # DELTAPILOT_KAFKA_SSL_BROKERS, DELTAPILOT_KAFKA_SASL_BROKERS, DELTAPILOT_KAFKA_TLS_DIR
-eval "$(bash scripts/kafka.sh env)"
+# (assigned first: a failing `env` would be masked inside eval's argument).
+kafka_env="$(bash scripts/kafka.sh env)"
+eval "$kafka_env"
 tansu_port="$(free_port)"
 echo "== starting Tansu on 127.0.0.1:$tansu_port (for the Tansu smoke test only)" >&2
 bash scripts/tansu.sh start "$tansu_port"
