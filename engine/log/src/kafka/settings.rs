@@ -380,7 +380,15 @@ pub struct Resolved {
 
 impl Resolved {
     /// Writes the settings over `c` (after deltapilot's own defaults).
+    ///
+    /// Without `ssl.ca.location` or `ssl.ca.pem`, TLS trusts the system's CA
+    /// bundle (`ssl.ca.location=probe`: librdkafka looks in the usual places):
+    /// the OpenSSL built into this binary would otherwise look in its own
+    /// compile-time directory, which holds nothing.
     pub(crate) fn apply(&self, c: &mut ClientConfig) {
+        if self.get("ssl.ca.location").is_none() && self.get("ssl.ca.pem").is_none() {
+            c.set("ssl.ca.location", "probe");
+        }
         for e in &self.entries {
             c.set(&e.key, &e.value);
         }

@@ -220,3 +220,28 @@ fn oauthbearer_values_are_redacted_and_oidc_is_not_in_this_build() {
         "{e}"
     );
 }
+
+#[test]
+fn without_a_ca_the_system_bundle_is_trusted() {
+    let mut c = ClientConfig::new();
+    Resolved::default().apply(&mut c);
+    assert_eq!(c.get("ssl.ca.location"), Some("probe"));
+    let mut c = ClientConfig::new();
+    uri(&[("ssl.ca.location", "/etc/ca.pem")])
+        .expect("valid")
+        .resolve()
+        .expect("resolve")
+        .apply(&mut c);
+    assert_eq!(c.get("ssl.ca.location"), Some("/etc/ca.pem"));
+    let mut c = ClientConfig::new();
+    uri(&[("ssl.ca.pem", "-----BEGIN CERTIFICATE-----")])
+        .expect("valid")
+        .resolve()
+        .expect("resolve")
+        .apply(&mut c);
+    assert_eq!(
+        c.get("ssl.ca.location"),
+        None,
+        "a PEM CA alone, not widened"
+    );
+}
