@@ -17,7 +17,9 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-# zlib is linked statically, so the runtime needs nothing beyond glibc and libgcc.
+# zlib is linked statically, and OpenSSL (Kafka TLS and SASL) is built from
+# source by the rdkafka crate and linked statically too (perl and make come with
+# the image), so the runtime needs nothing beyond glibc and libgcc.
 ENV LIBZ_SYS_STATIC=1
 RUN cargo build --release --locked -p deltapilot-server --bin deltapilot \
     && mkdir -p /out/var/lib/deltapilot \

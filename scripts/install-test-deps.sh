@@ -78,9 +78,11 @@ GRPC_REQS=("grpcio==1.85.3" "grpcio-tools==1.85.1" "protobuf==7.36.2")
 # Apt packages: the rdkafka crate's bundled librdkafka build runs a configure
 # script (needs python3) and a C compiler (build-essential); libz-sys prefers
 # the system zlib via pkg-config. curl is for ad-hoc HTTP checks of Envoy's
-# admin port. No cmake and no libssl-dev: the default rdkafka features need
-# neither.
-APT_PKGS=(build-essential python3 pkg-config zlib1g-dev curl ca-certificates)
+# admin port. No cmake and no libssl-dev: rdkafka's `ssl-vendored` feature
+# builds OpenSSL from source (openssl-src), which needs only perl (pulled in by
+# build-essential) and make. The openssl CLI makes the test broker's
+# certificates (scripts/kafka/tls.sh).
+APT_PKGS=(build-essential python3 pkg-config zlib1g-dev curl ca-certificates openssl)
 # Apache Kafka 4.x needs Java 17+ for the broker; Maven fetches its jars.
 # (The JDK, not just the JRE: scripts/kafka.sh's readiness probe is a one-file
 # Java program run by the source launcher, which needs the jdk.compiler module.)

@@ -5,7 +5,9 @@
 #   1. installs the real peers (apt build deps, Apache Kafka, Tansu, Envoy, grpcio,
 #      the go-control-plane peer) outside the repo;
 #   2. starts an Apache Kafka broker on a free 127.0.0.1 port for the Kafka-backed
-#      tests (DELTAPILOT_KAFKA_BROKERS), and a Tansu broker on another for the one
+#      tests (DELTAPILOT_KAFKA_BROKERS), with an SSL and a SASL_SSL listener for the
+#      security tests (DELTAPILOT_KAFKA_SSL_BROKERS, DELTAPILOT_KAFKA_SASL_BROKERS,
+#      DELTAPILOT_KAFKA_TLS_DIR), and a Tansu broker on another for the one
 #      Tansu smoke test (DELTAPILOT_TANSU_BROKERS);
 #   3. checks formatting and lints (clippy -D warnings), and lints the packaging:
 #      hadolint on the Dockerfile, `helm lint --strict` on the chart with its
@@ -13,7 +15,8 @@
 #      parser on the alert rules;
 #   4. runs the whole test suite.
 #
-# Tests that need a peer read DELTAPILOT_KAFKA_BROKERS, DELTAPILOT_TANSU_BROKERS,
+# Tests that need a peer read DELTAPILOT_KAFKA_BROKERS (and the secured
+# listeners' variables above), DELTAPILOT_TANSU_BROKERS,
 # DELTAPILOT_ENVOY, DELTAPILOT_GRPC_PYTHON, DELTAPILOT_GCP_PEER,
 # DELTAPILOT_GRPC_GO, DELTAPILOT_HELM, DELTAPILOT_HADOLINT and
 # DELTAPILOT_RULECHECK, and FAIL (never skip) when one is missing.
@@ -46,9 +49,13 @@ cleanup() {
 }
 trap cleanup EXIT
 kafka_port="$(free_port)"
-echo "== starting Apache Kafka on 127.0.0.1:$kafka_port" >&2
-bash scripts/kafka.sh start "$kafka_port"
+echo "== starting Apache Kafka on 127.0.0.1:$kafka_port (with SSL and SASL_SSL listeners)" >&2
+DELTAPILOT_KAFKA_TLS=1 bash scripts/kafka.sh start "$kafka_port"
 export DELTAPILOT_KAFKA_BROKERS="127.0.0.1:$kafka_port"
+# DELTAPILOT_KAFKA_SSL_BROKERS, DELTAPILOT_KAFKA_SASL_BROKERS, DELTAPILOT_KAFKA_TLS_DIR
+# (assigned first: a failing `env` would be masked inside eval's argument).
+kafka_env="$(bash scripts/kafka.sh env)"
+eval "$kafka_env"
 tansu_port="$(free_port)"
 echo "== starting Tansu on 127.0.0.1:$tansu_port (for the Tansu smoke test only)" >&2
 bash scripts/tansu.sh start "$tansu_port"

@@ -337,6 +337,7 @@ fn chart_lints_and_renders_into_valid_objects_that_match_the_binary() {
         };
         pod_non_root(&name, &server_spec);
         check_secrets(&name, &values, &server_spec);
+        check_kafka_files(&format!("{name}: server"), &values, &server_spec);
         let server = &server_spec.containers[0];
         check_container(&format!("{name}: server"), server);
         check_probes(&format!("{name}: server"), server);
@@ -396,6 +397,7 @@ fn chart_lints_and_renders_into_valid_objects_that_match_the_binary() {
             pod_non_root(&name, pod);
             let c = &pod.containers[0];
             check_container(&format!("{name}: adapter"), c);
+            check_kafka_files(&format!("{name}: adapter"), &values, pod);
             let has_no_istio = c.args.iter().flatten().any(|a| a == "--no-istio");
             assert_eq!(has_no_istio, !istio, "{name}: --no-istio iff istio is off");
             let aenv = env_of(c);
@@ -538,6 +540,67 @@ fn the_chart_defaults_are_the_binarys_and_unhonourable_settings_fail_the_render(
     let err = render_text(None, &["xds.tls.secretName=s", "xds.tls.allow={a}"])
         .expect_err("allow without mutual");
     assert!(err.contains("xds.tls.allow needs xds.tls.mutual"), "{err}");
+    let kafka = ["log.mode=kafka", "log.kafka.brokers={k:9092}"];
+    let err = render_text(
+        None,
+        &[kafka[0], kafka[1], "log.kafka.options.sasl\\.password=x"],
+    )
+    .expect_err("a password in the URI");
+    assert!(
+        err.contains("a secret in the kafka:// URI is refused")
+            && err.contains("sasl.password.file"),
+        "{err}"
+    );
+    let err = render_text(None, &["log.kafka.secretName=s"]).expect_err("embedded");
+    assert!(err.contains("applies only to log.mode=kafka"), "{err}");
+}
+
+/// On Kafka, every file the `kafka://` URI names under the Kafka Secret's
+/// directory (a CA, a password file) is in that Secret's volume, mounted as a
+/// directory.
+fn check_kafka_files(what: &str, values: &serde_yaml::Value, pod: &PodSpec) {
+    let c = &pod.containers[0];
+    let Some(uri) = env_of(c).get("DELTAPILOT_LOG").cloned() else {
+        return;
+    };
+    let secret = values["log"]["kafka"]["secretName"].as_str().unwrap_or("");
+    let query = uri.split_once('?').map_or("", |(_, q)| q);
+    for value in query
+        .split('&')
+        .filter_map(|kv| kv.split_once('=').map(|(_, v)| v))
+    {
+        let Some(file) = value.strip_prefix("/etc/deltapilot/kafka/") else {
+            continue;
+        };
+        assert!(
+            !secret.is_empty(),
+            "{what}: {value} needs log.kafka.secretName"
+        );
+        let mount = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.mount_path == "/etc/deltapilot/kafka")
+            .unwrap_or_else(|| panic!("{what}: {value} is in no mounted directory"));
+        assert_eq!(
+            mount.sub_path, None,
+            "{what}: {file} through a subPath mount"
+        );
+        let volume = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == mount.name)
+            .unwrap_or_else(|| panic!("{what}: no volume {}", mount.name));
+        assert_eq!(
+            volume
+                .secret
+                .as_ref()
+                .and_then(|s| s.secret_name.as_deref()),
+            Some(secret),
+            "{what}: {value}"
+        );
+    }
 }
 
 /// The TLS and admin-token values: each file the server reads is in a Secret

@@ -55,6 +55,7 @@ async fn open(name: &str, partitions: i32) -> KafkaLog {
         append_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(5),
         read_timeout: Duration::from_secs(20),
+        ..KafkaOptions::default()
     };
     let log = bounded("connect", KafkaLog::connect(&brokers(), &topic, opts))
         .await

@@ -36,6 +36,7 @@ use futures::stream::BoxStream;
 pub use deltapilot_types::{Position, RecordPos};
 pub use error::{Error, Result};
 pub use health::{AppendFailure, LogHealth};
+pub use kafka::settings::redact_uri;
 pub use record::{Record, decode_event, encode_event};
 pub use uri::{DEFAULT_LOG_URI, LogOptions, LogUri, parse as parse_uri};
 

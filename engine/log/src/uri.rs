@@ -8,6 +8,11 @@
 //! configuration: `file://./data?fsync=interval&fsync_interval_ms=5&segment_bytes=67108864`,
 //! `file://./data?compact=true&retention=7d`,
 //! `kafka://127.0.0.1:9092/events?partitions=6&append_timeout_ms=10000`.
+//!
+//! A `kafka://` query key with a dot is a librdkafka property (TLS, SASL, tuning),
+//! and `config=FILE` names a file of more: see [`crate::kafka::settings`]
+//! (`kafka://h:9093/events?security.protocol=SASL_SSL&sasl.mechanism=SCRAM-SHA-512&sasl.username=dp&sasl.password.file=/etc/dp/password`).
+//! A secret in the URI is refused, and error messages show the URI redacted.
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -49,7 +54,7 @@ pub struct LogOptions {
 /// Parses a `--log` URI and its query options.
 pub fn parse(uri: &str) -> Result<(LogUri, LogOptions)> {
     let bad = |reason: String| Error::InvalidUri {
-        uri: uri.to_owned(),
+        uri: crate::kafka::settings::redact_uri(uri),
         reason,
     };
     let (base, query) = match uri.split_once('?') {
@@ -125,6 +130,14 @@ pub fn parse(uri: &str) -> Result<(LogUri, LogOptions)> {
         let (brokers, topic) = rest
             .split_once('/')
             .ok_or_else(|| bad("expected kafka://HOST:PORT/TOPIC".into()))?;
+        if brokers.contains('@') {
+            return Err(bad(
+                "credentials in the URI (user:password@) are refused: a URI shows in process \
+                 listings, shell history and logs; give sasl.username=USER and \
+                 sasl.password.file=PATH (or sasl.password.env=VAR)"
+                    .into(),
+            ));
+        }
         if brokers.is_empty() || brokers.split(',').any(|b| !b.contains(':')) {
             return Err(bad("every broker must be HOST:PORT".into()));
         }
@@ -154,9 +167,15 @@ pub fn parse(uri: &str) -> Result<(LogUri, LogOptions)> {
                     opts.kafka.request_timeout =
                         Duration::from_millis(parse_num(k, v).map_err(bad)?)
                 }
+                "config" => opts.kafka.client.set_file(v).map_err(bad)?,
+                k if crate::kafka::settings::is_librdkafka_key(k) => {
+                    opts.kafka.client.add_uri(k, v).map_err(bad)?
+                }
                 _ => {
                     return Err(bad(format!(
-                        "unknown option {k:?} for kafka:// (known: partitions, append_timeout_ms, request_timeout_ms)"
+                        "unknown option {k:?} for kafka:// (known: partitions, append_timeout_ms, \
+                         request_timeout_ms, config=FILE, and librdkafka properties, which have \
+                         a dot: security.protocol, ssl.ca.location, sasl.mechanism, …)"
                     )));
                 }
             }
@@ -247,6 +266,36 @@ mod tests {
     }
 
     #[test]
+    fn kafka_uri_with_security_settings() {
+        let (_, o) = parse(
+            "kafka://h:9093/events?security.protocol=SASL_SSL&ssl.ca.location=/ca.pem\
+             &sasl.mechanism=SCRAM-SHA-512&sasl.username=dp&sasl.password.file=/pw\
+             &config=/etc/dp/kafka.properties",
+        )
+        .expect("parse");
+        assert!(!o.kafka.client.is_empty());
+        assert_eq!(
+            o.kafka.client.config_file(),
+            Some(std::path::Path::new("/etc/dp/kafka.properties"))
+        );
+    }
+
+    #[test]
+    fn a_password_in_the_uri_is_refused_and_not_echoed() {
+        for (uri, needle) in [
+            (
+                "kafka://h:1/t?sasl.username=u&sasl.password=hunter2",
+                "sasl.password in the URI is refused",
+            ),
+            ("kafka://u:hunter2@h:1/t", "credentials in the URI"),
+        ] {
+            let e = parse(uri).expect_err(uri).to_string();
+            assert!(e.contains(needle), "{uri}: {e}");
+            assert!(!e.contains("hunter2"), "{uri}: {e}");
+        }
+    }
+
+    #[test]
     fn bad_uris_say_why() {
         for (uri, needle) in [
             ("http://x", "expected file://"),
@@ -258,6 +307,9 @@ mod tests {
             ("file://./d?retention=7", "unit is required"),
             ("file://./d?retention=7w", "unknown unit"),
             ("file://./d?retention=d", "whole number"),
+            ("kafka://h:1/t?ssl.ca.locaton=/x", "ssl.ca.locaton"),
+            ("kafka://h:1/t?colour=blue", "unknown option"),
+            ("kafka://h:1/t?acks=0", "set by deltapilot"),
         ] {
             let e = parse(uri).expect_err(uri).to_string();
             assert!(e.contains(needle), "{uri}: {e}");

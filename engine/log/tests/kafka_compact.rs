@@ -181,6 +181,7 @@ async fn a_replica_on_a_compacted_topic_converges_to_the_full_history_hash() {
         append_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(5),
         read_timeout: Duration::from_secs(20),
+        ..KafkaOptions::default()
     };
     let log = bounded("connect", KafkaLog::connect(&brokers, &topic, opts.clone()))
         .await

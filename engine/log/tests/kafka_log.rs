@@ -42,6 +42,7 @@ fn opts(partitions: i32) -> KafkaOptions {
         append_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(5),
         read_timeout: Duration::from_secs(20),
+        ..KafkaOptions::default()
     }
 }
 
@@ -708,6 +709,7 @@ async fn broker_death_fails_appends_and_reads_within_their_bounds() {
         append_timeout: Duration::from_secs(2),
         request_timeout: Duration::from_secs(2),
         read_timeout: Duration::from_secs(4),
+        ..KafkaOptions::default()
     };
     let log = bounded(
         "connect",

@@ -79,6 +79,7 @@ async fn drill(kind: Broker) {
         append_timeout: APPEND_TIMEOUT,
         request_timeout: Duration::from_secs(2),
         read_timeout: Duration::from_secs(10),
+        ..KafkaOptions::default()
     };
     let log = tokio::time::timeout(WAIT, KafkaLog::connect(&addr, "dp-test-outage", opts))
         .await

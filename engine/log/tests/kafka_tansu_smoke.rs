@@ -29,6 +29,7 @@ async fn append_and_follow_back_on_tansu() {
         append_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(5),
         read_timeout: Duration::from_secs(20),
+        ..KafkaOptions::default()
     };
     let log = tokio::time::timeout(WAIT, KafkaLog::connect(&brokers, &topic, opts))
         .await

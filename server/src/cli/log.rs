@@ -32,7 +32,11 @@ pub(crate) struct LogArgs {
     /// `fsync_interval_ms=N`, `segment_bytes=N`, `compact=true|false`,
     /// `retention=DURATION` (tombstones kept after compaction, e.g. `7d`). `kafka://` (several brokers separated
     /// by commas): `partitions=N` (used when the topic is created),
-    /// `append_timeout_ms=N`, `request_timeout_ms=N`. Example:
+    /// `append_timeout_ms=N`, `request_timeout_ms=N`, `config=FILE` (librdkafka
+    /// `key=value` lines), and any librdkafka property (a key with a dot: TLS, SASL,
+    /// tuning, e.g. `security.protocol=SASL_SSL&sasl.mechanism=SCRAM-SHA-512`);
+    /// secrets as `KEY.file=PATH` or `KEY.env=VAR`, never in the URI (README,
+    /// "Operations: Kafka settings"). Example:
     /// `file:///var/lib/deltapilot/log?fsync=always`.
     #[arg(
         long = "log",
@@ -40,7 +44,7 @@ pub(crate) struct LogArgs {
         env = "DELTAPILOT_LOG",
         value_name = "URI",
         default_value = DEFAULT_LOG_URI,
-        value_parser = parse_target
+        value_parser = QuietUri(parse_target)
     )]
     log: LogTarget,
 
@@ -82,7 +86,38 @@ pub(crate) struct LogTarget {
     opts: LogOptions,
 }
 
-/// clap value parser for `--log`: a bad URI is a usage error (exit status 2).
+/// A clap value parser that reports a bad `--log` without echoing the value:
+/// clap's own message quotes it whole, and a URI may hold a secret the parser
+/// refuses (the parser's error names the URI with secrets redacted). A bad URI is
+/// a usage error (exit status 2).
+#[derive(Clone)]
+pub(crate) struct QuietUri<T>(pub(crate) fn(&str) -> Result<T, String>);
+
+impl<T: Clone + Send + Sync + 'static> clap::builder::TypedValueParser for QuietUri<T> {
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<T, clap::Error> {
+        let flag = arg.and_then(|a| a.get_long()).unwrap_or("log");
+        let fail = |why: String| {
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("--{flag}: {why}\n"),
+            )
+            .with_cmd(cmd)
+        };
+        let text = value
+            .to_str()
+            .ok_or_else(|| fail("not valid UTF-8".into()))?;
+        (self.0)(text).map_err(fail)
+    }
+}
+
+/// Parses `--log` (through [`QuietUri`]).
 fn parse_target(text: &str) -> Result<LogTarget, String> {
     let (uri, opts) = parse_uri(text).map_err(|e| e.to_string())?;
     Ok(LogTarget {

@@ -45,6 +45,11 @@ app.kubernetes.io/component: adapter
 {{- if not $k.brokers -}}
 {{- fail "log.kafka.brokers: at least one HOST:PORT is required when log.mode is kafka" -}}
 {{- end -}}
+{{- range $key := keys $k.options -}}
+{{- if regexMatch "(\\.password|\\.secret|\\.passphrase|^ssl\\.key\\.pem|^sasl\\.oauthbearer\\.config)$" $key -}}
+{{- fail (printf "log.kafka.options.%s: a secret in the kafka:// URI is refused (it shows in the pod spec); put it in log.kafka.secretName and give %s.file: %s/FILE" $key $key (include "deltapilot.kafkaSecretDir" $)) -}}
+{{- end -}}
+{{- end -}}
 kafka://{{ join "," $k.brokers }}/{{ $k.topic }}{{ include "deltapilot.query" $k.options }}
 {{- end -}}
 
@@ -184,6 +189,36 @@ capabilities:
       mountPath: {{ include "deltapilot.adminTokenDir" . }}
       readOnly: true
     {{- end }}
+    {{- with include "deltapilot.kafkaSecretMount" . }}
+    {{- . | nindent 4 }}
+    {{- end }}
+{{- end -}}
+
+{{/* Where log.kafka.secretName is mounted (a directory, as above), in the
+replicas and the adapter. */}}
+{{- define "deltapilot.kafkaSecretDir" -}}
+/etc/deltapilot/kafka
+{{- end -}}
+
+{{/* The volumeMount of log.kafka.secretName (kafka mode), or nothing. */}}
+{{- define "deltapilot.kafkaSecretMount" -}}
+{{- if and (eq .Values.log.mode "kafka") .Values.log.kafka.secretName -}}
+- name: kafka-secret
+  mountPath: {{ include "deltapilot.kafkaSecretDir" . }}
+  readOnly: true
+{{- end -}}
+{{- end -}}
+
+{{/* The volume of log.kafka.secretName (kafka mode), or nothing. */}}
+{{- define "deltapilot.kafkaSecretVolume" -}}
+{{- if and .Values.log.kafka.secretName (ne .Values.log.mode "kafka") -}}
+{{- fail "log.kafka.secretName applies only to log.mode=kafka (the embedded log has no Kafka client)" -}}
+{{- end -}}
+{{- if and (eq .Values.log.mode "kafka") .Values.log.kafka.secretName -}}
+- name: kafka-secret
+  secret:
+    secretName: {{ .Values.log.kafka.secretName }}
+{{- end -}}
 {{- end -}}
 
 {{/* Where the xDS TLS Secret is mounted: a directory, not subPath files, so
@@ -198,7 +233,7 @@ that the kubelet's ..data swap reaches the files deltapilot polls. */}}
 {{- end -}}
 
 {{/* The server pod's volumes besides its data: the in-process adapter's
-kubeconfig, the xDS TLS Secret, the admin token Secret. */}}
+kubeconfig, the xDS TLS Secret, the admin token Secret, the Kafka Secret. */}}
 {{- define "deltapilot.serverVolumes" -}}
 {{- if and (ne .Values.log.mode "kafka") .Values.kubernetes.enabled }}
 - name: kubeconfig
@@ -217,6 +252,9 @@ kubeconfig, the xDS TLS Secret, the admin token Secret. */}}
     items:
       - key: {{ .Values.admin.tokenKey }}
         path: token
+{{- end }}
+{{- with include "deltapilot.kafkaSecretVolume" . }}
+{{ . }}
 {{- end }}
 {{- end -}}
 

@@ -5,10 +5,17 @@
 //! that use them (`topic`, `produce`, `consume`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rdkafka::config::ClientConfig;
+use rdkafka::client::ClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{ConsumerContext, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::FutureProducer;
 
+use super::Target;
+use super::settings::ClientSettings;
 use crate::{Error, Result};
 
 /// Options of the Kafka backend.
@@ -28,6 +35,9 @@ pub struct KafkaOptions {
     /// `request_timeout` because a `read` may fetch up to its limit of records from
     /// every partition (see the module docs of [`crate::kafka`]).
     pub read_timeout: Duration,
+    /// The operator's librdkafka settings (TLS, SASL, tuning): the URI's dotted
+    /// keys and its `config=FILE` (see [`ClientSettings`]).
+    pub client: ClientSettings,
 }
 
 impl Default for KafkaOptions {
@@ -37,6 +47,7 @@ impl Default for KafkaOptions {
             append_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(5),
             read_timeout: Duration::from_secs(60),
+            client: ClientSettings::default(),
         }
     }
 }
@@ -113,6 +124,84 @@ fn ms(d: Duration) -> String {
 /// broker thread's wake-ups, close to `append_timeout` while the broker is down.
 const RECONNECT_BACKOFF_MAX_MS: &str = "1000";
 
+/// The last error librdkafka reported on any client of one log. A failed TLS
+/// handshake, refused credentials or a plaintext client on a TLS port surface only
+/// here (the request itself just times out), so a timeout quotes it.
+#[derive(Clone, Default)]
+pub(super) struct LastError(Arc<Mutex<Reported>>);
+
+/// The last specific error, and the last "all brokers are down", which follows
+/// every specific one and says nothing about why.
+#[derive(Default)]
+struct Reported {
+    cause: Option<String>,
+    all_down: Option<String>,
+}
+
+impl LastError {
+    /// What librdkafka last complained about, if anything: the last specific
+    /// error, else "all brokers are down".
+    pub(super) fn get(&self) -> Option<String> {
+        let r = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        r.cause.clone().or_else(|| r.all_down.clone())
+    }
+}
+
+impl ClientContext for LastError {
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::error!(target: "librdkafka", %error, "{reason}");
+        let mut r = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
+            r.all_down = Some(reason.to_owned());
+        } else {
+            r.cause = Some(reason.to_owned());
+        }
+    }
+
+    /// As rdkafka's default (librdkafka's log lines under target `librdkafka`),
+    /// and a connection failure (`FAIL`) is kept as a cause: a plaintext client
+    /// on a TLS port learns nothing else (the broker just closes).
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        use RDKafkaLogLevel as L;
+        match level {
+            L::Emerg | L::Alert | L::Critical | L::Error => {
+                tracing::error!(target: "librdkafka", "librdkafka: {fac} {message}")
+            }
+            L::Warning => tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}"),
+            L::Notice | L::Info => {
+                tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}")
+            }
+            L::Debug => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}"),
+        }
+        if fac == "FAIL" {
+            self.0
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .cause = Some(message.to_owned());
+        }
+    }
+}
+
+impl ConsumerContext for LastError {}
+
+impl std::fmt::Debug for LastError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.get())
+    }
+}
+
+/// The log's producer, reporting into [`LastError`].
+pub(super) type Producer = FutureProducer<LastError>;
+
+/// The log's consumers, reporting into [`LastError`].
+pub(super) type Consumer = StreamConsumer<LastError>;
+
 fn base(brokers: &str, client_id: &str) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", brokers)
@@ -125,8 +214,8 @@ fn base(brokers: &str, client_id: &str) -> ClientConfig {
 }
 
 /// The producer: idempotent, `acks=all`, key-hashed with Java-compatible murmur2.
-pub(super) fn producer(brokers: &str, opts: &KafkaOptions) -> ClientConfig {
-    let mut c = base(brokers, "deltapilot-producer");
+pub(super) fn producer(target: &Target, opts: &KafkaOptions) -> ClientConfig {
+    let mut c = base(&target.brokers, "deltapilot-producer");
     c.set("enable.idempotence", "true")
         // Implied by idempotence; explicit so nobody "tunes" it away.
         .set("acks", "all")
@@ -142,17 +231,20 @@ pub(super) fn producer(brokers: &str, opts: &KafkaOptions) -> ClientConfig {
         .set("linger.ms", PRODUCER_LINGER_MS)
         // Events are small protobufs that compress well in batches (resyncs).
         .set("compression.type", "zstd");
+    target.settings.apply(&mut c);
     c
 }
 
 /// The admin client used to create the topic.
-pub(super) fn admin(brokers: &str) -> ClientConfig {
-    base(brokers, "deltapilot-admin")
+pub(super) fn admin(target: &Target) -> ClientConfig {
+    let mut c = base(&target.brokers, "deltapilot-admin");
+    target.settings.apply(&mut c);
+    c
 }
 
 /// A consumer that reads by assignment only.
-pub(super) fn consumer(brokers: &str, role: ConsumerRole) -> ClientConfig {
-    let mut c = base(brokers, "deltapilot-reader");
+pub(super) fn consumer(target: &Target, role: ConsumerRole) -> ClientConfig {
+    let mut c = base(&target.brokers, "deltapilot-reader");
     let wait = match role {
         ConsumerRole::Scan => SCAN_FETCH_WAIT_MS,
         ConsumerRole::Follow => FOLLOW_FETCH_WAIT_MS,
@@ -171,6 +263,7 @@ pub(super) fn consumer(brokers: &str, role: ConsumerRole) -> ClientConfig {
         .set("auto.offset.reset", "error")
         .set("fetch.wait.max.ms", wait)
         .set("queued.max.messages.kbytes", CONSUMER_PREFETCH_KBYTES);
+    target.settings.apply(&mut c);
     c
 }
 
@@ -223,13 +316,10 @@ mod tests {
         use rdkafka::consumer::BaseConsumer;
         use rdkafka::producer::BaseProducer;
         let opts = KafkaOptions::default();
-        let _: BaseProducer = producer("127.0.0.1:1", &opts)
-            .create()
-            .expect("producer config");
+        let target = Target::new("127.0.0.1:1", "t", Default::default());
+        let _: BaseProducer = producer(&target, &opts).create().expect("producer config");
         for role in [ConsumerRole::Scan, ConsumerRole::Follow] {
-            let _: BaseConsumer = consumer("127.0.0.1:1", role)
-                .create()
-                .expect("consumer config");
+            let _: BaseConsumer = consumer(&target, role).create().expect("consumer config");
         }
     }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::Consumer as _;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::Producer;
@@ -43,7 +43,7 @@ pub(super) enum Polled {
 /// A consumer assigned to every partition of the topic at given offsets.
 pub(super) struct Assigned {
     /// Always `Some` until drop (taken there to close it off the async runtime).
-    consumer: Option<StreamConsumer>,
+    consumer: Option<config::Consumer>,
     target: Target,
 }
 
@@ -52,9 +52,9 @@ impl Assigned {
     /// "the earliest record the broker still has", so a topic whose oldest records
     /// were removed by retention reads from its new start instead of failing.
     pub(super) fn new(target: &Target, role: ConsumerRole, from: &[u64]) -> Result<Self> {
-        let consumer: StreamConsumer = config::consumer(&target.brokers, role)
-            .create()
-            .map_err(|e| target.err("create consumer", e))?;
+        let consumer: config::Consumer = config::consumer(target, role)
+            .create_with_context(target.last_error.clone())
+            .map_err(|e| target.err("create consumer", super::settings::client_error(e)))?;
         let mut tpl = TopicPartitionList::with_capacity(from.len());
         for (p, &o) in from.iter().enumerate() {
             let offset = match o {

@@ -103,12 +103,21 @@
 //! topic configuration beyond creating a compacted topic (retention, compaction
 //! tuning, `min.insync.replicas` and an existing topic's policy are the operator's); noticing partitions added after
 //! `connect` (adding partitions moves keys and breaks per-key order, so don't);
-//! committing offsets (the engine keeps its own [`Position`]); TLS/SASL (not yet).
+//! committing offsets (the engine keeps its own [`Position`]); Kerberos (GSSAPI).
+//!
+//! # Security and tuning
+//!
+//! TLS, SASL (PLAIN, SCRAM-SHA-256/512; OAUTHBEARER without OIDC) and tuning are librdkafka
+//! properties given in the URI or a `config=FILE`, applied to every client of the
+//! log; secrets come from files or environment variables, never the URI. The
+//! effective producer configuration is logged at connect with secrets redacted.
+//! See `settings`.
 
 mod config;
 mod consume;
 mod follow;
 mod produce;
+pub mod settings;
 mod topic;
 
 use std::fmt;
@@ -116,9 +125,10 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use deltapilot_proto::Event;
 use futures::stream::BoxStream;
-use rdkafka::producer::FutureProducer;
 
 pub use config::KafkaOptions;
+use config::{LastError, Producer};
+pub use settings::ClientSettings;
 
 use super::{EventLog, FollowItem, Position, Record, RecordPos};
 use crate::health::LogHealth;
@@ -130,20 +140,55 @@ pub struct KafkaLog {
     shared: Arc<Shared>,
 }
 
-/// Broker list and topic, carried into every error.
+/// Broker list and topic, carried into every error, with what every client of
+/// the log is configured with.
 #[derive(Debug, Clone)]
 struct Target {
     brokers: String,
     topic: String,
+    /// The operator's librdkafka settings, files and variables read.
+    settings: Arc<settings::Resolved>,
+    /// The last error any client of this log reported.
+    last_error: LastError,
 }
 
 impl Target {
+    fn new(brokers: &str, topic: &str, settings: settings::Resolved) -> Self {
+        Self {
+            brokers: brokers.to_owned(),
+            topic: topic.to_owned(),
+            settings: Arc::new(settings),
+            last_error: LastError::default(),
+        }
+    }
+
     /// A [`Error::Kafka`] that says which cluster and topic it is about.
     fn err(&self, op: &'static str, what: impl fmt::Display) -> Error {
         Error::Kafka {
             op,
             reason: format!("{what} [topic {:?}, brokers {}]", self.topic, self.brokers),
         }
+    }
+
+    /// `what`, with the last error librdkafka reported (the cause of a timeout
+    /// when TLS or authentication fails) if there is one.
+    fn with_cause(&self, what: impl fmt::Display) -> String {
+        let Some(cause) = self.last_error.get() else {
+            return what.to_string();
+        };
+        // The broker closes a plaintext client's first request on a TLS listener
+        // without a word; say what that usually means.
+        let plaintext = self
+            .settings
+            .get("security.protocol")
+            .is_none_or(|p| p.eq_ignore_ascii_case("plaintext"));
+        let hint = if plaintext && cause.contains("APIVERSION_QUERY") {
+            " (the broker closed the connection at the first request: if this is a TLS \
+             or SASL listener, set security.protocol=SSL, SASL_SSL or SASL_PLAINTEXT)"
+        } else {
+            ""
+        };
+        format!("{what}; the client's last error: {cause}{hint}")
     }
 }
 
@@ -167,12 +212,12 @@ struct Shared {
 /// saw the same fatal producer rebuild it once.
 struct ProducerSlot {
     generation: u64,
-    producer: FutureProducer,
+    producer: Producer,
 }
 
 impl Shared {
     /// The current producer (a cheap handle) and its generation.
-    fn producer(&self) -> (u64, FutureProducer) {
+    fn producer(&self) -> (u64, Producer) {
         let slot = self
             .producer
             .read()
@@ -211,18 +256,29 @@ impl KafkaLog {
     /// Fails within about `opts.request_timeout` if the brokers cannot be reached.
     pub async fn connect(brokers: &str, topic: &str, opts: KafkaOptions) -> Result<Self> {
         opts.validate()?;
-        let target = Target {
-            brokers: brokers.to_owned(),
-            topic: topic.to_owned(),
-        };
+        let unconfigured = Target::new(brokers, topic, settings::Resolved::default());
         if brokers.trim().is_empty() || topic.is_empty() {
-            return Err(target.err("connect", "broker list and topic must not be empty"));
+            return Err(unconfigured.err("connect", "broker list and topic must not be empty"));
         }
+        let resolved = opts
+            .client
+            .resolve()
+            .map_err(|why| unconfigured.err("configure", why))?;
+        let target = Target::new(brokers, topic, resolved);
         // Created first: the idempotent producer fetches its producer id in the
         // background, overlapping the topic set-up below.
-        let producer: FutureProducer = config::producer(brokers, &opts)
-            .create()
-            .map_err(|e| target.err("create producer", e))?;
+        let producer_config = config::producer(&target, &opts);
+        tracing::info!(
+            %brokers,
+            %topic,
+            given = %target.settings.describe(),
+            effective = %settings::describe_config(&producer_config),
+            "kafka client configuration (secrets redacted; readers and the admin client \
+             share the given settings)"
+        );
+        let producer: Producer = producer_config
+            .create_with_context(target.last_error.clone())
+            .map_err(|e| target.err("create producer", settings::client_error(e)))?;
         let partitions = topic::ensure(&target, &opts, &producer).await?;
         Ok(Self {
             shared: Arc::new(Shared {

@@ -82,9 +82,10 @@ use deltapilot_proto::Event;
 use deltapilot_proto::event::Payload;
 use deltapilot_proto::resync_marker::Phase;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer, PurgeConfig};
+use rdkafka::producer::{DeliveryFuture, FutureRecord, Producer as _, PurgeConfig};
 use tokio::time::Instant;
 
+use super::config::Producer;
 use super::{ProducerSlot, Shared, config};
 use crate::health::AppendFailure;
 use crate::{Error, Result};
@@ -173,9 +174,13 @@ fn rebuild(shared: &Shared, generation: u64, code: RDKafkaErrorCode, why: &str) 
     if slot.generation != generation {
         return Ok(());
     }
-    let fresh: FutureProducer = config::producer(&shared.target.brokers, &shared.opts)
-        .create()
-        .map_err(|e| shared.target.err("create producer", e))?;
+    let fresh: Producer = config::producer(&shared.target, &shared.opts)
+        .create_with_context(shared.target.last_error.clone())
+        .map_err(|e| {
+            shared
+                .target
+                .err("create producer", super::settings::client_error(e))
+        })?;
     let old = std::mem::replace(
         &mut *slot,
         ProducerSlot {
@@ -240,7 +245,7 @@ impl From<Error> for Failure {
 /// One attempt at the whole batch on `producer`.
 async fn append_on(
     shared: &Shared,
-    producer: &FutureProducer,
+    producer: &Producer,
     batch: &[Prepared],
 ) -> Result<Vec<RecordPos>, Failure> {
     let n = batch.len();
@@ -382,7 +387,7 @@ fn prepare(events: &[Event], partitions: usize) -> Result<Vec<Prepared>> {
 /// enqueue order.
 async fn send_run(
     shared: &Shared,
-    producer: &FutureProducer,
+    producer: &Producer,
     batch: &[Prepared],
     sends: impl Iterator<Item = Outgoing>,
 ) -> Result<Vec<(Outgoing, RecordPos)>, Failure> {

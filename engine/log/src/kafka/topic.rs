@@ -11,12 +11,12 @@
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::error::RDKafkaErrorCode;
-use rdkafka::producer::{FutureProducer, Producer};
+use rdkafka::producer::Producer as _;
 use tokio::time::Instant;
 
-use super::{KafkaOptions, Target, config};
+use super::config::{LastError, Producer};
+use super::{KafkaOptions, Target, config, settings};
 use crate::Result;
 
 /// `cleanup.policy` of a topic this backend creates.
@@ -35,7 +35,7 @@ const GUARD_SLACK: Duration = Duration::from_secs(1);
 pub(super) async fn ensure(
     target: &Target,
     opts: &KafkaOptions,
-    client: &FutureProducer,
+    client: &Producer,
 ) -> Result<usize> {
     let created = create(target, opts).await?;
     let partitions = partition_count(target, opts, client).await?;
@@ -68,9 +68,9 @@ pub(super) async fn ensure(
 
 /// Sends CreateTopics. `Ok(true)`: created now; `Ok(false)`: it already existed.
 async fn create(target: &Target, opts: &KafkaOptions) -> Result<bool> {
-    let admin: AdminClient<DefaultClientContext> = config::admin(&target.brokers)
-        .create()
-        .map_err(|e| target.err("create admin client", e))?;
+    let admin: AdminClient<LastError> = config::admin(target)
+        .create_with_context(target.last_error.clone())
+        .map_err(|e| target.err("create admin client", settings::client_error(e)))?;
     let admin_opts = AdminOptions::new()
         .request_timeout(Some(opts.request_timeout))
         .operation_timeout(Some(opts.request_timeout));
@@ -91,17 +91,19 @@ async fn create(target: &Target, opts: &KafkaOptions) -> Result<bool> {
     .map_err(|_| {
         target.err(
             "create topic",
-            format!(
+            target.with_cause(format!(
                 "no answer within {:?} (request_timeout); is the broker reachable?",
                 opts.request_timeout
-            ),
+            )),
         )
     })?
-    .map_err(|e| target.err("create topic", reachability(e)))?;
+    .map_err(|e| target.err("create topic", target.with_cause(reachability(e))))?;
     match results.first() {
         Some(Ok(_)) => Ok(true),
         Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => Ok(false),
-        Some(Err((_, code))) => Err(target.err("create topic", reachability(code))),
+        Some(Err((_, code))) => {
+            Err(target.err("create topic", target.with_cause(reachability(code))))
+        }
         None => Err(target.err(
             "create topic",
             "the broker answered CreateTopics without a result for the topic",
@@ -121,11 +123,7 @@ fn reachability(e: impl std::fmt::Display) -> String {
 
 /// Polls the topic's metadata until it lists partitions (a new topic takes a moment
 /// to reach every broker), bounded by `request_timeout`.
-async fn partition_count(
-    target: &Target,
-    opts: &KafkaOptions,
-    client: &FutureProducer,
-) -> Result<usize> {
+async fn partition_count(target: &Target, opts: &KafkaOptions, client: &Producer) -> Result<usize> {
     let deadline = Instant::now() + opts.request_timeout;
     let mut last = String::from("no metadata answer");
     loop {
@@ -133,10 +131,10 @@ async fn partition_count(
         if remaining.is_zero() {
             return Err(target.err(
                 "read topic metadata",
-                format!(
+                target.with_cause(format!(
                     "topic has no usable metadata after {:?}: {last}",
                     opts.request_timeout
-                ),
+                )),
             ));
         }
         let producer = client.clone();

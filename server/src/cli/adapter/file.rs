@@ -34,7 +34,7 @@ pub(super) struct Args {
     watch: Vec<PathBuf>,
     /// The log to append to: `file://DIR` or `kafka://HOST:PORT/TOPIC` (options in a
     /// query string, as for `deltapilot log`).
-    #[arg(long = "log", env = "DELTAPILOT_LOG", value_name = "URI", default_value = DEFAULT_LOG_URI, value_parser = parse_log)]
+    #[arg(long = "log", env = "DELTAPILOT_LOG", value_name = "URI", default_value = DEFAULT_LOG_URI, value_parser = crate::cli::log::QuietUri(parse_log))]
     log: LogTarget,
     /// The source id on every event. Keep it stable across restarts and unique per
     /// adapter writing to the log: the engine sweeps and owns entities per source.
@@ -81,7 +81,8 @@ pub(super) struct LogTarget {
     opts: LogOptions,
 }
 
-/// clap value parser for `--log`: a bad URI is a usage error.
+/// Parses `--log` (through [`QuietUri`](crate::cli::log::QuietUri): a bad URI is a
+/// usage error that does not echo the value).
 pub(super) fn parse_log(text: &str) -> Result<LogTarget, String> {
     let (uri, opts) = parse_uri(text).map_err(|e| e.to_string())?;
     Ok(LogTarget {

@@ -28,7 +28,7 @@ pub(super) struct Args {
     kubeconfig: Option<PathBuf>,
     /// The log to append to: `file://DIR` or `kafka://HOST:PORT/TOPIC` (options in a
     /// query string, as for `deltapilot log`).
-    #[arg(long = "log", env = "DELTAPILOT_LOG", value_name = "URI", default_value = DEFAULT_LOG_URI, value_parser = parse_log)]
+    #[arg(long = "log", env = "DELTAPILOT_LOG", value_name = "URI", default_value = DEFAULT_LOG_URI, value_parser = crate::cli::log::QuietUri(parse_log))]
     log: LogTarget,
     /// A namespace to watch (repeatable; the env variable takes a comma-separated
     /// list) [default: all namespaces].

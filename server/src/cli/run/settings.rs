@@ -43,7 +43,10 @@ pub(crate) struct RunConfig {
     data_dir: Option<PathBuf>,
     /// The event log to follow and serve: `file://DIR` (embedded) or
     /// `kafka://HOST:PORT[,HOST:PORT…]/TOPIC[?…]` (many replicas, adapters in
-    /// their own processes) [default: file://DATA_DIR/log].
+    /// their own processes). Kafka TLS, SASL and tuning: librdkafka properties in
+    /// the query (`security.protocol=SSL&ssl.ca.location=FILE`) or `config=FILE`;
+    /// secrets as `KEY.file=PATH` or `KEY.env=VAR`, never in the URI (see `deltapilot
+    /// log --help`) [default: file://DATA_DIR/log].
     #[arg(long, env = "DELTAPILOT_LOG", value_name = "URI")]
     log: Option<String>,
     /// A directory of Istio ServiceEntry YAML files to watch (repeatable; the env
@@ -582,7 +585,9 @@ impl Settings {
 fn log_setting(given: Option<String>, data_dir: &Path) -> anyhow::Result<LogSetting> {
     match given {
         Some(text) => {
-            let (uri, options) = parse_uri(&text).with_context(|| format!("--log {text}"))?;
+            // Redacted: `text` may hold a secret the parser refuses.
+            let (uri, options) = parse_uri(&text)
+                .with_context(|| format!("--log {}", deltapilot_log::redact_uri(&text)))?;
             Ok(LogSetting { text, uri, options })
         }
         None => {
