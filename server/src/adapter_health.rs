@@ -4,7 +4,9 @@
 //! Each adapter publishes its own rich status through a `watch` channel; this module
 //! reduces those to the few facts an operator alerts on (is the registry reachable,
 //! has the start-up resync landed, how big is the view, how many events were
-//! emitted). What it does NOT do: run adapters or decide their retry policy.
+//! emitted). An adapter running as its own process answers `/readyz` from its
+//! report too ([`process_readiness`]). What it does NOT do: run adapters or
+//! decide their retry policy.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +18,7 @@ use deltapilot_log::Position;
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
+use crate::readiness::{Readiness, ServingState};
 
 /// How often adapter statuses are copied into metrics: frequent enough for a
 /// scrape interval of a few seconds, cheap (a handful of gauges).
@@ -131,6 +134,59 @@ impl AdapterWatch {
                         .or(s.last_oversized_object.clone()),
                 }
             }
+        }
+    }
+}
+
+/// What `/readyz` answers for an adapter running as its own process
+/// (`deltapilot adapter …`), in the states and status codes of `readiness`:
+/// `catching_up` (503) until its start-up resync (the first full list, with its
+/// `COMPLETED` marker) is appended, so a rollout waits for it; afterwards 200,
+/// `serving_last_good_state` with the reasons while the log is unreachable or
+/// appends fail (the log keeps the last good view, and restarting the adapter
+/// would not help), else `caught_up`.
+pub fn process_readiness(
+    r: &AdapterReport,
+    log: &deltapilot_log::LogHealth,
+    probe_error: Option<String>,
+) -> Readiness {
+    if !r.resync_completed {
+        let why = match &r.last_error {
+            Some(e) => format!(
+                "the {} adapter ({}) has not appended its start-up resync: {e}",
+                r.adapter, r.source
+            ),
+            None => format!(
+                "the {} adapter ({}) has not appended its start-up resync yet",
+                r.adapter, r.source
+            ),
+        };
+        return Readiness {
+            state: ServingState::CatchingUp,
+            reasons: vec![why],
+        };
+    }
+    let mut reasons = Vec::new();
+    if !log.connected() {
+        reasons.push(match probe_error {
+            Some(e) => format!("the log is unreachable: {e}"),
+            None => "the log is unreachable (its last request failed)".into(),
+        });
+    }
+    if r.append_backlog > 0
+        && let Some(e) = &r.last_append_error
+    {
+        reasons.push(format!(
+            "the {} adapter ({}) cannot append {} pending event(s): {e}",
+            r.adapter, r.source, r.append_backlog
+        ));
+    }
+    if reasons.is_empty() {
+        Readiness::caught_up()
+    } else {
+        Readiness {
+            state: ServingState::ServingLastGoodState,
+            reasons,
         }
     }
 }

@@ -314,14 +314,17 @@ fn standalone_adapter_commands_append_and_stop_on_sigterm() {
         .env("DELTAPILOT_EUREKA_URL", fake.url())
         .env("DELTAPILOT_LOG", format!("file://{}", eureka_log.display()))
         .env("DELTAPILOT_EUREKA_REFRESH_SECS", "0.1")
-        .env("DELTAPILOT_EUREKA_SOURCE", "eureka-a");
+        .env("DELTAPILOT_EUREKA_SOURCE", "eureka-a")
+        // Two adapters on one host: each needs its own admin port.
+        .env("DELTAPILOT_ADAPTER_ADMIN_ADDR", "127.0.0.1:0");
     let mut eureka = Proc::spawn("adapter eureka", cmd, dir.path().join("eureka.out"));
     // The file command, configured through flags.
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltapilot"));
     cmd.args(["adapter", "file", "--watch"])
         .arg(&mesh)
         .arg("--log")
-        .arg(format!("file://{}", file_log.display()));
+        .arg(format!("file://{}", file_log.display()))
+        .args(["--admin-addr", "127.0.0.1:0"]);
     let mut file = Proc::spawn("adapter file", cmd, dir.path().join("file.out"));
 
     wait_log(
