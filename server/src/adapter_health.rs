@@ -247,3 +247,51 @@ pub async fn export(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(resynced: bool, backlog: usize, err: Option<&str>) -> AdapterReport {
+        AdapterReport {
+            adapter: "kubernetes",
+            source: "k8s:east".into(),
+            resync_completed: resynced,
+            resync_completed_at: None,
+            registry_healthy: true,
+            entities_in_view: 1,
+            events_emitted_total: 1,
+            malformed_total: 0,
+            oversized_total: 0,
+            append_backlog: backlog,
+            last_append_error: err.map(str::to_owned),
+            last_error: err.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn an_adapter_process_is_ready_once_its_resync_is_appended() {
+        let log = deltapilot_log::LogHealth::new();
+        let r = process_readiness(&report(false, 3, Some("broker down")), &log, None);
+        assert_eq!(r.state, ServingState::CatchingUp);
+        assert_eq!(r.http_status(), axum::http::StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            r.reasons,
+            ["the kubernetes adapter (k8s:east) has not appended its start-up resync: broker down"]
+        );
+
+        assert_eq!(
+            process_readiness(&report(true, 0, None), &log, None),
+            Readiness::caught_up()
+        );
+
+        // After the resync, failing appends are reported, not made unready.
+        let r = process_readiness(&report(true, 2, Some("timed out")), &log, None);
+        assert_eq!(r.state, ServingState::ServingLastGoodState);
+        assert_eq!(r.http_status(), axum::http::StatusCode::OK);
+        assert_eq!(
+            r.reasons,
+            ["the kubernetes adapter (k8s:east) cannot append 2 pending event(s): timed out"]
+        );
+    }
+}
