@@ -8,7 +8,11 @@
 //! The slow first scan is a real one: the watched directory holds a FIFO named
 //! like a YAML file, and opening it blocks the scan until the test opens its
 //! write end (as a hung network filesystem would).
+//!
+//! Also: the Helm chart's adapter container (kafka mode), started from its
+//! rendered args and environment, answers its probes on the port it declares.
 
+mod deploy_support;
 mod support;
 
 use std::net::SocketAddr;
@@ -247,4 +251,96 @@ fn an_admin_port_in_use_fails_the_start_with_the_flag_named() {
         !tmp.path().join("log").exists(),
         "the log was opened before the bind failed"
     );
+}
+
+/// The kafka-mode adapter container of the chart, run from its rendered args
+/// and environment: the log moved to an embedded one under a temp dir and the
+/// cluster to an API server that refuses connections (none can run here). The
+/// probes the chart declares answer on the port it declares: `/healthz` 200 and
+/// `/readyz` 503, saying that the resync waits for the registry.
+#[test]
+fn the_rendered_adapter_container_answers_its_probes() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    let text = deploy_support::render_text(
+        None,
+        &["log.mode=kafka", "log.kafka.brokers={kafka-0.kafka:9092}"],
+    )
+    .expect("helm template");
+    let (_, v) = deploy_support::parse_manifests(&text)
+        .into_iter()
+        .find(|(_, v)| {
+            v["kind"] == "Deployment" && v["metadata"]["name"] == "dp-deltapilot-adapter"
+        })
+        .expect("the adapter Deployment");
+    let d: Deployment = serde_json::from_value(v).expect("a Deployment");
+    let pod = d.spec.and_then(|s| s.template.spec).expect("pod spec");
+    let c = &pod.containers[0];
+    let declared = c
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some("admin"))
+        .expect("admin port")
+        .container_port;
+
+    let tmp = tempfile::tempdir().expect("tmp");
+    let refused = free_port();
+    let kubeconfig = tmp.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: \"http://127.0.0.1:{refused}\"}}}}]\n\
+             users: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: x\n"
+        ),
+    )
+    .expect("kubeconfig");
+    let admin_port = free_port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltapilot"));
+    cmd.args(c.args.iter().flatten());
+    for e in c.env.iter().flatten() {
+        let value = e.value.clone().unwrap_or_default();
+        let value = match e.name.as_str() {
+            "DELTAPILOT_LOG" => format!("file://{}", tmp.path().join("log").display()),
+            "DELTAPILOT_ADAPTER_ADMIN_ADDR" => {
+                assert_eq!(value, format!("0.0.0.0:{declared}"), "the declared port");
+                format!("127.0.0.1:{admin_port}")
+            }
+            _ => match value.strip_prefix(deploy_support::DATA_DIR) {
+                Some(rest) => format!("{}{rest}", tmp.path().display()),
+                None => value,
+            },
+        };
+        cmd.env(&e.name, value);
+    }
+    cmd.env("KUBECONFIG", &kubeconfig)
+        .env_remove("DELTAPILOT_K8S_KUBECONFIG")
+        .env("RUST_LOG", "info");
+    let proc = Proc::spawn("rendered adapter", cmd, tmp.path().join("adapter.log"));
+    let addr = SocketAddr::from(([127, 0, 0, 1], admin_port));
+
+    for probe in [&c.startup_probe, &c.liveness_probe, &c.readiness_probe] {
+        let get = probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .expect("an httpGet probe");
+        assert_eq!(get.port, IntOrString::String("admin".into()));
+        let path = get.path.clone().expect("probe path");
+        let want = if path == "/readyz" { 503 } else { 200 };
+        let body = wait_for(&format!("{path} {want}"), WAIT, || {
+            match http_get(addr, &path, "localhost") {
+                Ok((status, body)) if status == want => Ok(body),
+                other => Err(format!("{other:?}\n{}", proc.output())),
+            }
+        });
+        if path == "/readyz" {
+            assert!(
+                body.contains(
+                    "kubernetes adapter (k8s:kubernetes) has not appended its start-up resync"
+                ),
+                "{body}"
+            );
+        }
+    }
 }
