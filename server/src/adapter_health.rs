@@ -4,7 +4,9 @@
 //! Each adapter publishes its own rich status through a `watch` channel; this module
 //! reduces those to the few facts an operator alerts on (is the registry reachable,
 //! has the start-up resync landed, how big is the view, how many events were
-//! emitted). What it does NOT do: run adapters or decide their retry policy.
+//! emitted). An adapter running as its own process answers `/readyz` from its
+//! report too ([`process_readiness`]). What it does NOT do: run adapters or
+//! decide their retry policy.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +18,7 @@ use deltapilot_log::Position;
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
+use crate::readiness::{Readiness, ServingState};
 
 /// How often adapter statuses are copied into metrics: frequent enough for a
 /// scrape interval of a few seconds, cheap (a handful of gauges).
@@ -135,6 +138,59 @@ impl AdapterWatch {
     }
 }
 
+/// What `/readyz` answers for an adapter running as its own process
+/// (`deltapilot adapter …`), in the states and status codes of `readiness`:
+/// `catching_up` (503) until its start-up resync (the first full list, with its
+/// `COMPLETED` marker) is appended, so a rollout waits for it; afterwards 200,
+/// `serving_last_good_state` with the reasons while the log is unreachable or
+/// appends fail (the log keeps the last good view, and restarting the adapter
+/// would not help), else `caught_up`.
+pub fn process_readiness(
+    r: &AdapterReport,
+    log: &deltapilot_log::LogHealth,
+    probe_error: Option<String>,
+) -> Readiness {
+    if !r.resync_completed {
+        let why = match &r.last_error {
+            Some(e) => format!(
+                "the {} adapter ({}) has not appended its start-up resync: {e}",
+                r.adapter, r.source
+            ),
+            None => format!(
+                "the {} adapter ({}) has not appended its start-up resync yet",
+                r.adapter, r.source
+            ),
+        };
+        return Readiness {
+            state: ServingState::CatchingUp,
+            reasons: vec![why],
+        };
+    }
+    let mut reasons = Vec::new();
+    if !log.connected() {
+        reasons.push(match probe_error {
+            Some(e) => format!("the log is unreachable: {e}"),
+            None => "the log is unreachable (its last request failed)".into(),
+        });
+    }
+    if r.append_backlog > 0
+        && let Some(e) = &r.last_append_error
+    {
+        reasons.push(format!(
+            "the {} adapter ({}) cannot append {} pending event(s): {e}",
+            r.adapter, r.source, r.append_backlog
+        ));
+    }
+    if reasons.is_empty() {
+        Readiness::caught_up()
+    } else {
+        Readiness {
+            state: ServingState::ServingLastGoodState,
+            reasons,
+        }
+    }
+}
+
 /// Copies adapter reports into `metrics` every [`EXPORT_INTERVAL`] until `shutdown`.
 pub async fn export(
     adapters: Vec<AdapterWatch>,
@@ -189,5 +245,53 @@ pub async fn export(
                 .get_or_create(&l)
                 .set(i64::try_from(r.append_backlog).unwrap_or(i64::MAX));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(resynced: bool, backlog: usize, err: Option<&str>) -> AdapterReport {
+        AdapterReport {
+            adapter: "kubernetes",
+            source: "k8s:east".into(),
+            resync_completed: resynced,
+            resync_completed_at: None,
+            registry_healthy: true,
+            entities_in_view: 1,
+            events_emitted_total: 1,
+            malformed_total: 0,
+            oversized_total: 0,
+            append_backlog: backlog,
+            last_append_error: err.map(str::to_owned),
+            last_error: err.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn an_adapter_process_is_ready_once_its_resync_is_appended() {
+        let log = deltapilot_log::LogHealth::new();
+        let r = process_readiness(&report(false, 3, Some("broker down")), &log, None);
+        assert_eq!(r.state, ServingState::CatchingUp);
+        assert_eq!(r.http_status(), axum::http::StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            r.reasons,
+            ["the kubernetes adapter (k8s:east) has not appended its start-up resync: broker down"]
+        );
+
+        assert_eq!(
+            process_readiness(&report(true, 0, None), &log, None),
+            Readiness::caught_up()
+        );
+
+        // After the resync, failing appends are reported, not made unready.
+        let r = process_readiness(&report(true, 2, Some("timed out")), &log, None);
+        assert_eq!(r.state, ServingState::ServingLastGoodState);
+        assert_eq!(r.http_status(), axum::http::StatusCode::OK);
+        assert_eq!(
+            r.reasons,
+            ["the kubernetes adapter (k8s:east) cannot append 2 pending event(s): timed out"]
+        );
     }
 }

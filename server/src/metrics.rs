@@ -1,5 +1,10 @@
 //! The server's Prometheus metrics, in one registry that `/metrics` encodes.
 //!
+//! `deltapilot adapter …` exports a part of them under the same names (see
+//! [`Metrics::for_adapter`]): the `adapter_*` ones, `log_connected`,
+//! `log_last_append_success_timestamp_seconds`, `log_append_failures_total`,
+//! `log_producer_rebuilds_total` and the admin listener's `connections_*`.
+//!
 //! Names (all prefixed `deltapilot_`; counters get `_total`):
 //! - `xds_connected_proxies{api,proxy_type}` — open streams that sent a node.
 //! - `xds_streams_total{api}` — streams accepted.
@@ -464,70 +469,17 @@ impl Metrics {
             "Batches folded by the engine",
             m.engine_batches.clone(),
         );
-        registry.register(
-            "adapter_events_emitted",
-            "Events appended by an in-process adapter",
-            m.adapter_events_emitted.clone(),
-        );
-        registry.register(
-            "adapter_view_entities",
-            "Entities in an adapter's last-known registry view",
-            m.adapter_view_entities.clone(),
-        );
-        registry.register(
-            "adapter_registry_up",
-            "1 while the adapter's registry answers",
-            m.adapter_registry_up.clone(),
-        );
-        registry.register(
-            "adapter_resync_completed",
-            "1 once the adapter's start-up resync is in the log",
-            m.adapter_resync_completed.clone(),
-        );
-        registry.register(
-            "adapter_malformed_objects",
-            "Registry objects an adapter skipped as malformed",
-            m.adapter_malformed.clone(),
-        );
-        registry.register(
-            "adapter_oversized_objects",
-            "Registry objects an adapter left out because their event is larger than the log accepts",
-            m.adapter_oversized.clone(),
-        );
-        registry.register(
-            "adapter_append_backlog",
-            "Events an in-process adapter planned but has not durably appended yet",
-            m.adapter_append_backlog.clone(),
-        );
+        register_adapter(&m, &mut registry);
         registry.register(
             "serving_state",
             "1 for the replica's current state: catching_up, caught_up or serving_last_good_state",
             m.serving_state.clone(),
         );
-        registry.register(
-            "log_connected",
-            "1 while the event log (broker) answers",
-            m.log_connected.clone(),
-        );
-        registry.register(
-            "log_last_append_success_timestamp_seconds",
-            "Unix time of the last append to the log that succeeded",
-            m.log_last_append_success.clone(),
-        );
+        register_log_writer(&m, &mut registry);
         registry.register(
             "log_last_read_success_timestamp_seconds",
             "Unix time of the last read of the log that succeeded",
             m.log_last_read_success.clone(),
-        );
-        registry.register(
-            "log_append_failures",
-            "Appends to the log that failed, by reason",
-            m.log_append_failures.clone(),
-        );
-        registry.register(
-            "log_producer_rebuilds",
-            "Kafka producers rebuilt after a fatal error",
-            m.log_producer_rebuilds.clone(),
         );
         registry.register(
             "engine_fold_seconds",
@@ -555,17 +507,26 @@ impl Metrics {
             m.stale_proxies.clone(),
         );
         // Every reason from the start, so a rate() over them has a baseline.
-        for reason in deltapilot_log::AppendFailure::ALL {
-            let _ = m
-                .log_append_failures
-                .get_or_create(&[("reason", reason.as_str())]);
-        }
         for reason in CheckpointFailure::ALL {
             let _ = m
                 .checkpoint_failures
                 .get_or_create(&[("reason", reason.as_str())]);
         }
         Metrics { registry, ..m }
+    }
+
+    /// A registry for `deltapilot adapter …`: only what one adapter process
+    /// updates (the `adapter_*` and log-writer metrics and the admin listener's
+    /// connections), under the names `run` uses. Nothing an xDS replica alone
+    /// has (`ready`, `serving_state`, `xds_*`) is exported, so the replica
+    /// alerts do not fire on an adapter.
+    pub fn for_adapter() -> Self {
+        let all = Metrics::new();
+        let mut registry = Registry::with_prefix("deltapilot");
+        all.connections.register(&mut registry);
+        register_adapter(&all, &mut registry);
+        register_log_writer(&all, &mut registry);
+        Metrics { registry, ..all }
     }
 
     /// Sets `serving_state` to `state` (1 for it, 0 for the others) and `ready`.
@@ -646,5 +607,77 @@ impl Metrics {
             tracing::warn!(error = %e, "encoding metrics failed");
         }
         out
+    }
+}
+
+/// Registers the `adapter_*` metrics: shared by `deltapilot run` (in-process
+/// adapters) and `deltapilot adapter …` (one adapter), so both export the same
+/// names.
+fn register_adapter(m: &Metrics, registry: &mut Registry) {
+    registry.register(
+        "adapter_events_emitted",
+        "Events appended by an adapter",
+        m.adapter_events_emitted.clone(),
+    );
+    registry.register(
+        "adapter_view_entities",
+        "Entities in an adapter's last-known registry view",
+        m.adapter_view_entities.clone(),
+    );
+    registry.register(
+        "adapter_registry_up",
+        "1 while the adapter's registry answers",
+        m.adapter_registry_up.clone(),
+    );
+    registry.register(
+        "adapter_resync_completed",
+        "1 once the adapter's start-up resync is in the log",
+        m.adapter_resync_completed.clone(),
+    );
+    registry.register(
+        "adapter_malformed_objects",
+        "Registry objects an adapter skipped as malformed",
+        m.adapter_malformed.clone(),
+    );
+    registry.register(
+        "adapter_oversized_objects",
+        "Registry objects an adapter left out because their event is larger than the log accepts",
+        m.adapter_oversized.clone(),
+    );
+    registry.register(
+        "adapter_append_backlog",
+        "Events an adapter planned but has not durably appended yet",
+        m.adapter_append_backlog.clone(),
+    );
+}
+
+/// Registers the metrics of a process that appends to the log: its health and
+/// append failures (every reason from the start, so a rate() over them has a
+/// baseline). Shared by `run` and `adapter …`.
+fn register_log_writer(m: &Metrics, registry: &mut Registry) {
+    registry.register(
+        "log_connected",
+        "1 while the event log (broker) answers",
+        m.log_connected.clone(),
+    );
+    registry.register(
+        "log_last_append_success_timestamp_seconds",
+        "Unix time of the last append to the log that succeeded",
+        m.log_last_append_success.clone(),
+    );
+    registry.register(
+        "log_append_failures",
+        "Appends to the log that failed, by reason",
+        m.log_append_failures.clone(),
+    );
+    registry.register(
+        "log_producer_rebuilds",
+        "Kafka producers rebuilt after a fatal error",
+        m.log_producer_rebuilds.clone(),
+    );
+    for reason in deltapilot_log::AppendFailure::ALL {
+        let _ = m
+            .log_append_failures
+            .get_or_create(&[("reason", reason.as_str())]);
     }
 }

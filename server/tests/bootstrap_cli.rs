@@ -6,6 +6,8 @@
 //! With `--xds-tls-ca/--xds-tls-cert/--xds-tls-key` the same Envoy reaches a
 //! `deltapilot run` serving mutual TLS (certificates made by openssl here).
 //! The proxyless bootstrap is exercised by a real grpcio client in `e2e_grpc.rs`.
+//! Every `examples/envoy-*.yaml` is the output of the `deltapilot bootstrap`
+//! command on its `# $` header line (the e2e tests boot real Envoys from them).
 
 mod support;
 
@@ -286,6 +288,12 @@ fn impossible_combinations_are_refused_with_a_reason() {
         (&["--labels", "app"][..], "not KEY=VALUE"),
         (&["--xds-address", "nohost"][..], "expected HOST:PORT"),
         (&["--pod", "a~b"][..], "part of the node id"),
+        (
+            &["--type", "router", "--node-id", "gw"][..],
+            "would be served as a sidecar",
+        ),
+        (&["--node-id", "a b"][..], "no whitespace"),
+        (&["--node-id", "x", "--pod", "p"][..], "cannot be used with"),
         (&["--xds-tls-cert", "c.pem"][..], "needs --xds-tls-key"),
         (
             &["--xds-tls-cert", "c.pem", "--xds-tls-key", "k.pem"][..],
@@ -301,4 +309,98 @@ fn impossible_combinations_are_refused_with_a_reason() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(says), "{args:?}: {err}");
     }
+}
+
+/// Each shipped Envoy bootstrap is exactly what its header's command prints, so
+/// the examples cannot drift from `deltapilot bootstrap` (regenerate them with
+/// `bash scripts/examples.sh`).
+#[test]
+fn every_example_envoy_bootstrap_is_the_output_of_its_command() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("examples/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("envoy-") && n.ends_with(".yaml"))
+        })
+        .collect();
+    files.sort();
+    assert!(
+        files.len() >= 2,
+        "examples/envoy-delta.yaml and envoy-sotw.yaml: {files:?}"
+    );
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("example");
+        let header_len: usize = text
+            .split_inclusive('\n')
+            .take_while(|l| l.starts_with('#'))
+            .map(str::len)
+            .sum();
+        let (header, body) = text.split_at(header_len);
+        let cmd = header
+            .lines()
+            .find_map(|l| l.strip_prefix("# $ deltapilot bootstrap "))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{}: no `# $ deltapilot bootstrap ...` line in its header",
+                    f.display()
+                )
+            });
+        let args: Vec<&str> = cmd.split_whitespace().collect();
+        let want = bootstrap(&args);
+        if body != want {
+            let diff: Vec<String> = body
+                .lines()
+                .zip(want.lines())
+                .enumerate()
+                .filter(|(_, (a, b))| a != b)
+                .take(10)
+                .map(|(i, (a, b))| format!("  line {}: file {a:?}, command {b:?}", i + 1))
+                .collect();
+            panic!(
+                "{} differs from `deltapilot bootstrap {cmd}` (file {} lines, command {}); \
+                 run `bash scripts/examples.sh`:\n{}",
+                f.display(),
+                body.lines().count(),
+                want.lines().count(),
+                diff.join("\n")
+            );
+        }
+        let v: serde_yaml::Value = serde_yaml::from_str(body).expect("YAML");
+        assert!(
+            v["node"]["id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("demo-envoy-")),
+            "{}: the tests look for the demo-envoy-* node id",
+            f.display()
+        );
+    }
+}
+
+#[test]
+fn a_plain_node_id_carries_only_the_metadata_asked_for() {
+    let v: serde_json::Value =
+        serde_json::from_str(&bootstrap(&["--node-id", "edge-1", "-o", "json"])).expect("json");
+    assert_eq!(
+        v["node"],
+        serde_json::json!({"id": "edge-1", "cluster": "default"})
+    );
+    let v: serde_json::Value = serde_json::from_str(&bootstrap(&[
+        "--node-id",
+        "edge-1",
+        "--namespace",
+        "shop",
+        "--labels",
+        "app=web",
+        "-o",
+        "json",
+    ]))
+    .expect("json");
+    assert_eq!(
+        v["node"],
+        serde_json::json!({"id": "edge-1", "cluster": "shop",
+            "metadata": {"NAMESPACE": "shop", "LABELS": {"app": "web"}}})
+    );
 }

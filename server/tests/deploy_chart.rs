@@ -24,6 +24,7 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -178,7 +179,7 @@ fn check_container(what: &str, c: &Container) {
                 deltapilot_log::parse_uri(&value)
                     .unwrap_or_else(|e| panic!("{what}: DELTAPILOT_LOG={value}: {e}"));
             }
-            "DELTAPILOT_XDS_ADDR" | "DELTAPILOT_ADMIN_ADDR" => {
+            "DELTAPILOT_XDS_ADDR" | "DELTAPILOT_ADMIN_ADDR" | "DELTAPILOT_ADAPTER_ADMIN_ADDR" => {
                 let a: SocketAddr = value
                     .parse()
                     .unwrap_or_else(|e| panic!("{what}: {name}={value}: {e}"));
@@ -218,8 +219,8 @@ fn check_container(what: &str, c: &Container) {
     assert_eq!(sc.allow_privilege_escalation, Some(false), "{what}");
 }
 
-/// The server container's probes: readiness on /readyz, liveness and startup
-/// on /healthz, all on the admin port.
+/// A container's probes (the server's and the separate adapter's): readiness
+/// on /readyz, liveness and startup on /healthz, all on the admin port.
 fn check_probes(what: &str, c: &Container) {
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     for (probe, path) in [
@@ -234,6 +235,35 @@ fn check_probes(what: &str, c: &Container) {
         assert_eq!(get.path.as_deref(), Some(path), "{what}");
         assert_eq!(get.port, IntOrString::String("admin".into()), "{what}");
     }
+}
+
+/// The pod is scraped the way Prometheus finds every deltapilot pod: the
+/// `prometheus.io/*` annotations, on the container's admin port.
+fn check_scrape(what: &str, meta: Option<&ObjectMeta>, c: &Container) {
+    let a = meta
+        .and_then(|m| m.annotations.as_ref())
+        .unwrap_or_else(|| panic!("{what}: no pod annotations"));
+    let admin = c
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some("admin"))
+        .unwrap_or_else(|| panic!("{what}: no admin port"));
+    assert_eq!(
+        a.get("prometheus.io/scrape").map(String::as_str),
+        Some("true"),
+        "{what}"
+    );
+    assert_eq!(
+        a.get("prometheus.io/path").map(String::as_str),
+        Some("/metrics"),
+        "{what}"
+    );
+    assert_eq!(
+        a.get("prometheus.io/port"),
+        Some(&admin.container_port.to_string()),
+        "{what}: scraped on the admin port"
+    );
 }
 
 fn pod_non_root(what: &str, spec: &PodSpec) {
@@ -341,6 +371,7 @@ fn chart_lints_and_renders_into_valid_objects_that_match_the_binary() {
         let server = &server_spec.containers[0];
         check_container(&format!("{name}: server"), server);
         check_probes(&format!("{name}: server"), server);
+        check_scrape(&format!("{name}: server"), server_labels.as_ref(), server);
         let env = env_of(server);
         let file_options = values["log"]["embedded"]["options"]
             .as_mapping()
@@ -398,6 +429,29 @@ fn chart_lints_and_renders_into_valid_objects_that_match_the_binary() {
             let c = &pod.containers[0];
             check_container(&format!("{name}: adapter"), c);
             check_kafka_files(&format!("{name}: adapter"), &values, pod);
+            check_probes(&format!("{name}: adapter"), c);
+            check_scrape(
+                &format!("{name}: adapter"),
+                spec.template.metadata.as_ref(),
+                c,
+            );
+            // The probes reach the pod address, not the adapter's loopback default.
+            let admin_addr = env_of(c)
+                .get("DELTAPILOT_ADAPTER_ADMIN_ADDR")
+                .cloned()
+                .unwrap_or_else(|| panic!("{name}: the adapter's admin address is not set"));
+            assert!(
+                admin_addr.starts_with("0.0.0.0:"),
+                "{name}: adapter admin on {admin_addr}"
+            );
+            assert_eq!(
+                admin_addr.rsplit(':').next(),
+                values["admin"]["adapterPort"]
+                    .as_u64()
+                    .map(|p| p.to_string())
+                    .as_deref(),
+                "{name}: admin.adapterPort"
+            );
             let has_no_istio = c.args.iter().flatten().any(|a| a == "--no-istio");
             assert_eq!(has_no_istio, !istio, "{name}: --no-istio iff istio is off");
             let aenv = env_of(c);

@@ -309,19 +309,26 @@ fn standalone_adapter_commands_append_and_stop_on_sigterm() {
     let (eureka_log, file_log) = (dir.path().join("eureka-log"), dir.path().join("file-log"));
 
     // The Eureka command, configured through its environment variables.
+    let eureka_admin = free_port();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltapilot"));
     cmd.args(["adapter", "eureka"])
         .env("DELTAPILOT_EUREKA_URL", fake.url())
         .env("DELTAPILOT_LOG", format!("file://{}", eureka_log.display()))
         .env("DELTAPILOT_EUREKA_REFRESH_SECS", "0.1")
-        .env("DELTAPILOT_EUREKA_SOURCE", "eureka-a");
+        .env("DELTAPILOT_EUREKA_SOURCE", "eureka-a")
+        // Two adapters on one host: each needs its own admin port.
+        .env(
+            "DELTAPILOT_ADAPTER_ADMIN_ADDR",
+            format!("127.0.0.1:{eureka_admin}"),
+        );
     let mut eureka = Proc::spawn("adapter eureka", cmd, dir.path().join("eureka.out"));
     // The file command, configured through flags.
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltapilot"));
     cmd.args(["adapter", "file", "--watch"])
         .arg(&mesh)
         .arg("--log")
-        .arg(format!("file://{}", file_log.display()));
+        .arg(format!("file://{}", file_log.display()))
+        .args(["--admin-addr", "127.0.0.1:0"]);
     let mut file = Proc::spawn("adapter file", cmd, dir.path().join("file.out"));
 
     wait_log(
@@ -355,6 +362,23 @@ fn standalone_adapter_commands_append_and_stop_on_sigterm() {
         &["ep/file/se/mesh/orders-vms/10.1.0.1", "COMPLETED"],
     );
     assert!(text.contains("\"source\":\"file\""), "{text}");
+
+    // The Eureka adapter's admin port: ready once its resync is in the log, and
+    // its metrics under the names `deltapilot run` uses.
+    let admin = std::net::SocketAddr::from(([127, 0, 0, 1], eureka_admin));
+    wait_for("the eureka adapter's /readyz and metrics", WAIT, || {
+        let ready = http_get(admin, "/readyz", "localhost")?;
+        let (_, m) = http_get(admin, "/metrics", "localhost")?;
+        let want = [
+            "deltapilot_adapter_resync_completed{adapter=\"eureka\"} 1",
+            "deltapilot_adapter_registry_up{adapter=\"eureka\"} 1",
+        ];
+        if ready.0 == 200 && want.iter().all(|w| m.contains(w)) {
+            Ok(())
+        } else {
+            Err(format!("{ready:?}\n{m}"))
+        }
+    });
 
     for p in [&mut eureka, &mut file] {
         assert!(p.terminate(WAIT), "{} did not stop on SIGTERM", p.name);

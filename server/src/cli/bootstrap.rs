@@ -9,6 +9,9 @@
 //! for proxyless clients), which is what deltapilot reads to tell proxies apart
 //! (see `deltapilot_xds::node`).
 //!
+//! `--node-id` replaces Istio's id with a plain one (the examples' fixed
+//! `demo-envoy-*` ids), leaving out the metadata not asked for.
+//!
 //! With `--xds-tls-ca` (and a client certificate, `--xds-tls-cert` and
 //! `--xds-tls-key`, for a server with `--xds-tls-client-ca`) the proxy reaches
 //! the control plane over TLS: Envoy's xds cluster gets a TLS transport socket
@@ -86,23 +89,27 @@ pub(crate) struct BootstrapArgs {
     /// A `deltapilot run` config file to take the xDS address from.
     #[arg(long, value_name = "FILE", env = "DELTAPILOT_CONFIG")]
     config: Option<PathBuf>,
-    /// The proxy's IP (node id and INSTANCE_IPS).
-    #[arg(long, default_value = "127.0.0.1", env = "DELTAPILOT_BOOTSTRAP_IP")]
-    ip: IpAddr,
-    /// The pod (or VM) name in the node id.
-    #[arg(long, default_value = "demo", env = "DELTAPILOT_BOOTSTRAP_POD")]
-    pod: String,
-    /// The namespace (node id and NAMESPACE).
-    #[arg(
-        long,
-        default_value = "default",
-        env = "DELTAPILOT_BOOTSTRAP_NAMESPACE"
-    )]
-    namespace: String,
+    /// The proxy's IP (node id and INSTANCE_IPS) [default: 127.0.0.1].
+    #[arg(long, env = "DELTAPILOT_BOOTSTRAP_IP")]
+    ip: Option<IpAddr>,
+    /// The pod (or VM) name in the node id [default: demo].
+    #[arg(long, env = "DELTAPILOT_BOOTSTRAP_POD", conflicts_with = "node_id")]
+    pod: Option<String>,
+    /// The namespace (node id and NAMESPACE) [default: default].
+    #[arg(long, env = "DELTAPILOT_BOOTSTRAP_NAMESPACE")]
+    namespace: Option<String>,
+    /// The node id as given, instead of Istio's form: for a proxy outside any
+    /// workload (a demo, a test). The node then carries only the metadata that
+    /// --namespace, --ip and --labels give explicitly, so without them the proxy
+    /// is in no namespace and gets its type's default view. A router's id must
+    /// still start with `router~` (that is how deltapilot tells routers apart).
+    #[arg(long, value_name = "ID", env = "DELTAPILOT_BOOTSTRAP_NODE_ID")]
+    node_id: Option<String>,
     /// Workload labels, `k=v,k=v` (node metadata LABELS).
     #[arg(long, value_name = "K=V,...", env = "DELTAPILOT_BOOTSTRAP_LABELS")]
     labels: Option<String>,
-    /// The node's `cluster` (Envoy's --service-cluster) [default: the namespace].
+    /// The node's `cluster` (Envoy's --service-cluster) [default: the namespace,
+    /// else `default`].
     #[arg(long, env = "DELTAPILOT_BOOTSTRAP_CLUSTER")]
     cluster: Option<String>,
     /// Envoy's admin port, on 127.0.0.1 (0: none).
@@ -156,7 +163,13 @@ fn client_tls(args: &BootstrapArgs) -> anyhow::Result<Option<ClientTls>> {
 /// `deltapilot bootstrap`.
 pub(crate) fn main(args: BootstrapArgs) -> anyhow::Result<()> {
     let text = render(&args)?;
-    println!("{text}");
+    // YAML ends with a newline already; JSON does not. Either way the output
+    // ends with exactly one, so a file written from it (examples/) is the output.
+    if text.ends_with('\n') {
+        print!("{text}");
+    } else {
+        println!("{text}");
+    }
     Ok(())
 }
 
@@ -184,11 +197,13 @@ pub(crate) fn render(args: &BootstrapArgs) -> anyhow::Result<String> {
     let (host, port) = xds_address(args)?;
     let labels = parse_labels(args.labels.as_deref())?;
     for (flag, v) in [("--pod", &args.pod), ("--namespace", &args.namespace)] {
-        if v.is_empty() || v.contains(['~', '.']) {
+        if let Some(v) = v
+            && (v.is_empty() || v.contains(['~', '.']))
+        {
             bail!("{flag} {v:?}: must be non-empty with no '~' or '.' (it is part of the node id)");
         }
     }
-    let node = node(args, &labels);
+    let node = node(args, &labels)?;
     let tls = client_tls(args)?;
     let value = if proxyless {
         let creds = match &tls {
@@ -223,32 +238,58 @@ pub(crate) fn render(args: &BootstrapArgs) -> anyhow::Result<String> {
     })
 }
 
-fn node(args: &BootstrapArgs, labels: &serde_json::Map<String, Value>) -> Value {
+fn node(args: &BootstrapArgs, labels: &serde_json::Map<String, Value>) -> anyhow::Result<Value> {
     let prefix = match args.kind {
         ProxyKind::Router => "router",
         ProxyKind::Sidecar | ProxyKind::ProxylessGrpc => "sidecar",
     };
-    let ns = &args.namespace;
-    let id = format!(
-        "{prefix}~{}~{}.{ns}~{ns}.svc.cluster.local",
-        args.ip, args.pod
-    );
-    let mut meta = json!({
-        "NAMESPACE": ns,
-        "INSTANCE_IPS": args.ip.to_string(),
-        "LABELS": labels,
-    });
+    let ns = args.namespace.as_deref().unwrap_or("default");
+    let ip = args.ip.unwrap_or(IpAddr::from([127, 0, 0, 1]));
+    let mut meta = serde_json::Map::new();
+    let id = match &args.node_id {
+        None => {
+            let pod = args.pod.as_deref().unwrap_or("demo");
+            meta.insert("NAMESPACE".into(), json!(ns));
+            meta.insert("INSTANCE_IPS".into(), json!(ip.to_string()));
+            meta.insert("LABELS".into(), Value::Object(labels.clone()));
+            format!("{prefix}~{ip}~{pod}.{ns}~{ns}.svc.cluster.local")
+        }
+        Some(id) => {
+            if id.is_empty() || id.chars().any(char::is_whitespace) {
+                bail!("--node-id {id:?}: must be non-empty with no whitespace");
+            }
+            if args.kind == ProxyKind::Router && !id.starts_with("router~") {
+                bail!(
+                    "--type router --node-id {id:?}: deltapilot knows a router by its node id's \
+                     `router~` prefix, so this proxy would be served as a sidecar; give an id in \
+                     Istio's form (router~IP~POD.NS~NS.svc.cluster.local) or leave out --node-id"
+                );
+            }
+            if let Some(ns) = &args.namespace {
+                meta.insert("NAMESPACE".into(), json!(ns));
+            }
+            if let Some(ip) = args.ip {
+                meta.insert("INSTANCE_IPS".into(), json!(ip.to_string()));
+            }
+            if !labels.is_empty() {
+                meta.insert("LABELS".into(), Value::Object(labels.clone()));
+            }
+            id.clone()
+        }
+    };
     let mut node = json!({
         "id": id,
-        "cluster": args.cluster.clone().unwrap_or_else(|| ns.clone()),
+        "cluster": args.cluster.as_deref().unwrap_or(ns),
     });
     if args.kind == ProxyKind::ProxylessGrpc {
-        meta["GENERATOR"] = json!("grpc");
+        meta.insert("GENERATOR".into(), json!("grpc"));
         // grpc-js-xds refuses a bootstrap without a locality.
         node["locality"] = json!({"zone": ""});
     }
-    node["metadata"] = meta;
-    node
+    if !meta.is_empty() {
+        node["metadata"] = Value::Object(meta);
+    }
+    Ok(node)
 }
 
 fn envoy(args: &BootstrapArgs, mode: Mode, node: Value, host: &str, port: u16) -> Value {

@@ -181,6 +181,8 @@ pub fn file_adapter(dir: &Path, watch: &Path, log_uri: &str) -> Proc {
         .arg(log_uri)
         .arg("--state-dir")
         .arg(dir.join("adapter-state"))
+        // Any free port: its admin server is not what this test looks at.
+        .args(["--admin-addr", "127.0.0.1:0"])
         .env("RUST_LOG", "info");
     Proc::spawn("file-adapter", cmd, dir.join("adapter.log"))
 }

@@ -283,10 +283,21 @@ affinity:
 {{- end -}}
 
 {{- define "deltapilot.podAnnotations" -}}
+{{- include "deltapilot.scrapeAnnotations" (dict "port" .Values.admin.port "extra" .Values.podAnnotations) }}
+{{- end -}}
+
+{{/* The separate adapter's pod annotations: scraped the same way, on its own
+admin port. */}}
+{{- define "deltapilot.adapterPodAnnotations" -}}
+{{- include "deltapilot.scrapeAnnotations" (dict "port" .Values.admin.adapterPort "extra" .Values.podAnnotations) }}
+{{- end -}}
+
+{{/* prometheus.io/* on `port`, plus the `extra` annotations. */}}
+{{- define "deltapilot.scrapeAnnotations" -}}
 prometheus.io/scrape: "true"
-prometheus.io/port: {{ .Values.admin.port | quote }}
+prometheus.io/port: {{ .port | quote }}
 prometheus.io/path: /metrics
-{{- with .Values.podAnnotations }}
+{{- with .extra }}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}

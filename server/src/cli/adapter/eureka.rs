@@ -5,7 +5,9 @@
 //! Every flag has a `DELTAPILOT_EUREKA_*` environment variable (`--log`:
 //! `DELTAPILOT_LOG`). Everything is validated before the first request.
 //!
-//! What it does NOT do: serve xDS or metrics, or register with Eureka.
+//! It serves `/healthz`, `/readyz` and `/metrics` on `--admin-addr` (see `admin`).
+//!
+//! What it does NOT do: serve xDS, or register with Eureka.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,7 +15,9 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use deltapilot_adapters::eureka::{EurekaAdapter, EurekaOptions};
 use deltapilot_log::DEFAULT_LOG_URI;
+use deltapilot_server::adapter_health::AdapterWatch;
 
+use super::admin::AdminArgs;
 use super::file::{LogTarget, open_log, parse_log, run_until_signal};
 
 /// Arguments of `deltapilot adapter eureka`.
@@ -71,6 +75,8 @@ pub(super) struct Args {
     /// SIGTERM/SIGINT.
     #[arg(long, env = "DELTAPILOT_DRAIN_GRACE_SECS", default_value_t = 10)]
     drain_grace_secs: u64,
+    #[command(flatten)]
+    admin: AdminArgs,
 }
 
 /// Seconds (fractions allowed) as a duration, for `--flag`.
@@ -103,11 +109,14 @@ impl Args {
 pub(super) async fn main(args: Args) -> anyhow::Result<()> {
     let opts = args.options()?;
     let adapter = EurekaAdapter::new(opts).context("starting the eureka adapter")?;
+    let admin = args.admin.bind().await?;
     let log = open_log(&args.log).await?;
+    let admin = admin.serve(AdapterWatch::Eureka(adapter.status()), &log);
     tracing::info!(source = %adapter.source(), url = %args.url, log = %args.log.text, "eureka adapter running");
     run_until_signal(
         "eureka adapter",
         Duration::from_secs(args.drain_grace_secs),
+        admin,
         |shutdown| adapter.run(log, shutdown),
     )
     .await

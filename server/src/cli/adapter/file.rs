@@ -4,10 +4,10 @@
 //!
 //! Also home of what every `deltapilot adapter …` command shares: the `--log` value,
 //! opening the log for appends, and running an adapter until a signal with a grace
-//! period.
+//! period (its admin server, see `admin`, serving until the adapter has drained).
 //!
-//! What it does NOT do: serve xDS or metrics (run `deltapilot run` or `serve` for
-//! that), or parse YAML itself (the adapter does).
+//! What it does NOT do: serve xDS (run `deltapilot run` or `serve` for that), or
+//! parse YAML itself (the adapter does).
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -17,7 +17,10 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use deltapilot_adapters::file::{FileAdapter, FileAdapterOptions};
 use deltapilot_log::{DEFAULT_LOG_URI, Log, LogOptions, LogUri, parse_uri};
+use deltapilot_server::adapter_health::AdapterWatch;
 use tokio::sync::watch;
+
+use super::admin::{AdminArgs, AdminServer};
 
 /// Arguments of `deltapilot adapter file`.
 #[derive(Debug, clap::Args)]
@@ -52,6 +55,8 @@ pub(super) struct Args {
     /// SIGTERM/SIGINT.
     #[arg(long, env = "DELTAPILOT_DRAIN_GRACE_SECS", default_value_t = 10)]
     drain_grace_secs: u64,
+    #[command(flatten)]
+    admin: AdminArgs,
 }
 
 pub(super) async fn main(args: Args) -> anyhow::Result<()> {
@@ -63,11 +68,14 @@ pub(super) async fn main(args: Args) -> anyhow::Result<()> {
     };
     let adapter =
         FileAdapter::new(args.watch.clone(), opts).context("starting the file adapter")?;
+    let admin = args.admin.bind().await?;
     let log = open_log(&args.log).await?;
+    let admin = admin.serve(AdapterWatch::File(adapter.status()), &log);
     tracing::info!(source = %adapter.source(), dirs = ?adapter.dirs(), log = %args.log.text, "file adapter running");
     run_until_signal(
         "file adapter",
         Duration::from_secs(args.drain_grace_secs),
+        admin,
         |shutdown| adapter.run(log, shutdown),
     )
     .await
@@ -103,7 +111,23 @@ pub(super) async fn open_log(target: &LogTarget) -> anyhow::Result<Arc<Log>> {
 
 /// Runs `adapter` (given the shutdown signal) until it ends or SIGTERM/SIGINT
 /// arrives; then signals shutdown and waits up to `grace` for it to finish.
+/// `admin` serves until then, so probes and scrapes see the drain, and is
+/// stopped last.
 pub(super) async fn run_until_signal<F>(
+    what: &str,
+    grace: Duration,
+    admin: AdminServer,
+    adapter: impl FnOnce(watch::Receiver<bool>) -> F,
+) -> anyhow::Result<()>
+where
+    F: Future<Output = deltapilot_adapters::Result<()>> + Send + 'static,
+{
+    let r = run_adapter(what, grace, adapter).await;
+    admin.stop().await;
+    r
+}
+
+async fn run_adapter<F>(
     what: &str,
     grace: Duration,
     adapter: impl FnOnce(watch::Receiver<bool>) -> F,

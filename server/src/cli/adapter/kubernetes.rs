@@ -8,7 +8,9 @@
 //! Options are validated and the kubeconfig loaded before anything is opened; an
 //! unreachable API server is not fatal (the adapter retries and logs it).
 //!
-//! What it does NOT do: serve xDS or metrics, or write to the cluster.
+//! It serves `/healthz`, `/readyz` and `/metrics` on `--admin-addr` (see `admin`).
+//!
+//! What it does NOT do: serve xDS, or write to the cluster.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,7 +18,9 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use deltapilot_adapters::kubernetes::{KubernetesAdapter, KubernetesOptions};
 use deltapilot_log::DEFAULT_LOG_URI;
+use deltapilot_server::adapter_health::AdapterWatch;
 
+use super::admin::AdminArgs;
 use super::file::{LogTarget, open_log, parse_log, run_until_signal};
 
 /// Arguments of `deltapilot adapter kubernetes`.
@@ -78,6 +82,8 @@ pub(super) struct Args {
     /// SIGTERM/SIGINT.
     #[arg(long, env = "DELTAPILOT_DRAIN_GRACE_SECS", default_value_t = 10)]
     drain_grace_secs: u64,
+    #[command(flatten)]
+    admin: AdminArgs,
 }
 
 impl Args {
@@ -113,7 +119,9 @@ pub(super) async fn main(args: Args) -> anyhow::Result<()> {
     let adapter = KubernetesAdapter::from_kubeconfig(args.kubeconfig.as_deref(), opts)
         .await
         .context("setting up the Kubernetes client")?;
+    let admin = args.admin.bind().await?;
     let log = open_log(&args.log).await?;
+    let admin = admin.serve(AdapterWatch::Kubernetes(adapter.status()), &log);
     let mut status = adapter.status();
     tracing::info!(source = %adapter.source(), log = %args.log.text, "kubernetes adapter starting");
     // Say once when the start-up resync is in the log, so operators see the
@@ -131,6 +139,7 @@ pub(super) async fn main(args: Args) -> anyhow::Result<()> {
     run_until_signal(
         "the Kubernetes adapter",
         Duration::from_secs(args.drain_grace_secs),
+        admin,
         |shutdown| adapter.run(log, shutdown),
     )
     .await

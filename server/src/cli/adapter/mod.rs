@@ -1,7 +1,9 @@
 //! `deltapilot adapter …`: each registry adapter as its own process, appending to a
 //! shared log (usually Kafka), so adapters scale and fail separately from the xDS
-//! servers.
+//! servers. Each serves `/healthz`, `/readyz` and `/metrics` on `--admin-addr`
+//! (see `admin`).
 
+mod admin;
 mod eureka;
 mod file;
 mod kubernetes;
