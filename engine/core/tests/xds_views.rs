@@ -9,7 +9,11 @@
 //! nested, empty and unrelated selectors added, edited and deleted, and
 //! VirtualServices bound to them; each set's view equals its rebuild, its log
 //! is exact, its clusters and assignments are the global maps, and a router's
-//! key names the view of exactly the Gateways selecting it.
+//! key names the view of exactly the Gateways selecting it. VirtualServices
+//! carry random `exportTo` (`.`, other namespaces, `*`, `~`), competing for
+//! one host, so sidecars move between visibility classes, alone and combined
+//! with Sidecars; ServiceEntry objects with random `exportTo` hide their
+//! hosts from the other namespaces.
 
 mod xds_support;
 
@@ -20,7 +24,7 @@ use deltapilot_model::{Proxy, ProxyType};
 use deltapilot_proto::ConfigKind;
 use deltapilot_proto::Event;
 use deltapilot_xds::generate::{GenOptions, Generator, changes_between};
-use deltapilot_xds::view::{ViewKey, Views};
+use deltapilot_xds::view::{ScopeKey, ViewKey, Views};
 use deltapilot_xds::{ResourceSet, ResourceType};
 use proptest::prelude::*;
 use xds_support::*;
@@ -51,6 +55,15 @@ const MODES: [&str; 3] = [
     r#","outboundTrafficPolicy":{"mode":"ALLOW_ANY"}"#,
 ];
 const SIDECARS: [&str; 2] = ["s0", "s1"];
+/// `exportTo` of a VirtualService (first: none, public).
+const EXPORTS: [&str; 6] = [
+    "",
+    r#","exportTo":["."]"#,
+    r#","exportTo":["ns2"]"#,
+    r#","exportTo":["ns1","ns2"]"#,
+    r#","exportTo":["*"]"#,
+    r#","exportTo":["~"]"#,
+];
 const GATEWAYS: [&str; 2] = ["g0", "g1"];
 /// Gateway selectors: empty (every router), a family, a narrower member of
 /// it, and an unrelated one.
@@ -81,6 +94,8 @@ enum Op {
         host: usize,
         dest: usize,
         fault: bool,
+        name: usize,
+        export: usize,
     },
     Dr {
         host: usize,
@@ -112,6 +127,18 @@ enum Op {
         host: usize,
         dest: usize,
         prefix: bool,
+        export: usize,
+    },
+    /// A ServiceEntry object naming a host (its service comes from `Svc`):
+    /// only its `exportTo` matters to the views.
+    Se {
+        ns: usize,
+        host: usize,
+        export: usize,
+    },
+    SeDel {
+        ns: usize,
+        host: usize,
     },
 }
 
@@ -123,7 +150,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(ns, host, ports)| Op::Svc { ns, host, ports }),
         1 => (ns.clone(), host.clone()).prop_map(|(ns, host)| Op::SvcDel { ns, host }),
         4 => (0..5usize, host.clone(), ns.clone()).prop_map(|(key, host, ns)| Op::Ep { key, host, ns }),
-        2 => (host.clone(), host.clone(), any::<bool>()).prop_map(|(host, dest, fault)| Op::Vs { host, dest, fault }),
+        3 => (host.clone(), host.clone(), any::<bool>(), 0..2usize, 0..EXPORTS.len())
+            .prop_map(|(host, dest, fault, name, export)| Op::Vs { host, dest, fault, name, export }),
         1 => (host, any::<bool>()).prop_map(|(host, subsets)| Op::Dr { host, subsets }),
         4 => (ns.clone(), 0..SIDECARS.len(), prop::collection::vec(0..EGRESS.len(), 0..3), 0..MODES.len(), prop::bool::weighted(0.3))
             .prop_map(|(ns, name, hosts, mode, selector)| Op::Sidecar { ns, name, hosts, mode, selector }),
@@ -131,7 +159,11 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (ns.clone(), 0..GATEWAYS.len(), 0..GW_SELECTORS.len(), 0..PORTS.len(), any::<bool>())
             .prop_map(|(ns, name, selector, port, https_redirect)| Op::Gateway { ns, name, selector, port, https_redirect }),
         1 => (ns, 0..GATEWAYS.len()).prop_map(|(ns, name)| Op::GatewayDel { ns, name }),
-        2 => (0..HOSTS.len(), 0..HOSTS.len(), any::<bool>()).prop_map(|(host, dest, prefix)| Op::GwVs { host, dest, prefix }),
+        2 => (0..HOSTS.len(), 0..HOSTS.len(), any::<bool>(), 0..EXPORTS.len())
+            .prop_map(|(host, dest, prefix, export)| Op::GwVs { host, dest, prefix, export }),
+        2 => (0..NAMESPACES.len(), 0..HOSTS.len(), 0..EXPORTS.len())
+            .prop_map(|(ns, host, export)| Op::Se { ns, host, export }),
+        1 => (0..NAMESPACES.len(), 0..HOSTS.len()).prop_map(|(ns, host)| Op::SeDel { ns, host }),
     ]
 }
 
@@ -154,7 +186,13 @@ fn event_of(op: &Op) -> Event {
                 .label("v", "v1")
                 .upsert("src", 0, &format!("ep/{key}"))
         }
-        Op::Vs { host, dest, fault } => {
+        Op::Vs {
+            host,
+            dest,
+            fault,
+            name,
+            export,
+        } => {
             let fault = if *fault {
                 r#","fault":{"abort":{"httpStatus":503,"percentage":{"value":50}}}"#
             } else {
@@ -165,10 +203,10 @@ fn event_of(op: &Op) -> Event {
                 0,
                 ConfigKind::VirtualService,
                 "ns1",
-                &format!("vs{host}"),
+                &format!("vs{name}-{host}"),
                 &format!(
-                    r#"{{"hosts":["{}"],"http":[{{"route":[{{"destination":{{"host":"{}"}}}}]{fault}}}]}}"#,
-                    HOSTS[*host], HOSTS[*dest]
+                    r#"{{"hosts":["{}"],"http":[{{"route":[{{"destination":{{"host":"{}"}}}}]{fault}}}]{}}}"#,
+                    HOSTS[*host], HOSTS[*dest], EXPORTS[*export]
                 ),
             )
         }
@@ -249,18 +287,39 @@ fn event_of(op: &Op) -> Event {
             NAMESPACES[*ns],
             GATEWAYS[*name],
         ),
-        Op::GwVs { host, dest, prefix } => rule(
+        Op::GwVs {
+            host,
+            dest,
+            prefix,
+            export,
+        } => rule(
             "src",
             0,
             ConfigKind::VirtualService,
             "ns2",
             &format!("gwvs{host}"),
             &format!(
-                r#"{{"hosts":["{}"],"gateways":["ns1/g0","ns2/g1","istio-system/g0"],"http":[{{"match":[{{"uri":{{"prefix":"/{}"}}}}],"route":[{{"destination":{{"host":"{}","port":{{"number":80}}}}}}]}}]}}"#,
+                r#"{{"hosts":["{}"],"gateways":["ns1/g0","ns2/g1","istio-system/g0"],"http":[{{"match":[{{"uri":{{"prefix":"/{}"}}}}],"route":[{{"destination":{{"host":"{}","port":{{"number":80}}}}}}]}}]{}}}"#,
                 HOSTS[*host],
                 if *prefix { "api" } else { "" },
-                HOSTS[*dest]
+                HOSTS[*dest],
+                EXPORTS[*export]
             ),
+        ),
+        Op::Se { ns, host, export } => rule(
+            "src",
+            0,
+            ConfigKind::ServiceEntry,
+            NAMESPACES[*ns],
+            &format!("se{host}"),
+            &format!(r#"{{"hosts":["{}"]{}}}"#, HOSTS[*host], EXPORTS[*export]),
+        ),
+        Op::SeDel { ns, host } => rule_del(
+            "src",
+            0,
+            ConfigKind::ServiceEntry,
+            NAMESPACES[*ns],
+            &format!("se{host}"),
         ),
         Op::SidecarDel { ns, name } => rule_del(
             "src",
@@ -308,9 +367,9 @@ fn check_views(
     opts: &GenOptions,
 ) -> Result<(), TestCaseError> {
     let reference = Views::build(state, set, opts);
-    let inc_keys: Vec<&Arc<str>> = inc.iter().map(|(k, _)| k).collect();
-    let ref_keys: Vec<&Arc<str>> = reference.iter().map(|(k, _)| k).collect();
-    prop_assert_eq!(inc_keys, ref_keys, "one view per valid Sidecar");
+    let inc_keys: Vec<&ScopeKey> = inc.iter().map(|(k, _)| k).collect();
+    let ref_keys: Vec<&ScopeKey> = reference.iter().map(|(k, _)| k).collect();
+    prop_assert_eq!(inc_keys, ref_keys, "one view per scope");
     let inc_gw: Vec<_> = inc.gateways().map(|(k, _)| k.clone()).collect();
     let ref_gw: Vec<_> = reference.gateways().map(|(k, _)| k.clone()).collect();
     prop_assert_eq!(inc_gw, ref_gw, "one view per Gateway set");
@@ -335,11 +394,11 @@ fn check_views(
         );
     }
     for (k, want) in reference.iter() {
-        let got = inc.get(k).expect("same keys");
+        let got = inc.get(&k.0, &k.1).expect("same keys");
         prop_assert_eq!(
             flatten(&got.resources),
             flatten(&want.resources),
-            "view {} incremental != from scratch",
+            "view {:?} incremental != from scratch",
             k
         );
         for (t, map, global) in [
@@ -393,15 +452,21 @@ fn check(ops: &[Op], batch: usize) -> Result<(), TestCaseError> {
         check_views(&next_views, &next_state, &next, &opts)?;
         let mut any = views.len() != next_views.len();
         for (k, v) in next_views.iter() {
-            match views.get(k) {
+            match views.get(&k.0, &k.1) {
                 Some(old) if old.rule == v.rule => {
                     let log = v.changes_since(seq.saturating_sub(1), seq);
                     let want = changes_between(&old.resources, &v.resources);
                     any |= !want.is_empty();
                     if changed {
-                        prop_assert_eq!(log, Some(want), "view {} change log after {:?}", k, chunk);
+                        prop_assert_eq!(
+                            log,
+                            Some(want),
+                            "view {:?} change log after {:?}",
+                            k,
+                            chunk
+                        );
                     } else {
-                        prop_assert!(want.is_empty(), "view {} changed unreported", k);
+                        prop_assert!(want.is_empty(), "view {:?} changed unreported", k);
                     }
                 }
                 _ => any = true,
@@ -486,8 +551,19 @@ fn check(ops: &[Op], batch: usize) -> Result<(), TestCaseError> {
                 ..Default::default()
             };
             p.labels.insert(Arc::from("app"), Arc::from("x"));
-            if let ViewKey::Sidecar { sidecar } = next_views.key_for(&p, &next_state) {
-                prop_assert!(next_views.get(&sidecar).is_some());
+            let want = next_state.rules().visible_from(ns);
+            match next_views.key_for(&p, &next_state) {
+                ViewKey::Sidecar { sidecar, visible } => {
+                    prop_assert!(next_views.get(&sidecar, &visible).is_some());
+                    prop_assert_eq!(&*visible, &want[..], "the key carries its class");
+                }
+                ViewKey::Default(ProxyType::Sidecar) => prop_assert!(
+                    want.is_empty() && !next_state.rules().has_restricted_entries(),
+                    "{} sees {:?} but has the default view",
+                    ns,
+                    want
+                ),
+                k => prop_assert!(false, "sidecar key {:?}", k),
             }
         }
         state = next_state;
@@ -543,11 +619,11 @@ fn a_sidecar_scopes_its_namespace_and_the_root_one_the_rest() {
         ..Default::default()
     };
     let k1 = views.key_for(&proxy("ns1"), &state);
-    let ViewKey::Sidecar { sidecar } = &k1 else {
+    let ViewKey::Sidecar { sidecar, visible } = &k1 else {
         panic!("ns1 is scoped: {k1:?}")
     };
-    assert_eq!(&**sidecar, "cfg/sidecar/ns1/default");
-    let v = views.get(sidecar).expect("view");
+    assert_eq!(sidecar.as_deref(), Some("cfg/sidecar/ns1/default"));
+    let v = views.get(sidecar, visible).expect("view");
     assert_eq!(
         names(&v.resources.clusters),
         ["outbound|80||a.ns1.svc.cluster.local"]
@@ -567,10 +643,10 @@ fn a_sidecar_scopes_its_namespace_and_the_root_one_the_rest() {
     // ns2 falls back to the root namespace's Sidecar, which admits everything.
     let k2 = views.key_for(&proxy("ns2"), &state);
     assert_eq!(k2.to_string(), "sidecar/cfg/sidecar/istio-system/default");
-    let ViewKey::Sidecar { sidecar } = &k2 else {
+    let ViewKey::Sidecar { sidecar, visible } = &k2 else {
         panic!("ns2 is scoped by the root Sidecar")
     };
-    let all = views.get(sidecar).expect("view");
+    let all = views.get(sidecar, visible).expect("view");
     assert_eq!(names(&all.resources.clusters), names(&set.clusters));
     assert_eq!(names(&all.resources.endpoints), names(&set.endpoints));
     assert_eq!(
@@ -715,4 +791,194 @@ fn a_router_of_two_unrelated_gateways_gets_both() {
     }
     // Each Gateway alone still has its own view, for routers of one family.
     assert_eq!(views.gateways().count(), 3);
+}
+
+/// The cluster the virtual host `vhost` of route configuration `rc` routes to.
+fn routed_to(
+    rc: &envoy_types::pb::envoy::config::route::v3::RouteConfiguration,
+    vhost: &str,
+) -> String {
+    use envoy_types::pb::envoy::config::route::v3::{
+        route::Action, route_action::ClusterSpecifier,
+    };
+    let vh = rc
+        .virtual_hosts
+        .iter()
+        .find(|v| v.name == vhost)
+        .unwrap_or_else(|| panic!("no virtual host {vhost}"));
+    match vh.routes[0].action.as_ref() {
+        Some(Action::Route(a)) => match a.cluster_specifier.as_ref() {
+            Some(ClusterSpecifier::Cluster(c)) => c.clone(),
+            other => panic!("{vhost}: cluster specifier {other:?}"),
+        },
+        other => panic!("{vhost}: action {other:?}"),
+    }
+}
+
+/// A VirtualService exported to its own namespace routes that namespace's
+/// sidecars only; the others keep the default view (no copy); a Sidecar of
+/// the namespace composes with it; and equal classes share one view.
+#[test]
+fn export_to_dot_routes_only_its_own_namespace() {
+    let local = rule(
+        "src",
+        0,
+        ConfigKind::VirtualService,
+        "ns1",
+        "to-b",
+        r#"{"hosts":["a.ns1.svc.cluster.local"],"exportTo":["."],"http":[{"route":[{"destination":{"host":"b.ns1.svc.cluster.local"}}]}]}"#,
+    );
+    let mut evs = vec![
+        simple_svc("ns1", "a.ns1.svc.cluster.local", 80, Protocol::Http),
+        simple_svc("ns1", "b.ns1.svc.cluster.local", 80, Protocol::Http),
+        local,
+    ];
+    let state = model(&evs);
+    let opts = GenOptions::default();
+    let (_, set, _) = Generator::build(&state, opts.clone());
+    let views = Views::build(&state, &set, &opts);
+    let proxy = |ns: &str| Proxy {
+        namespace: Arc::from(ns),
+        ..Default::default()
+    };
+    let a = "a.ns1.svc.cluster.local:80";
+    let global: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&set.routes, "80");
+    assert_eq!(
+        routed_to(&global, a),
+        "outbound|80||a.ns1.svc.cluster.local",
+        "mesh-wide, the restricted rule does not apply"
+    );
+    assert_eq!(
+        views.key_for(&proxy("ns2"), &state),
+        ViewKey::Default(ProxyType::Sidecar)
+    );
+    let k1 = views.key_for(&proxy("ns1"), &state);
+    assert_eq!(k1.to_string(), "default/sidecar+sees/ns1/to-b");
+    let ViewKey::Sidecar { sidecar, visible } = &k1 else {
+        panic!("ns1 sees a restricted rule: {k1:?}")
+    };
+    assert_eq!(views.len(), 1, "one view for the one class");
+    let v = views.get(sidecar, visible).expect("view");
+    let rc: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&v.resources.routes, "80");
+    assert_eq!(routed_to(&rc, a), "outbound|80||b.ns1.svc.cluster.local");
+    assert!(
+        v.resources.clusters.ptr_eq(&set.clusters)
+            || names(&v.resources.clusters) == names(&set.clusters),
+        "every cluster is seen"
+    );
+    assert!(
+        Arc::ptr_eq(
+            v.resources
+                .sidecar_listeners
+                .get("0.0.0.0_80")
+                .expect("view"),
+            set.sidecar_listeners.get("0.0.0.0_80").expect("global")
+        ),
+        "an equal listener is shared"
+    );
+
+    // A Sidecar of ns1 composes: its scope, with ns1's class.
+    evs.push(rule(
+        "src",
+        0,
+        ConfigKind::Sidecar,
+        "ns1",
+        "default",
+        r#"{"egress":[{"hosts":["./a.ns1.svc.cluster.local"]}]}"#,
+    ));
+    let state = model(&evs);
+    let (_, set, _) = Generator::build(&state, opts.clone());
+    let views = Views::build(&state, &set, &opts);
+    let k = views.key_for(&proxy("ns1"), &state);
+    assert_eq!(
+        k.to_string(),
+        "sidecar/cfg/sidecar/ns1/default+sees/ns1/to-b"
+    );
+    let ViewKey::Sidecar { sidecar, visible } = &k else {
+        panic!("{k:?}")
+    };
+    let v = views.get(sidecar, visible).expect("view");
+    let rc: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&v.resources.routes, "80");
+    let vhosts: Vec<&str> = rc.virtual_hosts.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(vhosts, [a], "the Sidecar hides b");
+    assert_eq!(routed_to(&rc, a), "outbound|80||b.ns1.svc.cluster.local");
+    assert_eq!(views.len(), 2, "the Sidecar's and the class's alone");
+
+    // Two namespaces exported to by the same rule share one view.
+    let shared = rule(
+        "src",
+        0,
+        ConfigKind::VirtualService,
+        "ns1",
+        "to-b",
+        r#"{"hosts":["a.ns1.svc.cluster.local"],"exportTo":["ns3","ns4"],"http":[{"route":[{"destination":{"host":"b.ns1.svc.cluster.local"}}]}]}"#,
+    );
+    let evs = vec![evs[0].clone(), evs[1].clone(), shared];
+    let state = model(&evs);
+    let (_, set, _) = Generator::build(&state, opts.clone());
+    let views = Views::build(&state, &set, &opts);
+    assert_eq!(
+        views.key_for(&proxy("ns3"), &state),
+        views.key_for(&proxy("ns4"), &state)
+    );
+    assert_eq!(views.len(), 1);
+    assert_eq!(
+        views.key_for(&proxy("ns1"), &state),
+        ViewKey::Default(ProxyType::Sidecar),
+        "not exported to its own namespace"
+    );
+}
+
+/// A ServiceEntry exported to its own namespace: that namespace's sidecars get
+/// its host; every other namespace shares one view without it.
+#[test]
+fn a_service_entry_exported_to_its_namespace_is_hidden_elsewhere() {
+    let evs = vec![
+        simple_svc("ns1", "a.ns1.svc.cluster.local", 80, Protocol::Http),
+        simple_svc("ns1", "api.example.com", 80, Protocol::Http),
+        rule(
+            "src",
+            0,
+            ConfigKind::ServiceEntry,
+            "ns1",
+            "api",
+            r#"{"hosts":["api.example.com"],"exportTo":["."]}"#,
+        ),
+    ];
+    let state = model(&evs);
+    let opts = GenOptions::default();
+    let (_, set, _) = Generator::build(&state, opts.clone());
+    let views = Views::build(&state, &set, &opts);
+    let proxy = |ns: &str| Proxy {
+        namespace: Arc::from(ns),
+        ..Default::default()
+    };
+    let view_of = |ns: &str| {
+        let k = views.key_for(&proxy(ns), &state);
+        let ViewKey::Sidecar { sidecar, visible } = &k else {
+            panic!("{ns}: {k:?}")
+        };
+        (
+            k.to_string(),
+            views.get(sidecar, visible).expect("view").clone(),
+        )
+    };
+    let (k1, v1) = view_of("ns1");
+    assert_eq!(k1, "default/sidecar+sees/service_entry/ns1/api");
+    assert_eq!(names(&v1.resources.clusters), names(&set.clusters));
+    let (k2, v2) = view_of("ns2");
+    assert_eq!(k2, "default/sidecar+sees/none");
+    assert_eq!(
+        names(&v2.resources.clusters),
+        ["outbound|80||a.ns1.svc.cluster.local"]
+    );
+    let rc: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&v2.resources.routes, "80");
+    let vhosts: Vec<&str> = rc.virtual_hosts.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(vhosts, ["a.ns1.svc.cluster.local:80"]);
+    assert_eq!(view_of("ns3").0, k2, "every other namespace shares it");
+    assert_eq!(views.len(), 2);
 }

@@ -41,7 +41,7 @@ mod scoped;
 
 pub use gateway::{GatewaySet, GatewaySets, GatewayView, MAX_GATEWAY_SETS, gateway_sets};
 pub use key::{ViewKey, key_for};
-pub use scoped::{ScopedView, Views};
+pub use scoped::{ScopeKey, ScopedView, Views, scope_keys};
 
 use std::sync::Arc;
 

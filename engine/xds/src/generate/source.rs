@@ -60,3 +60,31 @@ impl ModelRead for ModelState {
         Some(ModelState::rules(self))
     }
 }
+
+/// The folded state read through another rule index: a sidecar view's, where
+/// the restricted VirtualServices its namespace sees are bound too (see
+/// `RuleIndex::with_visible`). Services and endpoints are the model's own.
+pub struct WithRules<'a> {
+    /// The folded state.
+    pub model: &'a ModelState,
+    /// The rules the generator reads instead of the model's.
+    pub rules: RuleIndex,
+}
+
+impl ModelRead for WithRules<'_> {
+    fn service(&self, host: &Hostname) -> Option<Arc<Service>> {
+        self.model.get_service(host)
+    }
+
+    fn for_each_service(&self, f: &mut dyn FnMut(&Service)) {
+        self.model.for_each_service(f)
+    }
+
+    fn host_endpoints<'a>(&'a self, host: &Hostname) -> Vec<EndpointRef<'a>> {
+        self.model.endpoint_refs_of(host)
+    }
+
+    fn rules(&self) -> Option<&RuleIndex> {
+        Some(&self.rules)
+    }
+}
