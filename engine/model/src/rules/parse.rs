@@ -435,10 +435,6 @@ fn bind_virtual_service(vs: &VirtualService, rule: &mut Rule) {
             "matching on source namespace (needs per-proxy views)",
         ),
         (
-            &["http", "*", "match", "*", "gateways"][..],
-            "per-match gateways",
-        ),
-        (
             &["http", "*", "match", "*", "statPrefix"][..],
             "per-match stats prefix",
         ),
