@@ -8,6 +8,9 @@
 //!   plain `hello` backend, on the default view.
 //! - Re-exporting the rule to `other` moves that Envoy into the rule's view
 //!   while it stays connected: it gets `v1` too.
+//! - A public VirtualService for `v1.test.local` sends sidecars labelled
+//!   `app: canary` (node metadata `LABELS`) to `hello`, the others to `v1`:
+//!   the first Envoy (no labels) gets `v1`, the second (`app: canary`) `hello`.
 //!
 //! Envoy never rejects an update and no NACK is counted.
 
@@ -45,6 +48,26 @@ spec:
 "#
     )
 }
+
+const CANARY: &str = r#"apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: canary
+  namespace: test
+spec:
+  hosts:
+    - v1.test.local
+  http:
+    - match:
+        - sourceLabels:
+            app: canary
+      route:
+        - destination:
+            host: hello.test.local
+    - route:
+        - destination:
+            host: v1.test.local
+"#;
 
 fn write(dir: &Path, file: &str, yaml: &str) {
     let tmp = dir.join(format!(".{file}.tmp"));
@@ -111,41 +134,56 @@ fn scenario(example: &str) {
         &[one.port],
     );
     write(&watch, "rule.yaml", &rule(r#"".""#));
+    write(&watch, "canary.yaml", CANARY);
     let (xds_port, admin_port) = (free_port(), free_port());
     let dp = Deltapilot::start(tmp.path(), &data, &watch, xds_port, admin_port);
     let svc = SocketAddr::from(([127, 0, 0, 1], port));
     let get = || http_get(svc, "/", "hello.test.local");
+    let get_v1 = || http_get(svc, "/", "v1.test.local");
 
     let mut first = Envoy::start_as(&first_dir, example, xds_port, Some(&node("test")));
     wait_for("test's sidecar to follow its rule", WAIT, || {
-        is(get(), 200, "v1")
+        is(get(), 200, "v1")?;
+        is(get_v1(), 200, "v1")
     });
     assert_eq!(view_keys(&dp), ["default/sidecar+sees/test/hello"]);
     no_rejections(&first);
     assert!(first.proc.terminate(WAIT), "the first Envoy stops");
     drop(first);
 
-    let second = Envoy::start_as(&second_dir, example, xds_port, Some(&node("other")));
+    let second = Envoy::start_labelled(
+        &second_dir,
+        example,
+        xds_port,
+        Some(&node("other")),
+        &[("app", "canary")],
+    );
     wait_for("other's sidecar to route by default", WAIT, || {
-        is(get(), 200, "hello")
+        is(get(), 200, "hello")?;
+        is(get_v1(), 200, "hello")
     });
     wait_for(
         "only the second Envoy connected",
         WAIT,
         || match view_keys(&dp) {
-            k if k == ["default/sidecar"] => Ok(()),
+            k if k == ["default/sidecar+labels/app=canary"] => Ok(()),
             k => Err(format!("{k:?}")),
         },
     );
     for _ in 0..5 {
         is(get(), 200, "hello").expect("the rule is not exported to other");
+        is(get_v1(), 200, "hello").expect("the canary block applies to it");
     }
 
     write(&watch, "rule.yaml", &rule(r#"".", "other""#));
     wait_for("the re-exported rule to reach other", WAIT, || {
         is(get(), 200, "v1")
     });
-    assert_eq!(view_keys(&dp), ["default/sidecar+sees/test/hello"]);
+    is(get_v1(), 200, "hello").expect("still a canary");
+    assert_eq!(
+        view_keys(&dp),
+        ["default/sidecar+sees/test/hello+labels/app=canary"]
+    );
 
     let m = dp.metrics();
     assert_eq!(metric(&m, "deltapilot_xds_nacks_total", &[]), 0.0, "{m}");

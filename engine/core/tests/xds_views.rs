@@ -13,7 +13,8 @@
 //! carry random `exportTo` (`.`, other namespaces, `*`, `~`), competing for
 //! one host, so sidecars move between visibility classes, alone and combined
 //! with Sidecars; ServiceEntry objects with random `exportTo` hide their
-//! hosts from the other namespaces.
+//! hosts from the other namespaces; VirtualServices with `sourceLabels`
+//! match blocks key sidecars by the selectors their labels satisfy.
 
 mod xds_support;
 
@@ -55,6 +56,13 @@ const MODES: [&str; 3] = [
     r#","outboundTrafficPolicy":{"mode":"ALLOW_ANY"}"#,
 ];
 const SIDECARS: [&str; 2] = ["s0", "s1"];
+/// Match blocks of a VirtualService's route (first: none).
+const SOURCES: [&str; 4] = [
+    "",
+    r#""match":[{"sourceLabels":{"app":"x"}}],"#,
+    r#""match":[{"sourceLabels":{"app":"x","v":"1"}},{"uri":{"prefix":"/b"},"gateways":["mesh"]}],"#,
+    r#""match":[{"sourceLabels":{"v":"1"}},{"sourceLabels":{"app":"y"}}],"#,
+];
 /// `exportTo` of a VirtualService (first: none, public).
 const EXPORTS: [&str; 6] = [
     "",
@@ -96,6 +104,7 @@ enum Op {
         fault: bool,
         name: usize,
         export: usize,
+        source: usize,
     },
     Dr {
         host: usize,
@@ -150,8 +159,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(ns, host, ports)| Op::Svc { ns, host, ports }),
         1 => (ns.clone(), host.clone()).prop_map(|(ns, host)| Op::SvcDel { ns, host }),
         4 => (0..5usize, host.clone(), ns.clone()).prop_map(|(key, host, ns)| Op::Ep { key, host, ns }),
-        3 => (host.clone(), host.clone(), any::<bool>(), 0..2usize, 0..EXPORTS.len())
-            .prop_map(|(host, dest, fault, name, export)| Op::Vs { host, dest, fault, name, export }),
+        3 => (host.clone(), host.clone(), any::<bool>(), 0..2usize, 0..EXPORTS.len(), 0..SOURCES.len())
+            .prop_map(|(host, dest, fault, name, export, source)| Op::Vs { host, dest, fault, name, export, source }),
         1 => (host, any::<bool>()).prop_map(|(host, subsets)| Op::Dr { host, subsets }),
         4 => (ns.clone(), 0..SIDECARS.len(), prop::collection::vec(0..EGRESS.len(), 0..3), 0..MODES.len(), prop::bool::weighted(0.3))
             .prop_map(|(ns, name, hosts, mode, selector)| Op::Sidecar { ns, name, hosts, mode, selector }),
@@ -192,6 +201,7 @@ fn event_of(op: &Op) -> Event {
             fault,
             name,
             export,
+            source,
         } => {
             let fault = if *fault {
                 r#","fault":{"abort":{"httpStatus":503,"percentage":{"value":50}}}"#
@@ -205,8 +215,8 @@ fn event_of(op: &Op) -> Event {
                 "ns1",
                 &format!("vs{name}-{host}"),
                 &format!(
-                    r#"{{"hosts":["{}"],"http":[{{"route":[{{"destination":{{"host":"{}"}}}}]{fault}}}]{}}}"#,
-                    HOSTS[*host], HOSTS[*dest], EXPORTS[*export]
+                    r#"{{"hosts":["{}"],"http":[{{{}"route":[{{"destination":{{"host":"{}"}}}}]{fault}}}]{}}}"#,
+                    HOSTS[*host], SOURCES[*source], HOSTS[*dest], EXPORTS[*export]
                 ),
             )
         }
@@ -394,7 +404,7 @@ fn check_views(
         );
     }
     for (k, want) in reference.iter() {
-        let got = inc.get(&k.0, &k.1).expect("same keys");
+        let got = inc.get(&k.0, &k.1, &k.2).expect("same keys");
         prop_assert_eq!(
             flatten(&got.resources),
             flatten(&want.resources),
@@ -452,7 +462,7 @@ fn check(ops: &[Op], batch: usize) -> Result<(), TestCaseError> {
         check_views(&next_views, &next_state, &next, &opts)?;
         let mut any = views.len() != next_views.len();
         for (k, v) in next_views.iter() {
-            match views.get(&k.0, &k.1) {
+            match views.get(&k.0, &k.1, &k.2) {
                 Some(old) if old.rule == v.rule => {
                     let log = v.changes_since(seq.saturating_sub(1), seq);
                     let want = changes_between(&old.resources, &v.resources);
@@ -544,21 +554,39 @@ fn check(ops: &[Op], batch: usize) -> Result<(), TestCaseError> {
             }
         }
         // Every proxy's key names a view that exists.
-        for ns in NAMESPACES {
+        for (ns, labels) in NAMESPACES.iter().flat_map(|ns| {
+            [
+                &[("app", "x")][..],
+                &[("app", "x"), ("v", "1")][..],
+                &[("v", "1")][..],
+                &[][..],
+            ]
+            .map(|l| (*ns, l))
+        }) {
             let mut p = Proxy {
                 namespace: Arc::from(ns),
                 proxy_type: ProxyType::Sidecar,
                 ..Default::default()
             };
-            p.labels.insert(Arc::from("app"), Arc::from("x"));
+            for (k, v) in labels {
+                p.labels.insert(Arc::from(*k), Arc::from(*v));
+            }
             let want = next_state.rules().visible_from(ns);
+            let want_sources = next_state.rules().sources_matching(&p.labels);
             match next_views.key_for(&p, &next_state) {
-                ViewKey::Sidecar { sidecar, visible } => {
-                    prop_assert!(next_views.get(&sidecar, &visible).is_some());
+                ViewKey::Sidecar {
+                    sidecar,
+                    visible,
+                    sources,
+                } => {
+                    prop_assert!(next_views.get(&sidecar, &visible, &sources).is_some());
                     prop_assert_eq!(&*visible, &want[..], "the key carries its class");
+                    prop_assert_eq!(&*sources, &want_sources[..], "and its selectors");
                 }
                 ViewKey::Default(ProxyType::Sidecar) => prop_assert!(
-                    want.is_empty() && !next_state.rules().has_restricted_entries(),
+                    want.is_empty()
+                        && want_sources.is_empty()
+                        && !next_state.rules().has_restricted_entries(),
                     "{} sees {:?} but has the default view",
                     ns,
                     want
@@ -619,11 +647,16 @@ fn a_sidecar_scopes_its_namespace_and_the_root_one_the_rest() {
         ..Default::default()
     };
     let k1 = views.key_for(&proxy("ns1"), &state);
-    let ViewKey::Sidecar { sidecar, visible } = &k1 else {
+    let ViewKey::Sidecar {
+        sidecar,
+        visible,
+        sources,
+    } = &k1
+    else {
         panic!("ns1 is scoped: {k1:?}")
     };
     assert_eq!(sidecar.as_deref(), Some("cfg/sidecar/ns1/default"));
-    let v = views.get(sidecar, visible).expect("view");
+    let v = views.get(sidecar, visible, sources).expect("view");
     assert_eq!(
         names(&v.resources.clusters),
         ["outbound|80||a.ns1.svc.cluster.local"]
@@ -643,10 +676,15 @@ fn a_sidecar_scopes_its_namespace_and_the_root_one_the_rest() {
     // ns2 falls back to the root namespace's Sidecar, which admits everything.
     let k2 = views.key_for(&proxy("ns2"), &state);
     assert_eq!(k2.to_string(), "sidecar/cfg/sidecar/istio-system/default");
-    let ViewKey::Sidecar { sidecar, visible } = &k2 else {
+    let ViewKey::Sidecar {
+        sidecar,
+        visible,
+        sources,
+    } = &k2
+    else {
         panic!("ns2 is scoped by the root Sidecar")
     };
-    let all = views.get(sidecar, visible).expect("view");
+    let all = views.get(sidecar, visible, sources).expect("view");
     assert_eq!(names(&all.resources.clusters), names(&set.clusters));
     assert_eq!(names(&all.resources.endpoints), names(&set.endpoints));
     assert_eq!(
@@ -855,11 +893,16 @@ fn export_to_dot_routes_only_its_own_namespace() {
     );
     let k1 = views.key_for(&proxy("ns1"), &state);
     assert_eq!(k1.to_string(), "default/sidecar+sees/ns1/to-b");
-    let ViewKey::Sidecar { sidecar, visible } = &k1 else {
+    let ViewKey::Sidecar {
+        sidecar,
+        visible,
+        sources,
+    } = &k1
+    else {
         panic!("ns1 sees a restricted rule: {k1:?}")
     };
     assert_eq!(views.len(), 1, "one view for the one class");
-    let v = views.get(sidecar, visible).expect("view");
+    let v = views.get(sidecar, visible, sources).expect("view");
     let rc: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
         decode(&v.resources.routes, "80");
     assert_eq!(routed_to(&rc, a), "outbound|80||b.ns1.svc.cluster.local");
@@ -896,10 +939,15 @@ fn export_to_dot_routes_only_its_own_namespace() {
         k.to_string(),
         "sidecar/cfg/sidecar/ns1/default+sees/ns1/to-b"
     );
-    let ViewKey::Sidecar { sidecar, visible } = &k else {
+    let ViewKey::Sidecar {
+        sidecar,
+        visible,
+        sources,
+    } = &k
+    else {
         panic!("{k:?}")
     };
-    let v = views.get(sidecar, visible).expect("view");
+    let v = views.get(sidecar, visible, sources).expect("view");
     let rc: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
         decode(&v.resources.routes, "80");
     let vhosts: Vec<&str> = rc.virtual_hosts.iter().map(|v| v.name.as_str()).collect();
@@ -958,12 +1006,17 @@ fn a_service_entry_exported_to_its_namespace_is_hidden_elsewhere() {
     };
     let view_of = |ns: &str| {
         let k = views.key_for(&proxy(ns), &state);
-        let ViewKey::Sidecar { sidecar, visible } = &k else {
+        let ViewKey::Sidecar {
+            sidecar,
+            visible,
+            sources,
+        } = &k
+        else {
             panic!("{ns}: {k:?}")
         };
         (
             k.to_string(),
-            views.get(sidecar, visible).expect("view").clone(),
+            views.get(sidecar, visible, sources).expect("view").clone(),
         )
     };
     let (k1, v1) = view_of("ns1");
@@ -981,4 +1034,68 @@ fn a_service_entry_exported_to_its_namespace_is_hidden_elsewhere() {
     assert_eq!(vhosts, ["a.ns1.svc.cluster.local:80"]);
     assert_eq!(view_of("ns3").0, k2, "every other namespace shares it");
     assert_eq!(views.len(), 2);
+}
+
+/// A `sourceLabels` match routes only the proxies whose labels satisfy it;
+/// proxies with equal match sets share one view.
+#[test]
+fn source_labels_route_by_the_proxys_labels() {
+    let evs = vec![
+        simple_svc("ns1", "a.ns1.svc.cluster.local", 80, Protocol::Http),
+        simple_svc("ns1", "b.ns1.svc.cluster.local", 80, Protocol::Http),
+        rule(
+            "src",
+            0,
+            ConfigKind::VirtualService,
+            "ns1",
+            "by-label",
+            r#"{"hosts":["a.ns1.svc.cluster.local"],"http":[
+              {"match":[{"sourceLabels":{"app":"canary"}}],"route":[{"destination":{"host":"b.ns1.svc.cluster.local"}}]},
+              {"route":[{"destination":{"host":"a.ns1.svc.cluster.local"}}]}]}"#,
+        ),
+    ];
+    let state = model(&evs);
+    let opts = GenOptions::default();
+    let (_, set, _) = Generator::build(&state, opts.clone());
+    let views = Views::build(&state, &set, &opts);
+    let proxy = |ns: &str, labels: &[(&str, &str)]| {
+        let mut p = Proxy {
+            namespace: Arc::from(ns),
+            ..Default::default()
+        };
+        for (k, v) in labels {
+            p.labels.insert(Arc::from(*k), Arc::from(*v));
+        }
+        p
+    };
+    let a = "a.ns1.svc.cluster.local:80";
+    let plain = views.key_for(&proxy("ns1", &[("app", "web")]), &state);
+    assert_eq!(plain, ViewKey::Default(ProxyType::Sidecar));
+    let global: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&set.routes, "80");
+    assert_eq!(
+        routed_to(&global, a),
+        "outbound|80||a.ns1.svc.cluster.local"
+    );
+    let canary = proxy("ns1", &[("app", "canary"), ("pod", "1")]);
+    let k = views.key_for(&canary, &state);
+    assert_eq!(k.to_string(), "default/sidecar+labels/app=canary");
+    assert_eq!(
+        views.key_for(&proxy("ns2", &[("app", "canary")]), &state),
+        k,
+        "any namespace, same match set, same view"
+    );
+    let ViewKey::Sidecar {
+        sidecar,
+        visible,
+        sources,
+    } = &k
+    else {
+        panic!("{k:?}")
+    };
+    let v = views.get(sidecar, visible, sources).expect("view");
+    let rc: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&v.resources.routes, "80");
+    assert_eq!(routed_to(&rc, a), "outbound|80||b.ns1.svc.cluster.local");
+    assert_eq!(views.len(), 1);
 }

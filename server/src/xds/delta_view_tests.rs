@@ -289,6 +289,7 @@ fn a_reconnecting_proxy_is_judged_against_its_own_view() {
     let key = ViewKey::Sidecar {
         sidecar: Some(Arc::from("cfg/sidecar/ns1/default")),
         visible: Arc::from(Vec::new()),
+        sources: Arc::from(Vec::new()),
     };
     // It reports exactly what its scoped view holds: nothing is resent.
     let mut st = DeltaStream::new(None, Limits::default(), &s);

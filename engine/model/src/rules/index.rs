@@ -29,6 +29,7 @@ use super::gateway::gateway_id;
 use super::host::{host_matches, wildcards_of};
 use super::parse::{Rule, is_rule_kind, parse};
 use super::problem::{Problem, RuleStatus, Severity};
+use super::source::Selectors;
 use super::{DestinationRule, VirtualService};
 use crate::model::{Config, Hostname, Labels};
 
@@ -123,6 +124,8 @@ pub struct RuleIndex {
     /// Every ServiceEntry's hosts and `exportTo` (see `export`); the keys of
     /// the restricted ones are in `exported_to` too.
     entries: Entries,
+    /// The `sourceLabels` selectors of the stored VirtualServices.
+    sources: Selectors,
 }
 
 /// Whether `rule` is a VirtualService bound to hosts whose `exportTo` is not
@@ -229,6 +232,7 @@ impl RuleIndex {
         if has_fault(&rule) {
             self.faults += 1;
         }
+        self.sources.add(&rule);
         if has_cors(&rule) {
             self.cors += 1;
         }
@@ -253,6 +257,7 @@ impl RuleIndex {
         if has_fault(&rule) {
             self.faults -= 1;
         }
+        self.sources.remove(&rule);
         if has_cors(&rule) {
             self.cors -= 1;
         }
@@ -294,6 +299,22 @@ impl RuleIndex {
     /// Every rule object, by key.
     pub fn rules(&self) -> impl Iterator<Item = &Arc<Rule>> + '_ {
         self.rules.values()
+    }
+
+    /// Whether any VirtualService matches on `sourceLabels`.
+    pub fn has_sources(&self) -> bool {
+        !self.sources.is_empty()
+    }
+
+    /// The ids (`rules::selector_id`) of the `sourceLabels` selectors in use
+    /// that `labels` satisfies, sorted.
+    pub fn sources_matching(&self, labels: &Labels) -> Vec<Arc<str>> {
+        self.sources.matching(labels)
+    }
+
+    /// Every `sourceLabels` selector in use, by id, with its labels.
+    pub fn source_selectors(&self) -> impl Iterator<Item = (&Arc<str>, &Labels)> + '_ {
+        self.sources.iter()
     }
 
     fn unexport(&mut self, old: &EntryExport) {

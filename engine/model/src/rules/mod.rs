@@ -45,6 +45,7 @@ mod index;
 mod parse;
 mod problem;
 mod sidecar;
+mod source;
 mod types;
 mod vs;
 
@@ -67,6 +68,7 @@ pub use sidecar::{
     DEFAULT_ROOT_NAMESPACE, EgressHost, EgressListener, EgressNamespace, OutboundMode,
     OutboundTrafficPolicy, Sidecar, SidecarScope, WorkloadSelector,
 };
+pub use source::selector_id;
 pub use types::{F64, Percent, PortSelector, StringMatch, StringMatchKind};
 pub use vs::{
     CorsPolicy, Destination, DirectResponse, Fault, FaultAbort, FaultDelay, HeaderOps, Headers,

@@ -198,7 +198,6 @@ fn gateways_export_and_unsupported_parts_are_reported() {
     assert_eq!(
         codes(&tcp),
         [
-            ("DP1020", "http[0].match[0].sourceLabels"),
             ("DP1020", "tcp[0].match[0].sourceLabels"),
             ("DP1020", "tcp[0].route[0].headers"),
         ],
@@ -562,4 +561,32 @@ fn a_restricted_service_entry_hides_its_hosts_from_other_namespaces() {
     assert!(idx.hidden_hosts(&[]).contains(&api), "exported nowhere");
     idx.remove("cfg/service_entry/ns/api");
     assert!(!idx.has_restricted());
+}
+
+#[test]
+fn source_label_selectors_are_indexed_and_matched() {
+    let mut idx = RuleIndex::default();
+    idx.upsert(&vs(
+        "ns",
+        "a",
+        r#"{"hosts":["a"],"http":[{"match":[{"sourceLabels":{"app":"x","v":"1"}},{"sourceLabels":{}}],"route":[{"destination":{"host":"a"}}]}]}"#,
+    ));
+    assert!(idx.has_sources());
+    assert_eq!(
+        selector_id(&[("v".into(), "1".into()), ("app".into(), "x".into())].into()),
+        Arc::from("app=x,v=1")
+    );
+    let labels = |pairs: &[(&str, &str)]| -> crate::model::Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| (Arc::from(*k), Arc::from(*v)))
+            .collect()
+    };
+    assert_eq!(
+        idx.sources_matching(&labels(&[("app", "x"), ("v", "1"), ("z", "q")])),
+        [Arc::<str>::from("app=x,v=1")]
+    );
+    assert!(idx.sources_matching(&labels(&[("app", "x")])).is_empty());
+    idx.remove("cfg/virtual_service/ns/a");
+    assert!(!idx.has_sources());
 }

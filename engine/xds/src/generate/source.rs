@@ -37,6 +37,13 @@ pub trait ModelRead: Sync {
     fn rules(&self) -> Option<&RuleIndex> {
         None
     }
+
+    /// Whether the proxies this is generated for satisfy the `sourceLabels`
+    /// selector `id` (`rules::selector_id`). The snapshot's own resources are
+    /// for proxies that satisfy none.
+    fn source_matches(&self, _id: &str) -> bool {
+        false
+    }
 }
 
 /// The folded state, as the generator reads it: its merged view (one service per
@@ -69,6 +76,8 @@ pub struct WithRules<'a> {
     pub model: &'a ModelState,
     /// The rules the generator reads instead of the model's.
     pub rules: RuleIndex,
+    /// The `sourceLabels` selectors the view's proxies satisfy, sorted.
+    pub sources: Arc<[Arc<str>]>,
 }
 
 impl ModelRead for WithRules<'_> {
@@ -86,5 +95,9 @@ impl ModelRead for WithRules<'_> {
 
     fn rules(&self) -> Option<&RuleIndex> {
         Some(&self.rules)
+    }
+
+    fn source_matches(&self, id: &str) -> bool {
+        self.sources.binary_search_by(|s| (**s).cmp(id)).is_ok()
     }
 }

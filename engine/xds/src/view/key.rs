@@ -29,6 +29,9 @@ pub enum ViewKey {
         /// ServiceEntries exported to the proxy's namespace
         /// (`RuleIndex::visible_from`); empty when it sees only public ones.
         visible: Arc<[Arc<str>]>,
+        /// The `sourceLabels` selectors in use that the proxy's labels
+        /// satisfy (`RuleIndex::sources_matching`), sorted.
+        sources: Arc<[Arc<str>]>,
     },
     /// A router selected by exactly these Gateways.
     Gateway {
@@ -52,7 +55,11 @@ impl std::fmt::Display for ViewKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ViewKey::Default(t) => write!(f, "default/{}", t.as_str()),
-            ViewKey::Sidecar { sidecar, visible } => {
+            ViewKey::Sidecar {
+                sidecar,
+                visible,
+                sources,
+            } => {
                 match sidecar {
                     Some(s) => write!(f, "sidecar/{s}")?,
                     None => write!(f, "default/sidecar")?,
@@ -66,9 +73,12 @@ impl std::fmt::Display for ViewKey {
                     };
                     let ids: Vec<String> = visible.iter().map(short).collect();
                     write!(f, "+sees/{}", ids.join(","))?;
-                } else if sidecar.is_none() {
+                } else if sidecar.is_none() && sources.is_empty() {
                     // Restricted ServiceEntries hide hosts from it.
                     write!(f, "+sees/none")?;
+                }
+                if !sources.is_empty() {
+                    write!(f, "+labels/{}", sources.join(";"))?;
                 }
                 Ok(())
             }
@@ -100,12 +110,22 @@ pub fn key_for(proxy: &Proxy, model: &ModelState, root_namespace: &str) -> ViewK
             };
             // Restricted ServiceEntries hide hosts from every namespace they
             // are not exported to, so no sidecar is on the default view then.
-            if sidecar.is_none() && visible.is_empty() && !rules.has_restricted_entries() {
+            let sources = if rules.has_sources() {
+                rules.sources_matching(&proxy.labels)
+            } else {
+                Vec::new()
+            };
+            if sidecar.is_none()
+                && visible.is_empty()
+                && sources.is_empty()
+                && !rules.has_restricted_entries()
+            {
                 ViewKey::Default(ProxyType::Sidecar)
             } else {
                 ViewKey::Sidecar {
                     sidecar,
                     visible: visible.into(),
+                    sources: sources.into(),
                 }
             }
         }

@@ -56,6 +56,7 @@ use deltapilot_model::{Hostname, Proxy, ProxyType, Service};
 
 use super::gateway::{GatewaySet, GatewayView, gateway_sets};
 use super::key::{ViewKey, key_for};
+pub use super::scopes::{Ids, MAX_SOURCE_SETS, ScopeKey, scope_keys, source_sets};
 
 /// The visible hosts on one port.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -64,10 +65,6 @@ struct PortHosts {
     tcp: BTreeSet<Hostname>,
 }
 
-/// What a scoped view is keyed by: the Sidecar's config key, if any, and the
-/// visibility class (sorted keys of the restricted VirtualServices seen).
-pub type ScopeKey = (Option<Arc<str>>, Arc<[Arc<str>]>);
-
 /// The resources of one scope's proxies (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScopedView {
@@ -75,6 +72,8 @@ pub struct ScopedView {
     pub rule: Option<Arc<Rule>>,
     /// The keys of the restricted VirtualServices the view binds.
     pub visible: Arc<[Arc<str>]>,
+    /// The `sourceLabels` selectors its proxies satisfy.
+    pub sources: Arc<[Arc<str>]>,
     /// Those VirtualServices as the view was built with them (a change to any
     /// rebuilds the view).
     seen: Vec<Arc<Rule>>,
@@ -111,42 +110,6 @@ fn seen_rules(model: &ModelState, keys: &[Arc<str>]) -> Vec<Arc<Rule>> {
         .collect()
 }
 
-/// Every scope that needs a view in `model` (see the module doc), and the
-/// Sidecar rule of each.
-pub fn scope_keys(
-    model: &ModelState,
-    root_namespace: &str,
-) -> BTreeMap<ScopeKey, Option<Arc<Rule>>> {
-    let rules = model.rules();
-    let none: Arc<[Arc<str>]> = Arc::from(Vec::new());
-    let classes: BTreeMap<&Arc<str>, Arc<[Arc<str>]>> = rules
-        .export_namespaces()
-        .map(|(ns, keys)| (ns, keys.iter().cloned().collect()))
-        .collect();
-    let mut distinct: BTreeSet<Arc<[Arc<str>]>> = classes.values().cloned().collect();
-    if rules.has_restricted_entries() {
-        // Namespaces no `exportTo` names do not see the restricted entries.
-        distinct.insert(none.clone());
-    }
-    let mut out = BTreeMap::new();
-    for sc in rules.sidecars() {
-        let own = classes.get(&sc.namespace).cloned().unwrap_or(none.clone());
-        out.insert((Some(sc.key.clone()), own), Some(sc.clone()));
-        let mesh_default =
-            &*sc.namespace == root_namespace && sc.sidecar().is_some_and(|s| s.selector.is_empty());
-        if mesh_default {
-            out.insert((Some(sc.key.clone()), none.clone()), Some(sc.clone()));
-            for c in &distinct {
-                out.insert((Some(sc.key.clone()), c.clone()), Some(sc.clone()));
-            }
-        }
-    }
-    for c in distinct {
-        out.insert((None, c), None);
-    }
-    out
-}
-
 /// The host of a cluster or assignment name `outbound|<port>|<subset>|<host>`.
 fn host_of(name: &str) -> Option<&str> {
     let mut it = name.splitn(4, '|');
@@ -173,12 +136,13 @@ impl ScopedView {
         model: &ModelState,
         global: &ResourceSet,
         rule: Option<&Arc<Rule>>,
-        visible: &Arc<[Arc<str>]>,
+        (visible, sources): (&Ids, &Ids),
         opts: &GenOptions,
     ) -> Self {
         let mut v = ScopedView {
             rule: rule.cloned(),
             visible: visible.clone(),
+            sources: sources.clone(),
             seen: seen_rules(model, visible),
             hidden: model.rules().hidden_hosts(visible),
             resources: ResourceSet::default(),
@@ -222,6 +186,7 @@ impl ScopedView {
         WithRules {
             model,
             rules: model.rules().with_visible(&self.visible),
+            sources: self.sources.clone(),
         }
     }
 
@@ -423,9 +388,10 @@ impl ScopedView {
                 }
             }
         }
-        if !self.visible.is_empty() {
-            // A host whose rules changed may have a restricted VirtualService
-            // here that the global routes do not show.
+        if !self.visible.is_empty() || !self.sources.is_empty() {
+            // A host whose rules changed may have a restricted VirtualService,
+            // or blocks for these proxies' labels, that the global routes do
+            // not show.
             for h in &touched.rule_hosts {
                 ports.extend(
                     self.hosts
@@ -497,7 +463,7 @@ impl Views {
         let scoped = scope_keys(model, &opts.root_namespace)
             .into_iter()
             .map(|(k, r)| {
-                let v = ScopedView::build(model, global, r.as_ref(), &k.1, opts);
+                let v = ScopedView::build(model, global, r.as_ref(), (&k.1, &k.2), opts);
                 (k, Arc::new(v))
             })
             .collect();
@@ -534,7 +500,11 @@ impl Views {
         let rules = model.rules();
         let (gateways, truncated, gw_any) =
             self.update_gateways(model, global, changes, touched, opts, seq);
-        if !rules.has_sidecars() && !rules.has_restricted() && self.scoped.is_empty() {
+        if !rules.has_sidecars()
+            && !rules.has_restricted()
+            && !rules.has_sources()
+            && self.scoped.is_empty()
+        {
             let mut next = self.clone();
             next.gateways = gateways;
             next.gateway_sets_truncated = truncated;
@@ -587,7 +557,7 @@ impl Views {
                     }
                 }
                 Some(old) => {
-                    let mut v = ScopedView::build(model, global, rule, &key.1, opts);
+                    let mut v = ScopedView::build(model, global, rule, (&key.1, &key.2), opts);
                     let log = changes_between(&old.resources, &v.resources);
                     v.recent = old.recent.clone();
                     v.horizon = old.horizon;
@@ -596,7 +566,7 @@ impl Views {
                     Arc::new(v)
                 }
                 None => {
-                    let mut v = ScopedView::build(model, global, rule, &key.1, opts);
+                    let mut v = ScopedView::build(model, global, rule, (&key.1, &key.2), opts);
                     v.horizon = seq;
                     any = true;
                     Arc::new(v)
@@ -677,12 +647,31 @@ impl Views {
             &self.root_namespace
         };
         match key_for(proxy, model, root) {
-            ViewKey::Sidecar { sidecar, visible }
-                if !self
-                    .scoped
-                    .contains_key(&(sidecar.clone(), visible.clone())) =>
+            ViewKey::Sidecar {
+                sidecar,
+                visible,
+                sources,
+            } if !self.scoped.contains_key(&(
+                sidecar.clone(),
+                visible.clone(),
+                sources.clone(),
+            )) =>
             {
-                ViewKey::Default(ProxyType::Sidecar)
+                // `MAX_SOURCE_SETS` cut its set of selectors: the view
+                // without them, if there is one.
+                let none: Arc<[Arc<str>]> = Arc::from(Vec::new());
+                if self
+                    .scoped
+                    .contains_key(&(sidecar.clone(), visible.clone(), none.clone()))
+                {
+                    ViewKey::Sidecar {
+                        sidecar,
+                        visible,
+                        sources: none,
+                    }
+                } else {
+                    ViewKey::Default(ProxyType::Sidecar)
+                }
             }
             ViewKey::Gateway { gateways } if !self.gateways.contains_key(&gateways) => {
                 ViewKey::Default(ProxyType::Router)
@@ -691,14 +680,16 @@ impl Views {
         }
     }
 
-    /// The scoped view of a Sidecar's config key (if any) and a visibility
-    /// class.
+    /// The scoped view of a Sidecar's config key (if any), a visibility
+    /// class and a set of satisfied `sourceLabels` selectors.
     pub fn get(
         &self,
         sidecar: &Option<Arc<str>>,
         visible: &Arc<[Arc<str>]>,
+        sources: &Arc<[Arc<str>]>,
     ) -> Option<&Arc<ScopedView>> {
-        self.scoped.get(&(sidecar.clone(), visible.clone()))
+        self.scoped
+            .get(&(sidecar.clone(), visible.clone(), sources.clone()))
     }
 
     /// The gateway view of a set of Gateways (sorted ids).

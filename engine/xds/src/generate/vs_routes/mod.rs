@@ -49,8 +49,13 @@
 //! Gateway's routes when it lists that Gateway (`ns/name`, or `name` in the
 //! rule's namespace). Without the field, the rule's own binding decides.
 //!
-//! What it does NOT do: `tcp`/`tls` routes, `sourceLabels` (reported by the
-//! model), CORS for proxyless gRPC (reported, `DP2010`).
+//! `sourceLabels`: a block with a non-empty selector applies only when the
+//! model read says the view's proxies satisfy it (`ModelRead::source_matches`:
+//! a sidecar view keyed by the selectors its proxies satisfy; the snapshot's
+//! own resources, and so routers and proxyless clients, satisfy none).
+//!
+//! What it does NOT do: `tcp`/`tls` routes, CORS for proxyless gRPC
+//! (reported, `DP2010`).
 
 mod action;
 mod cors;
@@ -156,10 +161,19 @@ pub(crate) struct Cx<'a, M: ?Sized> {
 }
 
 /// Whether match block `m` applies where `cx` generates (see the module doc).
-fn block_applies<M: ?Sized>(
+fn block_applies<M: ModelRead + ?Sized>(
     cx: &Cx<'_, M>,
     m: Option<&deltapilot_model::rules::HttpMatch>,
 ) -> bool {
+    if let Some(sel) = m
+        .and_then(|m| m.source_labels.as_ref())
+        .filter(|l| !l.is_empty())
+        && !cx
+            .model
+            .source_matches(&deltapilot_model::rules::selector_id(sel))
+    {
+        return false;
+    }
     let Some(list) = m
         .and_then(|m| m.gateways.as_ref())
         .filter(|l| !l.is_empty())
