@@ -57,11 +57,12 @@ const MODES: [&str; 3] = [
 ];
 const SIDECARS: [&str; 2] = ["s0", "s1"];
 /// Match blocks of a VirtualService's route (first: none).
-const SOURCES: [&str; 4] = [
+const SOURCES: [&str; 5] = [
     "",
     r#""match":[{"sourceLabels":{"app":"x"}}],"#,
     r#""match":[{"sourceLabels":{"app":"x","v":"1"}},{"uri":{"prefix":"/b"},"gateways":["mesh"]}],"#,
     r#""match":[{"sourceLabels":{"v":"1"}},{"sourceLabels":{"app":"y"}}],"#,
+    r#""match":[{"sourceNamespace":"ns2"},{"sourceNamespace":"ns1","sourceLabels":{"app":"x"}}],"#,
 ];
 /// `exportTo` of a VirtualService (first: none, public).
 const EXPORTS: [&str; 6] = [
@@ -572,7 +573,9 @@ fn check(ops: &[Op], batch: usize) -> Result<(), TestCaseError> {
                 p.labels.insert(Arc::from(*k), Arc::from(*v));
             }
             let want = next_state.rules().visible_from(ns);
-            let want_sources = next_state.rules().sources_matching(&p.labels);
+            let mut with_ns = p.labels.clone();
+            with_ns.insert(Arc::from(":namespace"), Arc::from(ns));
+            let want_sources = next_state.rules().sources_matching(&with_ns);
             match next_views.key_for(&p, &next_state) {
                 ViewKey::Sidecar {
                     sidecar,
@@ -907,9 +910,8 @@ fn export_to_dot_routes_only_its_own_namespace() {
         decode(&v.resources.routes, "80");
     assert_eq!(routed_to(&rc, a), "outbound|80||b.ns1.svc.cluster.local");
     assert!(
-        v.resources.clusters.ptr_eq(&set.clusters)
-            || names(&v.resources.clusters) == names(&set.clusters),
-        "every cluster is seen"
+        v.resources.clusters.ptr_eq(&set.clusters) && v.resources.endpoints.ptr_eq(&set.endpoints),
+        "every host is seen: the global maps themselves"
     );
     assert!(
         Arc::ptr_eq(
@@ -1098,4 +1100,53 @@ fn source_labels_route_by_the_proxys_labels() {
         decode(&v.resources.routes, "80");
     assert_eq!(routed_to(&rc, a), "outbound|80||b.ns1.svc.cluster.local");
     assert_eq!(views.len(), 1);
+}
+
+/// A `sourceNamespace` match routes only the sidecars of that namespace.
+#[test]
+fn source_namespace_routes_only_that_namespace() {
+    let evs = vec![
+        simple_svc("ns1", "a.ns1.svc.cluster.local", 80, Protocol::Http),
+        simple_svc("ns1", "b.ns1.svc.cluster.local", 80, Protocol::Http),
+        rule(
+            "src",
+            0,
+            ConfigKind::VirtualService,
+            "ns1",
+            "by-ns",
+            r#"{"hosts":["a.ns1.svc.cluster.local"],"http":[
+              {"match":[{"sourceNamespace":"ns2"}],"route":[{"destination":{"host":"b.ns1.svc.cluster.local"}}]},
+              {"route":[{"destination":{"host":"a.ns1.svc.cluster.local"}}]}]}"#,
+        ),
+    ];
+    let state = model(&evs);
+    let opts = GenOptions::default();
+    let (_, set, _) = Generator::build(&state, opts.clone());
+    let views = Views::build(&state, &set, &opts);
+    let proxy = |ns: &str| Proxy {
+        namespace: Arc::from(ns),
+        ..Default::default()
+    };
+    assert_eq!(
+        views.key_for(&proxy("ns1"), &state),
+        ViewKey::Default(ProxyType::Sidecar)
+    );
+    let k = views.key_for(&proxy("ns2"), &state);
+    assert_eq!(k.to_string(), "default/sidecar+labels/:namespace=ns2");
+    let ViewKey::Sidecar {
+        sidecar,
+        visible,
+        sources,
+    } = &k
+    else {
+        panic!("{k:?}")
+    };
+    let v = views.get(sidecar, visible, sources).expect("view");
+    let rc: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&v.resources.routes, "80");
+    assert_eq!(
+        routed_to(&rc, "a.ns1.svc.cluster.local:80"),
+        "outbound|80||b.ns1.svc.cluster.local"
+    );
+    assert_eq!(views.len(), 1, "one namespace selector, one view");
 }

@@ -307,7 +307,8 @@ impl RuleIndex {
     }
 
     /// The ids (`rules::selector_id`) of the `sourceLabels` selectors in use
-    /// that `labels` satisfies, sorted.
+    /// that `labels` satisfies, sorted (a proxy's labels carry its namespace
+    /// as `SOURCE_NAMESPACE_KEY`, see `source`).
     pub fn sources_matching(&self, labels: &Labels) -> Vec<Arc<str>> {
         self.sources.matching(labels)
     }

@@ -68,7 +68,7 @@ pub use sidecar::{
     DEFAULT_ROOT_NAMESPACE, EgressHost, EgressListener, EgressNamespace, OutboundMode,
     OutboundTrafficPolicy, Sidecar, SidecarScope, WorkloadSelector,
 };
-pub use source::selector_id;
+pub use source::{SOURCE_NAMESPACE_KEY, selector_id, source_selector};
 pub use types::{F64, Percent, PortSelector, StringMatch, StringMatchKind};
 pub use vs::{
     CorsPolicy, Destination, DirectResponse, Fault, FaultAbort, FaultDelay, HeaderOps, Headers,

@@ -427,10 +427,6 @@ fn bind_virtual_service(vs: &VirtualService, rule: &mut Rule) {
             "several mirrors (use `mirror`)",
         ),
         (
-            &["http", "*", "match", "*", "sourceNamespace"][..],
-            "matching on source namespace (needs per-proxy views)",
-        ),
-        (
             &["http", "*", "match", "*", "statPrefix"][..],
             "per-match stats prefix",
         ),

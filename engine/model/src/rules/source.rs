@@ -6,7 +6,11 @@
 //! that use it, so a sidecar's view key can carry exactly the selectors its
 //! labels satisfy among those that exist (`RuleIndex::sources_matching`), and
 //! proxies with equal match sets share a view. An empty selector matches
-//! every proxy and is no condition at all.
+//! every proxy and is no condition at all. A block's `sourceNamespace` joins
+//! its selector as the pseudo label [`SOURCE_NAMESPACE_KEY`] (no Kubernetes
+//! label key contains `:`), which the caller adds to a proxy's labels, so one
+//! mechanism decides both and a proxy satisfies namespace selectors of its
+//! own namespace only.
 //!
 //! What it does NOT do: decide which routes a view gets (the xDS crate skips
 //! the blocks whose selector its key does not carry).
@@ -17,7 +21,22 @@ use std::sync::Arc;
 use imbl::OrdMap;
 
 use super::parse::Rule;
+use super::vs::HttpMatch;
 use crate::model::Labels;
+
+/// The pseudo label a block's `sourceNamespace` becomes in its selector, and
+/// that a proxy's namespace is added to its labels under.
+pub const SOURCE_NAMESPACE_KEY: &str = ":namespace";
+
+/// The selector of match block `m`: its `sourceLabels` and `sourceNamespace`
+/// (as [`SOURCE_NAMESPACE_KEY`]), or `None` when it has neither.
+pub fn source_selector(m: &HttpMatch) -> Option<BTreeMap<String, String>> {
+    let mut sel = m.source_labels.clone().unwrap_or_default();
+    if let Some(ns) = m.source_namespace.as_deref().filter(|n| !n.is_empty()) {
+        sel.insert(SOURCE_NAMESPACE_KEY.to_string(), ns.to_string());
+    }
+    (!sel.is_empty()).then_some(sel)
+}
 
 /// The canonical text of a `sourceLabels` selector: `k=v` pairs in key order,
 /// joined by `,`.
@@ -37,13 +56,13 @@ fn selectors_of(rule: &Rule) -> BTreeMap<Arc<str>, Labels> {
     };
     (vs.http.iter().flatten())
         .flat_map(|r| r.matches.iter().flatten())
-        .filter_map(|m| m.source_labels.as_ref().filter(|l| !l.is_empty()))
+        .filter_map(source_selector)
         .map(|l| {
             let labels: Labels = l
                 .iter()
                 .map(|(k, v)| (Arc::from(k.as_str()), Arc::from(v.as_str())))
                 .collect();
-            (selector_id(l), labels)
+            (selector_id(&l), labels)
         })
         .collect()
 }

@@ -111,7 +111,12 @@ pub fn key_for(proxy: &Proxy, model: &ModelState, root_namespace: &str) -> ViewK
             // Restricted ServiceEntries hide hosts from every namespace they
             // are not exported to, so no sidecar is on the default view then.
             let sources = if rules.has_sources() {
-                rules.sources_matching(&proxy.labels)
+                let mut labels = proxy.labels.clone();
+                labels.insert(
+                    Arc::from(deltapilot_model::rules::SOURCE_NAMESPACE_KEY),
+                    proxy.namespace.clone(),
+                );
+                rules.sources_matching(&labels)
             } else {
                 Vec::new()
             };

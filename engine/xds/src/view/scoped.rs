@@ -160,12 +160,28 @@ impl ScopedView {
         }
         let vm = v.view_model(model);
         let mut scratch = ChangeSet::default();
+        // Without a Sidecar or hidden hosts every host is visible: the view
+        // starts from the global maps themselves (structural sharing: only
+        // the tree paths later batches change are copied).
+        let every_host = v.rule.is_none() && v.hidden.is_empty();
         for (t, from) in [
             (ResourceType::Cluster, &global.clusters),
             (ResourceType::Endpoint, &global.endpoints),
         ] {
+            let hosts = v.hosts.clone();
+            let visible = |name: &str| host_of(name).is_some_and(|h| hosts.contains_key(h));
+            if every_host {
+                let stray: Vec<Arc<str>> = from.keys().filter(|n| !visible(n)).cloned().collect();
+                if let Some(map) = v.map_mut(t) {
+                    *map = from.clone();
+                    for n in stray {
+                        map.remove(&n);
+                    }
+                }
+                continue;
+            }
             for (name, r) in from.iter() {
-                if host_of(name).is_some_and(|h| v.hosts.contains_key(h))
+                if visible(name)
                     && let Some(map) = v.map_mut(t)
                 {
                     map.insert(r.clone());

@@ -49,7 +49,7 @@
 //! Gateway's routes when it lists that Gateway (`ns/name`, or `name` in the
 //! rule's namespace). Without the field, the rule's own binding decides.
 //!
-//! `sourceLabels`: a block with a non-empty selector applies only when the
+//! `sourceLabels` and `sourceNamespace`: a block with a selector applies only when the
 //! model read says the view's proxies satisfy it (`ModelRead::source_matches`:
 //! a sidecar view keyed by the selectors its proxies satisfy; the snapshot's
 //! own resources, and so routers and proxyless clients, satisfy none).
@@ -165,12 +165,10 @@ fn block_applies<M: ModelRead + ?Sized>(
     cx: &Cx<'_, M>,
     m: Option<&deltapilot_model::rules::HttpMatch>,
 ) -> bool {
-    if let Some(sel) = m
-        .and_then(|m| m.source_labels.as_ref())
-        .filter(|l| !l.is_empty())
+    if let Some(sel) = m.and_then(deltapilot_model::rules::source_selector)
         && !cx
             .model
-            .source_matches(&deltapilot_model::rules::selector_id(sel))
+            .source_matches(&deltapilot_model::rules::selector_id(&sel))
     {
         return false;
     }
