@@ -415,7 +415,7 @@ impl Metrics {
         );
         registry.register(
             "views",
-            "Distinct views served (one per valid Sidecar, one per set of Gateways, plus the default view of each proxy type)",
+            "Distinct views served (one per scope: a valid Sidecar and/or a namespace visibility class of restricted VirtualServices; one per set of Gateways; plus the default view of each proxy type)",
             m.views.clone(),
         );
         registry.register(

@@ -9,7 +9,12 @@
 //! nested, empty and unrelated selectors added, edited and deleted, and
 //! VirtualServices bound to them; each set's view equals its rebuild, its log
 //! is exact, its clusters and assignments are the global maps, and a router's
-//! key names the view of exactly the Gateways selecting it.
+//! key names the view of exactly the Gateways selecting it. VirtualServices
+//! carry random `exportTo` (`.`, other namespaces, `*`, `~`), competing for
+//! one host, so sidecars move between visibility classes, alone and combined
+//! with Sidecars; ServiceEntry objects with random `exportTo` hide their
+//! hosts from the other namespaces; VirtualServices with `sourceLabels`
+//! match blocks key sidecars by the selectors their labels satisfy.
 
 mod xds_support;
 
@@ -20,7 +25,7 @@ use deltapilot_model::{Proxy, ProxyType};
 use deltapilot_proto::ConfigKind;
 use deltapilot_proto::Event;
 use deltapilot_xds::generate::{GenOptions, Generator, changes_between};
-use deltapilot_xds::view::{ViewKey, Views};
+use deltapilot_xds::view::{ScopeKey, ViewKey, Views};
 use deltapilot_xds::{ResourceSet, ResourceType};
 use proptest::prelude::*;
 use xds_support::*;
@@ -51,6 +56,23 @@ const MODES: [&str; 3] = [
     r#","outboundTrafficPolicy":{"mode":"ALLOW_ANY"}"#,
 ];
 const SIDECARS: [&str; 2] = ["s0", "s1"];
+/// Match blocks of a VirtualService's route (first: none).
+const SOURCES: [&str; 5] = [
+    "",
+    r#""match":[{"sourceLabels":{"app":"x"}}],"#,
+    r#""match":[{"sourceLabels":{"app":"x","v":"1"}},{"uri":{"prefix":"/b"},"gateways":["mesh"]}],"#,
+    r#""match":[{"sourceLabels":{"v":"1"}},{"sourceLabels":{"app":"y"}}],"#,
+    r#""match":[{"sourceNamespace":"ns2"},{"sourceNamespace":"ns1","sourceLabels":{"app":"x"}}],"#,
+];
+/// `exportTo` of a VirtualService (first: none, public).
+const EXPORTS: [&str; 6] = [
+    "",
+    r#","exportTo":["."]"#,
+    r#","exportTo":["ns2"]"#,
+    r#","exportTo":["ns1","ns2"]"#,
+    r#","exportTo":["*"]"#,
+    r#","exportTo":["~"]"#,
+];
 const GATEWAYS: [&str; 2] = ["g0", "g1"];
 /// Gateway selectors: empty (every router), a family, a narrower member of
 /// it, and an unrelated one.
@@ -81,6 +103,9 @@ enum Op {
         host: usize,
         dest: usize,
         fault: bool,
+        name: usize,
+        export: usize,
+        source: usize,
     },
     Dr {
         host: usize,
@@ -112,6 +137,18 @@ enum Op {
         host: usize,
         dest: usize,
         prefix: bool,
+        export: usize,
+    },
+    /// A ServiceEntry object naming a host (its service comes from `Svc`):
+    /// only its `exportTo` matters to the views.
+    Se {
+        ns: usize,
+        host: usize,
+        export: usize,
+    },
+    SeDel {
+        ns: usize,
+        host: usize,
     },
 }
 
@@ -123,7 +160,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(ns, host, ports)| Op::Svc { ns, host, ports }),
         1 => (ns.clone(), host.clone()).prop_map(|(ns, host)| Op::SvcDel { ns, host }),
         4 => (0..5usize, host.clone(), ns.clone()).prop_map(|(key, host, ns)| Op::Ep { key, host, ns }),
-        2 => (host.clone(), host.clone(), any::<bool>()).prop_map(|(host, dest, fault)| Op::Vs { host, dest, fault }),
+        3 => (host.clone(), host.clone(), any::<bool>(), 0..2usize, 0..EXPORTS.len(), 0..SOURCES.len())
+            .prop_map(|(host, dest, fault, name, export, source)| Op::Vs { host, dest, fault, name, export, source }),
         1 => (host, any::<bool>()).prop_map(|(host, subsets)| Op::Dr { host, subsets }),
         4 => (ns.clone(), 0..SIDECARS.len(), prop::collection::vec(0..EGRESS.len(), 0..3), 0..MODES.len(), prop::bool::weighted(0.3))
             .prop_map(|(ns, name, hosts, mode, selector)| Op::Sidecar { ns, name, hosts, mode, selector }),
@@ -131,7 +169,11 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (ns.clone(), 0..GATEWAYS.len(), 0..GW_SELECTORS.len(), 0..PORTS.len(), any::<bool>())
             .prop_map(|(ns, name, selector, port, https_redirect)| Op::Gateway { ns, name, selector, port, https_redirect }),
         1 => (ns, 0..GATEWAYS.len()).prop_map(|(ns, name)| Op::GatewayDel { ns, name }),
-        2 => (0..HOSTS.len(), 0..HOSTS.len(), any::<bool>()).prop_map(|(host, dest, prefix)| Op::GwVs { host, dest, prefix }),
+        2 => (0..HOSTS.len(), 0..HOSTS.len(), any::<bool>(), 0..EXPORTS.len())
+            .prop_map(|(host, dest, prefix, export)| Op::GwVs { host, dest, prefix, export }),
+        2 => (0..NAMESPACES.len(), 0..HOSTS.len(), 0..EXPORTS.len())
+            .prop_map(|(ns, host, export)| Op::Se { ns, host, export }),
+        1 => (0..NAMESPACES.len(), 0..HOSTS.len()).prop_map(|(ns, host)| Op::SeDel { ns, host }),
     ]
 }
 
@@ -154,7 +196,14 @@ fn event_of(op: &Op) -> Event {
                 .label("v", "v1")
                 .upsert("src", 0, &format!("ep/{key}"))
         }
-        Op::Vs { host, dest, fault } => {
+        Op::Vs {
+            host,
+            dest,
+            fault,
+            name,
+            export,
+            source,
+        } => {
             let fault = if *fault {
                 r#","fault":{"abort":{"httpStatus":503,"percentage":{"value":50}}}"#
             } else {
@@ -165,10 +214,10 @@ fn event_of(op: &Op) -> Event {
                 0,
                 ConfigKind::VirtualService,
                 "ns1",
-                &format!("vs{host}"),
+                &format!("vs{name}-{host}"),
                 &format!(
-                    r#"{{"hosts":["{}"],"http":[{{"route":[{{"destination":{{"host":"{}"}}}}]{fault}}}]}}"#,
-                    HOSTS[*host], HOSTS[*dest]
+                    r#"{{"hosts":["{}"],"http":[{{{}"route":[{{"destination":{{"host":"{}"}}}}]{fault}}}]{}}}"#,
+                    HOSTS[*host], SOURCES[*source], HOSTS[*dest], EXPORTS[*export]
                 ),
             )
         }
@@ -249,18 +298,39 @@ fn event_of(op: &Op) -> Event {
             NAMESPACES[*ns],
             GATEWAYS[*name],
         ),
-        Op::GwVs { host, dest, prefix } => rule(
+        Op::GwVs {
+            host,
+            dest,
+            prefix,
+            export,
+        } => rule(
             "src",
             0,
             ConfigKind::VirtualService,
             "ns2",
             &format!("gwvs{host}"),
             &format!(
-                r#"{{"hosts":["{}"],"gateways":["ns1/g0","ns2/g1","istio-system/g0"],"http":[{{"match":[{{"uri":{{"prefix":"/{}"}}}}],"route":[{{"destination":{{"host":"{}","port":{{"number":80}}}}}}]}}]}}"#,
+                r#"{{"hosts":["{}"],"gateways":["ns1/g0","ns2/g1","istio-system/g0"],"http":[{{"match":[{{"uri":{{"prefix":"/{}"}}}}],"route":[{{"destination":{{"host":"{}","port":{{"number":80}}}}}}]}}]{}}}"#,
                 HOSTS[*host],
                 if *prefix { "api" } else { "" },
-                HOSTS[*dest]
+                HOSTS[*dest],
+                EXPORTS[*export]
             ),
+        ),
+        Op::Se { ns, host, export } => rule(
+            "src",
+            0,
+            ConfigKind::ServiceEntry,
+            NAMESPACES[*ns],
+            &format!("se{host}"),
+            &format!(r#"{{"hosts":["{}"]{}}}"#, HOSTS[*host], EXPORTS[*export]),
+        ),
+        Op::SeDel { ns, host } => rule_del(
+            "src",
+            0,
+            ConfigKind::ServiceEntry,
+            NAMESPACES[*ns],
+            &format!("se{host}"),
         ),
         Op::SidecarDel { ns, name } => rule_del(
             "src",
@@ -308,9 +378,9 @@ fn check_views(
     opts: &GenOptions,
 ) -> Result<(), TestCaseError> {
     let reference = Views::build(state, set, opts);
-    let inc_keys: Vec<&Arc<str>> = inc.iter().map(|(k, _)| k).collect();
-    let ref_keys: Vec<&Arc<str>> = reference.iter().map(|(k, _)| k).collect();
-    prop_assert_eq!(inc_keys, ref_keys, "one view per valid Sidecar");
+    let inc_keys: Vec<&ScopeKey> = inc.iter().map(|(k, _)| k).collect();
+    let ref_keys: Vec<&ScopeKey> = reference.iter().map(|(k, _)| k).collect();
+    prop_assert_eq!(inc_keys, ref_keys, "one view per scope");
     let inc_gw: Vec<_> = inc.gateways().map(|(k, _)| k.clone()).collect();
     let ref_gw: Vec<_> = reference.gateways().map(|(k, _)| k.clone()).collect();
     prop_assert_eq!(inc_gw, ref_gw, "one view per Gateway set");
@@ -335,11 +405,11 @@ fn check_views(
         );
     }
     for (k, want) in reference.iter() {
-        let got = inc.get(k).expect("same keys");
+        let got = inc.get(&k.0, &k.1, &k.2).expect("same keys");
         prop_assert_eq!(
             flatten(&got.resources),
             flatten(&want.resources),
-            "view {} incremental != from scratch",
+            "view {:?} incremental != from scratch",
             k
         );
         for (t, map, global) in [
@@ -393,15 +463,21 @@ fn check(ops: &[Op], batch: usize) -> Result<(), TestCaseError> {
         check_views(&next_views, &next_state, &next, &opts)?;
         let mut any = views.len() != next_views.len();
         for (k, v) in next_views.iter() {
-            match views.get(k) {
+            match views.get(&k.0, &k.1, &k.2) {
                 Some(old) if old.rule == v.rule => {
                     let log = v.changes_since(seq.saturating_sub(1), seq);
                     let want = changes_between(&old.resources, &v.resources);
                     any |= !want.is_empty();
                     if changed {
-                        prop_assert_eq!(log, Some(want), "view {} change log after {:?}", k, chunk);
+                        prop_assert_eq!(
+                            log,
+                            Some(want),
+                            "view {:?} change log after {:?}",
+                            k,
+                            chunk
+                        );
                     } else {
-                        prop_assert!(want.is_empty(), "view {} changed unreported", k);
+                        prop_assert!(want.is_empty(), "view {:?} changed unreported", k);
                     }
                 }
                 _ => any = true,
@@ -479,15 +555,46 @@ fn check(ops: &[Op], batch: usize) -> Result<(), TestCaseError> {
             }
         }
         // Every proxy's key names a view that exists.
-        for ns in NAMESPACES {
+        for (ns, labels) in NAMESPACES.iter().flat_map(|ns| {
+            [
+                &[("app", "x")][..],
+                &[("app", "x"), ("v", "1")][..],
+                &[("v", "1")][..],
+                &[][..],
+            ]
+            .map(|l| (*ns, l))
+        }) {
             let mut p = Proxy {
                 namespace: Arc::from(ns),
                 proxy_type: ProxyType::Sidecar,
                 ..Default::default()
             };
-            p.labels.insert(Arc::from("app"), Arc::from("x"));
-            if let ViewKey::Sidecar { sidecar } = next_views.key_for(&p, &next_state) {
-                prop_assert!(next_views.get(&sidecar).is_some());
+            for (k, v) in labels {
+                p.labels.insert(Arc::from(*k), Arc::from(*v));
+            }
+            let want = next_state.rules().visible_from(ns);
+            let mut with_ns = p.labels.clone();
+            with_ns.insert(Arc::from(":namespace"), Arc::from(ns));
+            let want_sources = next_state.rules().sources_matching(&with_ns);
+            match next_views.key_for(&p, &next_state) {
+                ViewKey::Sidecar {
+                    sidecar,
+                    visible,
+                    sources,
+                } => {
+                    prop_assert!(next_views.get(&sidecar, &visible, &sources).is_some());
+                    prop_assert_eq!(&*visible, &want[..], "the key carries its class");
+                    prop_assert_eq!(&*sources, &want_sources[..], "and its selectors");
+                }
+                ViewKey::Default(ProxyType::Sidecar) => prop_assert!(
+                    want.is_empty()
+                        && want_sources.is_empty()
+                        && !next_state.rules().has_restricted_entries(),
+                    "{} sees {:?} but has the default view",
+                    ns,
+                    want
+                ),
+                k => prop_assert!(false, "sidecar key {:?}", k),
             }
         }
         state = next_state;
@@ -543,11 +650,16 @@ fn a_sidecar_scopes_its_namespace_and_the_root_one_the_rest() {
         ..Default::default()
     };
     let k1 = views.key_for(&proxy("ns1"), &state);
-    let ViewKey::Sidecar { sidecar } = &k1 else {
+    let ViewKey::Sidecar {
+        sidecar,
+        visible,
+        sources,
+    } = &k1
+    else {
         panic!("ns1 is scoped: {k1:?}")
     };
-    assert_eq!(&**sidecar, "cfg/sidecar/ns1/default");
-    let v = views.get(sidecar).expect("view");
+    assert_eq!(sidecar.as_deref(), Some("cfg/sidecar/ns1/default"));
+    let v = views.get(sidecar, visible, sources).expect("view");
     assert_eq!(
         names(&v.resources.clusters),
         ["outbound|80||a.ns1.svc.cluster.local"]
@@ -567,10 +679,15 @@ fn a_sidecar_scopes_its_namespace_and_the_root_one_the_rest() {
     // ns2 falls back to the root namespace's Sidecar, which admits everything.
     let k2 = views.key_for(&proxy("ns2"), &state);
     assert_eq!(k2.to_string(), "sidecar/cfg/sidecar/istio-system/default");
-    let ViewKey::Sidecar { sidecar } = &k2 else {
+    let ViewKey::Sidecar {
+        sidecar,
+        visible,
+        sources,
+    } = &k2
+    else {
         panic!("ns2 is scoped by the root Sidecar")
     };
-    let all = views.get(sidecar).expect("view");
+    let all = views.get(sidecar, visible, sources).expect("view");
     assert_eq!(names(&all.resources.clusters), names(&set.clusters));
     assert_eq!(names(&all.resources.endpoints), names(&set.endpoints));
     assert_eq!(

@@ -58,7 +58,7 @@ pub use incremental::Generator;
 pub use l4::problems as l4_route_problems;
 pub use policy::hash_policies;
 pub use reference::{AssignmentSlot, build_all, build_assignments};
-pub use source::ModelRead;
+pub use source::{ModelRead, WithRules};
 pub use vs_routes::route_problems;
 
 use deltapilot_model::state::{ModelState, Touched};

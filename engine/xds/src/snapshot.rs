@@ -71,7 +71,14 @@ impl Snapshot {
     pub fn view_changes_since(&self, key: &ViewKey, since: u64) -> Option<ChangeSet> {
         match key {
             ViewKey::Default(_) => self.changes_since(since),
-            ViewKey::Sidecar { sidecar } => self.views.get(sidecar)?.changes_since(since, self.seq),
+            ViewKey::Sidecar {
+                sidecar,
+                visible,
+                sources,
+            } => self
+                .views
+                .get(sidecar, visible, sources)?
+                .changes_since(since, self.seq),
             ViewKey::Gateway { gateways } => {
                 self.views.gateway(gateways)?.changes_since(since, self.seq)
             }
@@ -108,7 +115,11 @@ pub fn view_map<'a>(
 ) -> &'a ResourceMap {
     match key {
         ViewKey::Default(pt) => resources_for(resources, *pt, t),
-        ViewKey::Sidecar { sidecar } => match views.get(sidecar) {
+        ViewKey::Sidecar {
+            sidecar,
+            visible,
+            sources,
+        } => match views.get(sidecar, visible, sources) {
             Some(v) => resources_for(&v.resources, ProxyType::Sidecar, t),
             None => resources_for(resources, ProxyType::Sidecar, t),
         },

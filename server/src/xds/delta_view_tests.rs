@@ -287,7 +287,9 @@ fn a_reconnecting_proxy_is_judged_against_its_own_view() {
         vec![sidecar("ns1", r#"{"egress":[{"hosts":["./*"]}]}"#)],
     );
     let key = ViewKey::Sidecar {
-        sidecar: Arc::from("cfg/sidecar/ns1/default"),
+        sidecar: Some(Arc::from("cfg/sidecar/ns1/default")),
+        visible: Arc::from(Vec::new()),
+        sources: Arc::from(Vec::new()),
     };
     // It reports exactly what its scoped view holds: nothing is resent.
     let mut st = DeltaStream::new(None, Limits::default(), &s);
@@ -355,5 +357,103 @@ fn a_key_is_never_guessed_before_the_node_is_known() {
     assert!(
         sent[0].1.iter().all(|n| !n.starts_with("0.0.0.0_")),
         "api_listeners only: {sent:?}"
+    );
+}
+
+fn export_rule(export: &str) -> Event {
+    event(
+        "src",
+        0,
+        Payload::ConfigUpsert(pb::ConfigUpsert {
+            config: Some(pb::ConfigObject {
+                kind: pb::ConfigKind::VirtualService as i32,
+                namespace: "ns1".into(),
+                name: "to-b".into(),
+                spec_json: format!(
+                    r#"{{"hosts":["a.ns1.svc.cluster.local"],"exportTo":{export},"http":[{{"route":[{{"destination":{{"host":"b.ns2.svc.cluster.local"}}}}]}}]}}"#
+                ),
+                ..Default::default()
+            }),
+        }),
+    )
+}
+
+/// A VirtualService's `exportTo` moves a proxy between its namespace's
+/// visibility classes with exactly the difference: nothing while exported
+/// elsewhere, the re-routed route configuration when exported to it, and the
+/// default view back when the rule goes.
+#[test]
+fn export_to_moves_a_proxy_between_views_with_the_difference() {
+    let mut engine = Engine::new(GenOptions::default());
+    let mut at = 0;
+    let s0 = mesh(&mut engine, &mut at);
+    let mut st = DeltaStream::new(None, Limits::default(), &s0);
+    subscribe_all(&mut st, &s0);
+    drain(&mut st, &s0);
+
+    let s1 = apply(&mut engine, &mut at, vec![export_rule(r#"["ns2"]"#)]);
+    assert_eq!(drain(&mut st, &s1), vec![], "exported elsewhere: nothing");
+    assert_eq!(
+        st.view_key(),
+        Some(&ViewKey::Default(deltapilot_model::ProxyType::Sidecar))
+    );
+
+    let s2 = apply(&mut engine, &mut at, vec![export_rule(r#"["."]"#)]);
+    let moved = by_type(drain(&mut st, &s2));
+    let grpc = |h: &str| format!("{h}.svc.cluster.local:80");
+    assert_eq!(
+        moved,
+        // As for any scoped view: no proxyless route configurations.
+        [(
+            Route,
+            vec!["80".to_string()],
+            vec![grpc("a.ns1"), grpc("b.ns2")]
+        )],
+        "only the re-routed route configuration"
+    );
+    assert_eq!(
+        st.view_key().map(ToString::to_string).as_deref(),
+        Some("default/sidecar+sees/ns1/to-b")
+    );
+    let rc: envoy_types::pb::envoy::config::route::v3::RouteConfiguration = prost::Message::decode(
+        &s2.view(st.view_key().expect("key"), Route)
+            .get("80")
+            .expect("route 80")
+            .bytes[..],
+    )
+    .expect("decodes");
+    let a = rc
+        .virtual_hosts
+        .iter()
+        .find(|v| v.name == "a.ns1.svc.cluster.local:80")
+        .expect("a's virtual host");
+    assert!(
+        format!("{:?}", a.routes[0].action).contains("outbound|80||b.ns2.svc.cluster.local"),
+        "{a:?}"
+    );
+
+    let s3 = apply(
+        &mut engine,
+        &mut at,
+        vec![event(
+            "src",
+            0,
+            Payload::ConfigDelete(pb::EntityDelete {
+                key: pb::config_key(pb::ConfigKind::VirtualService, "ns1", "to-b"),
+            }),
+        )],
+    );
+    let back = by_type(drain(&mut st, &s3));
+    assert_eq!(
+        back,
+        [(
+            Route,
+            vec!["80".to_string(), grpc("a.ns1"), grpc("b.ns2")],
+            vec![]
+        )]
+    );
+    assert_eq!(
+        st.view_key(),
+        Some(&ViewKey::Default(deltapilot_model::ProxyType::Sidecar))
     );
 }

@@ -377,6 +377,18 @@ impl Envoy {
     /// (e.g. Istio's `sidecar~IP~POD.NS~NS.svc.cluster.local`, which gives the
     /// proxy a namespace).
     pub fn start_as(dir: &Path, example: &str, xds_port: u16, node_id: Option<&str>) -> Envoy {
+        Self::start_labelled(dir, example, xds_port, node_id, &[])
+    }
+
+    /// As [`Envoy::start_as`], with node metadata `LABELS` (Istio's workload
+    /// labels) set to `labels` when there are any.
+    pub fn start_labelled(
+        dir: &Path,
+        example: &str,
+        xds_port: u16,
+        node_id: Option<&str>,
+        labels: &[(&str, &str)],
+    ) -> Envoy {
         let admin_port = free_port();
         let template = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -398,6 +410,19 @@ impl Envoy {
                 .collect::<Vec<_>>()
                 .join("\n"),
             None => bootstrap,
+        };
+        let bootstrap = if labels.is_empty() {
+            bootstrap
+        } else {
+            let meta: String = labels
+                .iter()
+                .map(|(k, v)| format!("      {k}: \"{v}\"\n"))
+                .collect();
+            bootstrap.replacen(
+                "\n  cluster: demo\n",
+                &format!("\n  cluster: demo\n  metadata:\n    LABELS:\n{meta}"),
+                1,
+            )
         };
         Self::boot(dir, example, &bootstrap, admin_port)
     }

@@ -472,7 +472,13 @@ impl Replayer {
 /// What the scoped or gateway view under `key` logged at `step` (none for default keys).
 fn views_log(views: &Views, key: &ViewKey, step: u64) -> Option<deltapilot_xds::ChangeSet> {
     match key {
-        ViewKey::Sidecar { sidecar } => views.get(sidecar)?.changes_since(step - 1, step),
+        ViewKey::Sidecar {
+            sidecar,
+            visible,
+            sources,
+        } => views
+            .get(sidecar, visible, sources)?
+            .changes_since(step - 1, step),
         ViewKey::Gateway { gateways } => views.gateway(gateways)?.changes_since(step - 1, step),
         ViewKey::Default(_) => None,
     }

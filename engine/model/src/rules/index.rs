@@ -23,11 +23,13 @@ use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
 
+use super::export::{Entries, EntryExport};
 use super::gateway::BoundGateway;
 use super::gateway::gateway_id;
 use super::host::{host_matches, wildcards_of};
 use super::parse::{Rule, is_rule_kind, parse};
 use super::problem::{Problem, RuleStatus, Severity};
+use super::source::Selectors;
 use super::{DestinationRule, VirtualService};
 use crate::model::{Config, Hostname, Labels};
 
@@ -115,6 +117,21 @@ pub struct RuleIndex {
     cors: usize,
     /// Namespace → its valid Sidecars, in precedence order.
     sidecars: OrdMap<Arc<str>, OrdSet<Claim>>,
+    /// Namespace → the keys of the restricted VirtualServices (see
+    /// [`is_restricted`]) exported to it. Those are not in `vs_hosts`: the
+    /// views of the namespaces that see them bind them ([`RuleIndex::with_visible`]).
+    exported_to: OrdMap<Arc<str>, OrdSet<Arc<str>>>,
+    /// Every ServiceEntry's hosts and `exportTo` (see `export`); the keys of
+    /// the restricted ones are in `exported_to` too.
+    entries: Entries,
+    /// The `sourceLabels` selectors of the stored VirtualServices.
+    sources: Selectors,
+}
+
+/// Whether `rule` is a VirtualService bound to hosts whose `exportTo` is not
+/// public: sidecars see it only from the namespaces it is exported to.
+pub fn is_restricted(rule: &Rule) -> bool {
+    rule.is_virtual_service() && rule.export_to.is_some() && !rule.hosts.is_empty()
 }
 
 /// Whether `rule` is a bound VirtualService with a `corsPolicy` in some route.
@@ -147,6 +164,21 @@ impl RuleIndex {
     /// Stores (or replaces) `cfg` if it is a rule kind; returns the patterns the
     /// old and new versions bound, or `None` for other kinds.
     pub fn upsert(&mut self, cfg: &Config) -> Option<RuleTouch> {
+        if cfg.kind == crate::model::ConfigKind::ServiceEntry {
+            let (new, old) = self.entries.upsert(cfg);
+            if let Some(old) = old {
+                self.unexport(&old);
+            }
+            if let Some(new) = new {
+                for ns in new.export.iter().flat_map(|l| l.iter()) {
+                    self.exported_to
+                        .entry(ns.clone())
+                        .or_default()
+                        .insert(new.key.clone());
+                }
+            }
+            return None;
+        }
         if !is_rule_kind(cfg.kind) {
             return None;
         }
@@ -174,13 +206,22 @@ impl RuleIndex {
                 .or_default()
                 .insert(claim.clone());
         }
-        let by_host = if rule.is_virtual_service() {
-            &mut self.vs_hosts
+        if is_restricted(&rule) {
+            for ns in rule.export_to.iter().flat_map(|l| l.iter()) {
+                self.exported_to
+                    .entry(ns.clone())
+                    .or_default()
+                    .insert(rule.key.clone());
+            }
         } else {
-            &mut self.dr_hosts
-        };
-        for h in &rule.hosts {
-            by_host.entry(h.clone()).or_default().insert(claim.clone());
+            let by_host = if rule.is_virtual_service() {
+                &mut self.vs_hosts
+            } else {
+                &mut self.dr_hosts
+            };
+            for h in &rule.hosts {
+                by_host.entry(h.clone()).or_default().insert(claim.clone());
+            }
         }
         for d in &rule.destinations {
             self.routes_to
@@ -191,6 +232,7 @@ impl RuleIndex {
         if has_fault(&rule) {
             self.faults += 1;
         }
+        self.sources.add(&rule);
         if has_cors(&rule) {
             self.cors += 1;
         }
@@ -201,6 +243,12 @@ impl RuleIndex {
     /// Forgets the rule under `key`; returns the patterns it bound, or `None`
     /// when no rule is stored under it.
     pub fn remove(&mut self, key: &str) -> Option<RuleTouch> {
+        if key.starts_with("cfg/service_entry/") {
+            if let Some(old) = self.entries.remove(key) {
+                self.unexport(&old);
+            }
+            return None;
+        }
         let rule = self.rules.remove(key)?;
         if rule.is_sidecar() {
             drop_member(&mut self.sidecars, &rule.namespace, &Claim::of(&rule));
@@ -209,6 +257,7 @@ impl RuleIndex {
         if has_fault(&rule) {
             self.faults -= 1;
         }
+        self.sources.remove(&rule);
         if has_cors(&rule) {
             self.cors -= 1;
         }
@@ -220,13 +269,19 @@ impl RuleIndex {
         for g in &rule.gateways {
             drop_member(&mut self.gateway_vs, g, &claim);
         }
-        let by_host = if rule.is_virtual_service() {
-            &mut self.vs_hosts
+        if is_restricted(&rule) {
+            for ns in rule.export_to.iter().flat_map(|l| l.iter()) {
+                drop_member(&mut self.exported_to, ns, &rule.key);
+            }
         } else {
-            &mut self.dr_hosts
-        };
-        for h in &rule.hosts {
-            drop_member(by_host, h, &claim);
+            let by_host = if rule.is_virtual_service() {
+                &mut self.vs_hosts
+            } else {
+                &mut self.dr_hosts
+            };
+            for h in &rule.hosts {
+                drop_member(by_host, h, &claim);
+            }
         }
         for d in &rule.destinations {
             drop_member(&mut self.routes_to, d, &rule.key);
@@ -244,6 +299,83 @@ impl RuleIndex {
     /// Every rule object, by key.
     pub fn rules(&self) -> impl Iterator<Item = &Arc<Rule>> + '_ {
         self.rules.values()
+    }
+
+    /// Whether any VirtualService matches on `sourceLabels`.
+    pub fn has_sources(&self) -> bool {
+        !self.sources.is_empty()
+    }
+
+    /// The ids (`rules::selector_id`) of the `sourceLabels` selectors in use
+    /// that `labels` satisfies, sorted (a proxy's labels carry its namespace
+    /// as `SOURCE_NAMESPACE_KEY`, see `source`).
+    pub fn sources_matching(&self, labels: &Labels) -> Vec<Arc<str>> {
+        self.sources.matching(labels)
+    }
+
+    /// Every `sourceLabels` selector in use, by id, with its labels.
+    pub fn source_selectors(&self) -> impl Iterator<Item = (&Arc<str>, &Labels)> + '_ {
+        self.sources.iter()
+    }
+
+    fn unexport(&mut self, old: &EntryExport) {
+        for ns in old.export.iter().flat_map(|l| l.iter()) {
+            drop_member(&mut self.exported_to, ns, &old.key);
+        }
+    }
+
+    /// Whether some ServiceEntry is restricted by `exportTo`: then a sidecar
+    /// of a namespace it is not exported to cannot have the default view.
+    pub fn has_restricted_entries(&self) -> bool {
+        self.entries.has_restricted()
+    }
+
+    /// The hosts hidden from a namespace of visibility class `visible` (see
+    /// [`RuleIndex::visible_from`]) by restricted ServiceEntries.
+    pub fn hidden_hosts(&self, visible: &[Arc<str>]) -> OrdSet<Hostname> {
+        self.entries.hidden_from(visible)
+    }
+
+    /// The keys of the restricted VirtualServices and ServiceEntries exported
+    /// to namespace `ns`, sorted: its visibility class. Empty for a namespace
+    /// no `exportTo` names.
+    pub fn visible_from(&self, ns: &str) -> Vec<Arc<str>> {
+        self.exported_to
+            .get(ns)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Every namespace some `exportTo` names, with the keys of the restricted
+    /// VirtualServices exported to it, in namespace order.
+    pub fn export_namespaces(&self) -> impl Iterator<Item = (&Arc<str>, &OrdSet<Arc<str>>)> + '_ {
+        self.exported_to.iter()
+    }
+
+    /// Whether any VirtualService or ServiceEntry is restricted by `exportTo`.
+    pub fn has_restricted(&self) -> bool {
+        !self.exported_to.is_empty() || self.entries.has_restricted()
+    }
+
+    /// This index as the sidecars of a namespace that sees the restricted
+    /// VirtualServices `keys` read it: those bound to their hosts too, with
+    /// the usual precedence among all bound ones. O(keys × hosts × log n)
+    /// over persistent maps; a key that is not a restricted rule is skipped.
+    pub fn with_visible(&self, keys: &[Arc<str>]) -> RuleIndex {
+        let mut out = self.clone();
+        for k in keys {
+            let Some(rule) = self.rules.get(k).filter(|r| is_restricted(r)) else {
+                continue;
+            };
+            let claim = Claim::of(rule);
+            for h in &rule.hosts {
+                out.vs_hosts
+                    .entry(h.clone())
+                    .or_default()
+                    .insert(claim.clone());
+            }
+        }
+        out
     }
 
     /// The VirtualService that applies to `host` for sidecars and proxyless
@@ -393,7 +525,13 @@ impl RuleIndex {
         };
         let me = Claim::of(rule);
         let mut shadowed = 0;
-        for h in &rule.hosts {
+        // A restricted rule competes only in the views that see it.
+        let judged: &[Hostname] = if is_restricted(rule) {
+            &[]
+        } else {
+            &rule.hosts
+        };
+        for h in judged {
             let Some(first) = by_host.get(h).and_then(|s| s.get_min()) else {
                 continue;
             };

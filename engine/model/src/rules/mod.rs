@@ -20,10 +20,17 @@
 //! proxyless clients; each named gateway (`ns/name`, or `name` in the rule's
 //! namespace) binds it to that Gateway's servers (see `gateway` and
 //! [`RuleIndex::virtual_services_for_gateway`]); a malformed entry is reported
-//! (`DP1013`). `exportTo` is parsed and
-//! stored; every proxy shares one view today, so `.` or a namespace list cannot be
-//! honoured and is reported (`DP1011`) while the rule applies mesh-wide; `~` alone
-//! binds nothing (`DP1012`).
+//! (`DP1013`).
+//!
+//! `exportTo` of a VirtualService (`.`, `*`, namespaces, `~`; public when
+//! absent, as Istio's default without a mesh-config default) is honoured: a
+//! restricted one is kept out of the host index that every proxy reads, and
+//! the sidecar views of the namespaces it is exported to bind it
+//! ([`RuleIndex::with_visible`]); a Gateway binds it when it is exported to
+//! the Gateway's namespace. `~` alone binds nothing (`DP1012`). A
+//! DestinationRule's `exportTo` is not honoured yet (`DP1011`, applied
+//! mesh-wide). A ServiceEntry's `exportTo` hides its hosts from the sidecars
+//! of the namespaces it is not exported to (`export`).
 //!
 //! What it does NOT do: translate rules to Envoy config (the xDS crate), read
 //! anything, or run async.
@@ -31,12 +38,14 @@
 mod dr;
 mod dr_check;
 mod duration;
+mod export;
 mod gateway;
 mod host;
 mod index;
 mod parse;
 mod problem;
 mod sidecar;
+mod source;
 mod types;
 mod vs;
 
@@ -46,18 +55,20 @@ pub use dr::{
     RingHash, Subset, TcpKeepalive, TcpPool, TrafficPolicy,
 };
 pub use duration::parse_duration;
+pub use export::EntryExport;
 pub use gateway::{
     BoundGateway, Gateway, GatewayServer, Server, ServerHost, ServerMode, ServerPort, ServerTls,
     gateway_id, resolve_gateway_ref, valid_credential,
 };
 pub use host::{DOMAIN_SUFFIX, host_error, host_matches, is_wildcard, resolve_host, wildcards_of};
-pub use index::{BoundVirtualService, RuleIndex, RuleTouch};
-pub use parse::{Rule, RuleSpec, is_rule_kind, parse};
+pub use index::{BoundVirtualService, RuleIndex, RuleTouch, is_restricted};
+pub use parse::{Rule, RuleSpec, is_rule_kind, parse, resolve_export};
 pub use problem::{Problem, RuleStatus, Severity};
 pub use sidecar::{
     DEFAULT_ROOT_NAMESPACE, EgressHost, EgressListener, EgressNamespace, OutboundMode,
     OutboundTrafficPolicy, Sidecar, SidecarScope, WorkloadSelector,
 };
+pub use source::{SOURCE_NAMESPACE_KEY, selector_id, source_selector};
 pub use types::{F64, Percent, PortSelector, StringMatch, StringMatchKind};
 pub use vs::{
     CorsPolicy, Destination, DirectResponse, Fault, FaultAbort, FaultDelay, HeaderOps, Headers,

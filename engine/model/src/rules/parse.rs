@@ -62,6 +62,11 @@ pub struct Rule {
     pub problems: Vec<Problem>,
     /// Whether the object is rejected as a whole.
     pub rejected: bool,
+    /// For a VirtualService: the namespaces whose sidecars see it (`exportTo`
+    /// resolved: `.` is its own namespace, `~` none; sorted, each once), or
+    /// `None` when it is public (absent, empty, or listing `*`: Istio's
+    /// default without a mesh-config `defaultVirtualServiceExportTo`).
+    pub export_to: Option<Arc<[Arc<str>]>>,
 }
 
 impl Rule {
@@ -148,6 +153,7 @@ pub fn parse(cfg: &Config) -> Rule {
         destinations: Vec::new(),
         problems: Vec::new(),
         rejected: false,
+        export_to: None,
     };
     let raw: Value = match serde_json::from_str(&cfg.spec_json) {
         Ok(v) => v,
@@ -297,13 +303,29 @@ pub(super) fn unsupported(raw: &Value, pattern: &[&str], why: &str, problems: &m
     walk(raw, pattern, String::new(), why, problems);
 }
 
-/// The gateways and exportTo rules shared by both kinds: whether the object is
-/// visible to sidecars at all.
+/// `exportTo` resolved against the object's namespace `ns`: `None` when public
+/// (absent, empty, or listing `*`), else the namespaces it is exported to
+/// (`.` is `ns`; `~` adds none), sorted, each once.
+pub fn resolve_export(export_to: Option<&[String]>, ns: &str) -> Option<Arc<[Arc<str>]>> {
+    let list = export_to.filter(|l| !l.is_empty())?;
+    if list.iter().any(|e| e.trim() == "*") {
+        return None;
+    }
+    let set: BTreeSet<&str> = list
+        .iter()
+        .map(|e| e.trim())
+        .filter(|e| *e != "~")
+        .map(|e| if e == "." { ns } else { e })
+        .collect();
+    Some(set.into_iter().map(Arc::from).collect())
+}
+
+/// `exportTo` of a VirtualService: stored on the rule (the views honour it,
+/// see `RuleIndex`); exported nowhere (`~` alone) is reported. Returns whether
+/// the object is exported to any namespace.
 fn check_export(export_to: Option<&Vec<String>>, rule: &mut Rule) -> bool {
-    let Some(list) = export_to.filter(|l| !l.is_empty()) else {
-        return true;
-    };
-    if list.iter().all(|e| e == "~") {
+    rule.export_to = resolve_export(export_to.map(|v| &v[..]), &rule.namespace);
+    if rule.export_to.as_ref().is_some_and(|l| l.is_empty()) {
         rule.problems.push(Problem::error(
             "DP1012",
             "exportTo",
@@ -311,16 +333,32 @@ fn check_export(export_to: Option<&Vec<String>>, rule: &mut Rule) -> bool {
         ));
         return false;
     }
-    if !list.iter().any(|e| e == "*") {
-        rule.problems.push(Problem::warning(
-            "DP1011",
+    true
+}
+
+/// `exportTo` of a DestinationRule: not honoured yet (its clusters are shared
+/// by every sidecar view), so anything but public is reported and the rule
+/// applies mesh-wide; `~` alone binds nothing.
+fn check_dr_export(export_to: Option<&Vec<String>>, rule: &mut Rule) -> bool {
+    let Some(list) = resolve_export(export_to.map(|v| &v[..]), &rule.namespace) else {
+        return true;
+    };
+    if list.is_empty() {
+        rule.problems.push(Problem::error(
+            "DP1012",
             "exportTo",
-            format!(
-                "exportTo {list:?} cannot be honoured: every proxy shares one view \
-                 today, so the rule applies to proxies in every namespace"
-            ),
+            "exported to no namespace (`~`): applies to no proxy",
         ));
+        return false;
     }
+    rule.problems.push(Problem::warning(
+        "DP1011",
+        "exportTo",
+        format!(
+            "DestinationRule exportTo {list:?} is not honoured yet (clusters are shared by \
+             every sidecar view): the rule applies to proxies in every namespace"
+        ),
+    ));
     true
 }
 
@@ -389,18 +427,6 @@ fn bind_virtual_service(vs: &VirtualService, rule: &mut Rule) {
             "several mirrors (use `mirror`)",
         ),
         (
-            &["http", "*", "match", "*", "sourceLabels"][..],
-            "matching on source labels (needs per-proxy views)",
-        ),
-        (
-            &["http", "*", "match", "*", "sourceNamespace"][..],
-            "matching on source namespace (needs per-proxy views)",
-        ),
-        (
-            &["http", "*", "match", "*", "gateways"][..],
-            "per-match gateways",
-        ),
-        (
             &["http", "*", "match", "*", "statPrefix"][..],
             "per-match stats prefix",
         ),
@@ -441,7 +467,15 @@ fn bind_virtual_service(vs: &VirtualService, rule: &mut Rule) {
         rule.hosts = set.into_iter().collect();
     }
     if exported && !rule.rejected {
-        rule.gateways = named.into_iter().collect();
+        // A gateway sees the rule when it is exported to the Gateway object's
+        // namespace (Istio judges it from the router's namespace, which is
+        // usually the same; a gateway view is keyed by its Gateways only).
+        let visible = |id: &Arc<str>| match (&rule.export_to, id.split_once('/')) {
+            (None, _) => true,
+            (Some(list), Some((gw_ns, _))) => list.iter().any(|n| &**n == gw_ns),
+            (Some(_), None) => false,
+        };
+        rule.gateways = named.into_iter().filter(visible).collect();
     }
     let mut dests = BTreeSet::new();
     let tls_dests = (vs.tls.iter().flatten())
@@ -509,7 +543,7 @@ fn bind_destination_rule(dr: &DestinationRule, rule: &mut Rule) {
             Some(_) => {}
         }
     }
-    let exported = check_export(dr.export_to.as_ref(), rule);
+    let exported = check_dr_export(dr.export_to.as_ref(), rule);
     let policies: [&[&str]; 4] = [
         &["trafficPolicy"],
         &["trafficPolicy", "portLevelSettings", "*"],

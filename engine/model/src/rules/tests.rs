@@ -153,13 +153,42 @@ fn gateways_export_and_unsupported_parts_are_reported() {
     assert_eq!(both.gateways, [Arc::<str>::from("other/ingress")]);
     assert_eq!(codes(&both), [("DP1013", "gateways[2]")]);
 
-    let dot = parse(&vs("ns", "a", r#"{"hosts":["a"],"exportTo":["."]}"#));
-    assert_eq!(codes(&dot), [("DP1011", "exportTo")]);
-    assert_eq!(dot.hosts.len(), 1, "applied mesh-wide, and said so");
-    let star = parse(&vs("ns", "a", r#"{"hosts":["a"],"exportTo":["*"]}"#));
+    let dot = parse(&vs(
+        "ns",
+        "a",
+        r#"{"hosts":["a"],"exportTo":[".","b","b"]}"#,
+    ));
+    assert_eq!(codes(&dot), [], "a VirtualService's exportTo is honoured");
+    assert_eq!(dot.hosts.len(), 1);
+    let names: Vec<&str> = dot
+        .export_to
+        .iter()
+        .flat_map(|l| l.iter())
+        .map(|n| &**n)
+        .collect();
+    assert_eq!(names, ["b", "ns"], "`.` is its own namespace; sorted, once");
+    let star = parse(&vs("ns", "a", r#"{"hosts":["a"],"exportTo":["*","."]}"#));
     assert_eq!(codes(&star), []);
+    assert_eq!(star.export_to, None, "`*` anywhere is public");
     let none = parse(&vs("ns", "a", r#"{"hosts":["a"],"exportTo":["~"]}"#));
     assert!(none.hosts.is_empty());
+    assert_eq!(codes(&none), [("DP1012", "exportTo")]);
+    let dr_dot = parse(&dr("ns", "a", r#"{"host":"a","exportTo":["."]}"#));
+    assert_eq!(
+        codes(&dr_dot),
+        [("DP1011", "exportTo")],
+        "a DestinationRule's is not honoured yet, and says so"
+    );
+    let to_gw = parse(&vs(
+        "ns",
+        "a",
+        r#"{"hosts":["a"],"gateways":["gw","other/gw"],"exportTo":["."]}"#,
+    ));
+    assert_eq!(
+        to_gw.gateways,
+        [Arc::<str>::from("ns/gw")],
+        "a gateway in a namespace it is not exported to does not bind it"
+    );
 
     let tcp = parse(&vs(
         "ns",
@@ -169,7 +198,6 @@ fn gateways_export_and_unsupported_parts_are_reported() {
     assert_eq!(
         codes(&tcp),
         [
-            ("DP1020", "http[0].match[0].sourceLabels"),
             ("DP1020", "tcp[0].match[0].sourceLabels"),
             ("DP1020", "tcp[0].route[0].headers"),
         ],
@@ -451,4 +479,114 @@ fn the_fold_touches_rule_hosts_and_rebuild_agrees() {
     assert_eq!(out.touched.rule_hosts.len(), 2);
     assert_eq!(out.state.rules().len(), 2);
     assert_eq!(out.state, out.state.rebuild());
+}
+
+#[test]
+fn a_restricted_virtual_service_binds_only_in_the_views_that_see_it() {
+    let mut idx = RuleIndex::default();
+    idx.upsert(&vs(
+        "ns",
+        "b-public",
+        r#"{"hosts":["a.ns.svc.cluster.local"]}"#,
+    ));
+    idx.upsert(&vs(
+        "ns",
+        "a-local",
+        r#"{"hosts":["a.ns.svc.cluster.local"],"exportTo":[".","x"]}"#,
+    ));
+    let host = h("a.ns.svc.cluster.local");
+    let winner = |i: &RuleIndex| {
+        i.virtual_service_for(&host)
+            .map(|b| b.rule.name.to_string())
+    };
+    assert_eq!(winner(&idx).as_deref(), Some("b-public"), "mesh-wide");
+    assert!(idx.has_restricted());
+    let seen = idx.visible_from("ns");
+    assert_eq!(seen, [Arc::<str>::from("cfg/virtual_service/ns/a-local")]);
+    assert_eq!(idx.visible_from("x"), seen);
+    assert!(idx.visible_from("y").is_empty());
+    let ns_view = idx.with_visible(&seen);
+    assert_eq!(
+        winner(&ns_view).as_deref(),
+        Some("a-local"),
+        "seen from ns, it takes precedence by name"
+    );
+    let status = idx.status("cfg/virtual_service/ns/a-local");
+    assert!(
+        matches!(status, Some(RuleStatus::Applied)),
+        "not reported shadowed: {status:?}"
+    );
+    idx.remove("cfg/virtual_service/ns/a-local");
+    assert!(!idx.has_restricted());
+    assert!(idx.visible_from("ns").is_empty());
+}
+
+#[test]
+fn a_restricted_service_entry_hides_its_hosts_from_other_namespaces() {
+    let se = |ns: &str, name: &str, spec: &str| cfg(ConfigKind::ServiceEntry, ns, name, spec);
+    let mut idx = RuleIndex::default();
+    assert_eq!(
+        idx.upsert(&se(
+            "ns",
+            "api",
+            r#"{"hosts":["API.example.com"],"exportTo":["."]}"#
+        )),
+        None,
+        "not a rule: nothing to regenerate by host"
+    );
+    assert!(idx.has_restricted_entries());
+    let key: Arc<str> = Arc::from("cfg/service_entry/ns/api");
+    assert_eq!(idx.visible_from("ns"), std::slice::from_ref(&key));
+    let api = h("api.example.com");
+    assert!(idx.hidden_hosts(&[]).contains(&api), "lower-cased, hidden");
+    assert!(idx.hidden_hosts(std::slice::from_ref(&key)).is_empty());
+    // A public entry for the same host shows it everywhere.
+    idx.upsert(&se("other", "api", r#"{"hosts":["api.example.com"]}"#));
+    assert!(idx.hidden_hosts(&[]).is_empty());
+    idx.remove("cfg/service_entry/other/api");
+    assert!(idx.hidden_hosts(&[]).contains(&api));
+    // Re-exported everywhere: public again.
+    idx.upsert(&se(
+        "ns",
+        "api",
+        r#"{"hosts":["api.example.com"],"exportTo":["*"]}"#,
+    ));
+    assert!(!idx.has_restricted_entries());
+    assert!(idx.visible_from("ns").is_empty());
+    idx.upsert(&se(
+        "ns",
+        "api",
+        r#"{"hosts":["api.example.com"],"exportTo":["~"]}"#,
+    ));
+    assert!(idx.hidden_hosts(&[]).contains(&api), "exported nowhere");
+    idx.remove("cfg/service_entry/ns/api");
+    assert!(!idx.has_restricted());
+}
+
+#[test]
+fn source_label_selectors_are_indexed_and_matched() {
+    let mut idx = RuleIndex::default();
+    idx.upsert(&vs(
+        "ns",
+        "a",
+        r#"{"hosts":["a"],"http":[{"match":[{"sourceLabels":{"app":"x","v":"1"}},{"sourceLabels":{}}],"route":[{"destination":{"host":"a"}}]}]}"#,
+    ));
+    assert!(idx.has_sources());
+    assert_eq!(
+        selector_id(&[("v".into(), "1".into()), ("app".into(), "x".into())].into()),
+        Arc::from("app=x,v=1")
+    );
+    let labels = |pairs: &[(&str, &str)]| -> crate::model::Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| (Arc::from(*k), Arc::from(*v)))
+            .collect()
+    };
+    assert_eq!(
+        idx.sources_matching(&labels(&[("app", "x"), ("v", "1"), ("z", "q")])),
+        [Arc::<str>::from("app=x,v=1")]
+    );
+    assert!(idx.sources_matching(&labels(&[("app", "x")])).is_empty());
+    idx.remove("cfg/virtual_service/ns/a");
+    assert!(!idx.has_sources());
 }

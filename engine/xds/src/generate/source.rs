@@ -37,6 +37,13 @@ pub trait ModelRead: Sync {
     fn rules(&self) -> Option<&RuleIndex> {
         None
     }
+
+    /// Whether the proxies this is generated for satisfy the `sourceLabels`
+    /// selector `id` (`rules::selector_id`). The snapshot's own resources are
+    /// for proxies that satisfy none.
+    fn source_matches(&self, _id: &str) -> bool {
+        false
+    }
 }
 
 /// The folded state, as the generator reads it: its merged view (one service per
@@ -58,5 +65,39 @@ impl ModelRead for ModelState {
 
     fn rules(&self) -> Option<&RuleIndex> {
         Some(ModelState::rules(self))
+    }
+}
+
+/// The folded state read through another rule index: a sidecar view's, where
+/// the restricted VirtualServices its namespace sees are bound too (see
+/// `RuleIndex::with_visible`). Services and endpoints are the model's own.
+pub struct WithRules<'a> {
+    /// The folded state.
+    pub model: &'a ModelState,
+    /// The rules the generator reads instead of the model's.
+    pub rules: RuleIndex,
+    /// The `sourceLabels` selectors the view's proxies satisfy, sorted.
+    pub sources: Arc<[Arc<str>]>,
+}
+
+impl ModelRead for WithRules<'_> {
+    fn service(&self, host: &Hostname) -> Option<Arc<Service>> {
+        self.model.get_service(host)
+    }
+
+    fn for_each_service(&self, f: &mut dyn FnMut(&Service)) {
+        self.model.for_each_service(f)
+    }
+
+    fn host_endpoints<'a>(&'a self, host: &Hostname) -> Vec<EndpointRef<'a>> {
+        self.model.endpoint_refs_of(host)
+    }
+
+    fn rules(&self) -> Option<&RuleIndex> {
+        Some(&self.rules)
+    }
+
+    fn source_matches(&self, id: &str) -> bool {
+        self.sources.binary_search_by(|s| (**s).cmp(id)).is_ok()
     }
 }

@@ -1,7 +1,22 @@
 //! [`Views`]: the Sidecar-scoped views of a snapshot, derived from the model and
 //! the global resources, and updated incrementally by the fold.
 //!
-//! A [`ScopedView`] holds, for one Sidecar, the clusters and assignments of the
+//! A [`ScopedView`] is keyed by a scope: an optional Sidecar and a visibility
+//! class (the sorted keys of the restricted VirtualServices a namespace sees,
+//! see `RuleIndex::visible_from`). Its routes and listeners are generated over
+//! the model's rules with those VirtualServices bound too
+//! (`RuleIndex::with_visible`); without a Sidecar it admits every host. Which
+//! scopes exist is a function of the rules ([`scope_keys`]): each Sidecar with
+//! its namespace's class (the root namespace's selector-less one with every
+//! class, since it is any namespace's default), and each non-empty class
+//! without a Sidecar. A namespace no `exportTo` names sees only public rules,
+//! so a mesh without restricted VirtualServices has exactly the Sidecar views
+//! it had. Restricted ServiceEntries are in the classes too: a view leaves out
+//! the hosts they hide from it (`RuleIndex::hidden_hosts`), so once one
+//! exists, sidecars of namespaces it is not exported to share the view of
+//! the empty class (`default/sidecar+sees/none`) instead of the default.
+//!
+//! A [`ScopedView`] holds the clusters and assignments of the
 //! hosts it admits (the global `Arc<Resource>`s themselves: nothing re-encoded),
 //! and the listeners and route configurations generated over those hosts only
 //! (shared with the global resource whenever the bytes are equal; the
@@ -29,18 +44,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use imbl::{OrdMap, Vector};
+use imbl::{OrdMap, OrdSet, Vector};
 
 use crate::generate::scoped::{self as build, PASSTHROUGH_CLUSTER};
-use crate::generate::{GenOptions, changes_between};
+use crate::generate::{GenOptions, ModelRead, WithRules, changes_between};
 use crate::snapshot::RECENT_CHANGES;
 use crate::{ChangeSet, Resource, ResourceMap, ResourceSet, ResourceType};
-use deltapilot_model::rules::{OutboundMode, Rule, SidecarScope};
+use deltapilot_model::rules::{OutboundMode, Rule, SidecarScope, is_restricted};
 use deltapilot_model::state::{ModelState, Touched};
 use deltapilot_model::{Hostname, Proxy, ProxyType, Service};
 
 use super::gateway::{GatewaySet, GatewayView, gateway_sets};
 use super::key::{ViewKey, key_for};
+pub use super::scopes::{Ids, MAX_SOURCE_SETS, ScopeKey, scope_keys, source_sets};
 
 /// The visible hosts on one port.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -49,11 +65,21 @@ struct PortHosts {
     tcp: BTreeSet<Hostname>,
 }
 
-/// The resources of one Sidecar's proxies (see the module doc).
+/// The resources of one scope's proxies (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScopedView {
-    /// The Sidecar object.
-    pub rule: Arc<Rule>,
+    /// The Sidecar object, if one scopes the view.
+    pub rule: Option<Arc<Rule>>,
+    /// The keys of the restricted VirtualServices the view binds.
+    pub visible: Arc<[Arc<str>]>,
+    /// The `sourceLabels` selectors its proxies satisfy.
+    pub sources: Arc<[Arc<str>]>,
+    /// Those VirtualServices as the view was built with them (a change to any
+    /// rebuilds the view).
+    seen: Vec<Arc<Rule>>,
+    /// The hosts restricted ServiceEntries hide from the view
+    /// (`RuleIndex::hidden_hosts`; a change rebuilds the view).
+    hidden: OrdSet<Hostname>,
     /// The view's maps (`grpc_listeners` stays empty: only sidecars are scoped).
     pub resources: ResourceSet,
     ports: OrdMap<u16, PortHosts>,
@@ -69,6 +95,19 @@ fn scope(rule: &Rule) -> &SidecarScope {
     rule.sidecar()
         .map(|s| &**s)
         .unwrap_or_else(|| NONE.get_or_init(SidecarScope::default))
+}
+
+/// Whether a view scoped by `rule` (none: every host) admits `host` of `ns`.
+fn admits(rule: Option<&Arc<Rule>>, host: &str, ns: &str) -> bool {
+    rule.is_none_or(|r| scope(r).admits(host, ns))
+}
+
+/// The restricted VirtualServices under `keys` as `model` holds them now.
+fn seen_rules(model: &ModelState, keys: &[Arc<str>]) -> Vec<Arc<Rule>> {
+    let rules = model.rules();
+    keys.iter()
+        .filter_map(|k| rules.rule(k).filter(|r| is_restricted(r)).cloned())
+        .collect()
 }
 
 /// The host of a cluster or assignment name `outbound|<port>|<subset>|<host>`.
@@ -96,30 +135,53 @@ impl ScopedView {
     pub fn build(
         model: &ModelState,
         global: &ResourceSet,
-        rule: &Arc<Rule>,
+        rule: Option<&Arc<Rule>>,
+        (visible, sources): (&Ids, &Ids),
         opts: &GenOptions,
     ) -> Self {
         let mut v = ScopedView {
-            rule: rule.clone(),
+            rule: rule.cloned(),
+            visible: visible.clone(),
+            sources: sources.clone(),
+            seen: seen_rules(model, visible),
+            hidden: model.rules().hidden_hosts(visible),
             resources: ResourceSet::default(),
             ports: OrdMap::new(),
             hosts: OrdMap::new(),
             recent: Vector::new(),
             horizon: 0,
         };
-        let sc = scope(rule);
         for svc in model.services() {
-            if sc.admits(svc.hostname.as_str(), &svc.namespace) {
+            if admits(rule, svc.hostname.as_str(), &svc.namespace)
+                && !v.hidden.contains(&svc.hostname)
+            {
                 v.index(svc);
             }
         }
+        let vm = v.view_model(model);
         let mut scratch = ChangeSet::default();
+        // Without a Sidecar or hidden hosts every host is visible: the view
+        // starts from the global maps themselves (structural sharing: only
+        // the tree paths later batches change are copied).
+        let every_host = v.rule.is_none() && v.hidden.is_empty();
         for (t, from) in [
             (ResourceType::Cluster, &global.clusters),
             (ResourceType::Endpoint, &global.endpoints),
         ] {
+            let hosts = v.hosts.clone();
+            let visible = |name: &str| host_of(name).is_some_and(|h| hosts.contains_key(h));
+            if every_host {
+                let stray: Vec<Arc<str>> = from.keys().filter(|n| !visible(n)).cloned().collect();
+                if let Some(map) = v.map_mut(t) {
+                    *map = from.clone();
+                    for n in stray {
+                        map.remove(&n);
+                    }
+                }
+                continue;
+            }
             for (name, r) in from.iter() {
-                if host_of(name).is_some_and(|h| v.hosts.contains_key(h))
+                if visible(name)
                     && let Some(map) = v.map_mut(t)
                 {
                     map.insert(r.clone());
@@ -129,9 +191,24 @@ impl ScopedView {
         v.passthrough(opts, &mut scratch);
         let ports: Vec<u16> = v.ports.keys().copied().collect();
         for p in ports {
-            v.rebuild_port(model, global, p, opts, &mut scratch);
+            v.rebuild_port(&vm, global, p, opts, &mut scratch);
         }
         v
+    }
+
+    /// `model` as this view's routes are generated from: its rules with the
+    /// visible restricted VirtualServices bound too.
+    fn view_model<'m>(&self, model: &'m ModelState) -> WithRules<'m> {
+        WithRules {
+            model,
+            rules: model.rules().with_visible(&self.visible),
+            sources: self.sources.clone(),
+        }
+    }
+
+    /// The outbound mode of the view's Sidecar, if it sets one.
+    fn outbound(&self) -> Option<OutboundMode> {
+        self.rule.as_ref().and_then(|r| scope(r).outbound)
     }
 
     /// The view's map of type `t`; `None` for secrets, which no view holds
@@ -245,7 +322,7 @@ impl ScopedView {
     }
 
     fn passthrough(&mut self, opts: &GenOptions, log: &mut ChangeSet) {
-        let bytes = (scope(&self.rule).outbound == Some(OutboundMode::AllowAny))
+        let bytes = (self.outbound() == Some(OutboundMode::AllowAny))
             .then(|| build::passthrough_cluster(opts));
         self.put(
             ResourceType::Cluster,
@@ -257,9 +334,9 @@ impl ScopedView {
     }
 
     /// Rebuilds the listener and route configuration of `port`.
-    fn rebuild_port(
+    fn rebuild_port<M: ModelRead + ?Sized>(
         &mut self,
-        model: &ModelState,
+        model: &M,
         global: &ResourceSet,
         port: u16,
         opts: &GenOptions,
@@ -276,7 +353,7 @@ impl ScopedView {
         let g = global.sidecar_listeners.get(&lname).cloned();
         self.put(ResourceType::Listener, lname, listener, g.as_ref(), log);
         let rname: Arc<str> = Arc::from(port.to_string());
-        let mode = scope(&self.rule).outbound;
+        let mode = self.outbound();
         let route = build::route_config(model, port, &hosts.http, mode, opts);
         let g = global.routes.get(&rname).cloned();
         self.put(ResourceType::Route, rname, route, g.as_ref(), log);
@@ -294,11 +371,11 @@ impl ScopedView {
         let mut log = ChangeSet::default();
         let mut ports: BTreeSet<u16> = BTreeSet::new();
         let mut names: BTreeMap<ResourceType, BTreeSet<Arc<str>>> = BTreeMap::new();
-        let sc = scope(&self.rule).clone();
+        let rule = self.rule.clone();
         for h in &touched.services {
             ports.extend(self.unindex(h));
             if let Some(svc) = model.get_service(h) {
-                if sc.admits(h.as_str(), &svc.namespace) {
+                if admits(rule.as_ref(), h.as_str(), &svc.namespace) && !self.hidden.contains(h) {
                     self.index(&svc);
                     ports.extend(
                         self.hosts
@@ -327,6 +404,19 @@ impl ScopedView {
                 }
             }
         }
+        if !self.visible.is_empty() || !self.sources.is_empty() {
+            // A host whose rules changed may have a restricted VirtualService,
+            // or blocks for these proxies' labels, that the global routes do
+            // not show.
+            for h in &touched.rule_hosts {
+                ports.extend(
+                    self.hosts
+                        .get(h)
+                        .into_iter()
+                        .flat_map(|p| p.iter().map(|(p, _)| *p)),
+                );
+            }
+        }
         for (t, ns) in &names {
             for n in ns {
                 if &**n != PASSTHROUGH_CLUSTER {
@@ -334,8 +424,11 @@ impl ScopedView {
                 }
             }
         }
-        for p in ports {
-            self.rebuild_port(model, global, p, opts, &mut log);
+        if !ports.is_empty() {
+            let vm = self.view_model(model);
+            for p in ports {
+                self.rebuild_port(&vm, global, p, opts, &mut log);
+            }
         }
         log
     }
@@ -374,7 +467,7 @@ impl ScopedView {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Views {
     root_namespace: Arc<str>,
-    scoped: OrdMap<Arc<str>, Arc<ScopedView>>,
+    scoped: OrdMap<ScopeKey, Arc<ScopedView>>,
     gateways: OrdMap<GatewaySet, Arc<GatewayView>>,
     /// Whether `MAX_GATEWAY_SETS` cut the gateway sets short.
     gateway_sets_truncated: bool,
@@ -383,14 +476,11 @@ pub struct Views {
 impl Views {
     /// Every view of `model`, from scratch (restores, replay, the reference).
     pub fn build(model: &ModelState, global: &ResourceSet, opts: &GenOptions) -> Self {
-        let scoped = model
-            .rules()
-            .sidecars()
-            .map(|r| {
-                (
-                    r.key.clone(),
-                    Arc::new(ScopedView::build(model, global, r, opts)),
-                )
+        let scoped = scope_keys(model, &opts.root_namespace)
+            .into_iter()
+            .map(|(k, r)| {
+                let v = ScopedView::build(model, global, r.as_ref(), (&k.1, &k.2), opts);
+                (k, Arc::new(v))
             })
             .collect();
         let sets = gateway_sets(model);
@@ -426,18 +516,47 @@ impl Views {
         let rules = model.rules();
         let (gateways, truncated, gw_any) =
             self.update_gateways(model, global, changes, touched, opts, seq);
-        if !rules.has_sidecars() && self.scoped.is_empty() {
+        if !rules.has_sidecars()
+            && !rules.has_restricted()
+            && !rules.has_sources()
+            && self.scoped.is_empty()
+        {
             let mut next = self.clone();
             next.gateways = gateways;
             next.gateway_sets_truncated = truncated;
             return (next, gw_any);
         }
-        let quiet = changes.is_empty() && touched.services.is_empty();
+        let quiet =
+            changes.is_empty() && touched.services.is_empty() && touched.rule_hosts.is_empty();
         let mut any = false;
         let mut scoped = OrdMap::new();
-        for rule in rules.sidecars() {
-            let same = |old: &ScopedView| Arc::ptr_eq(&old.rule, rule) || old.rule == *rule;
-            let view = match self.scoped.get(&rule.key) {
+        let root = if self.root_namespace.is_empty() {
+            opts.root_namespace.as_str()
+        } else {
+            &self.root_namespace
+        };
+        let keys = if touched.configs || self.scoped.is_empty() {
+            scope_keys(model, root)
+        } else {
+            self.scoped
+                .iter()
+                .map(|(k, v)| (k.clone(), v.rule.clone()))
+                .collect()
+        };
+        for (key, rule) in keys {
+            let rule = rule.as_ref();
+            let same = |old: &ScopedView| {
+                let same_rule = match (&old.rule, rule) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+                    _ => false,
+                };
+                same_rule
+                    && (!touched.configs
+                        || (old.seen == seen_rules(model, &key.1)
+                            && old.hidden == rules.hidden_hosts(&key.1)))
+            };
+            let view = match self.scoped.get(&key) {
                 Some(old) if same(old) && quiet => old.clone(),
                 Some(old) if same(old) => {
                     let mut v = (**old).clone();
@@ -454,7 +573,7 @@ impl Views {
                     }
                 }
                 Some(old) => {
-                    let mut v = ScopedView::build(model, global, rule, opts);
+                    let mut v = ScopedView::build(model, global, rule, (&key.1, &key.2), opts);
                     let log = changes_between(&old.resources, &v.resources);
                     v.recent = old.recent.clone();
                     v.horizon = old.horizon;
@@ -463,13 +582,13 @@ impl Views {
                     Arc::new(v)
                 }
                 None => {
-                    let mut v = ScopedView::build(model, global, rule, opts);
+                    let mut v = ScopedView::build(model, global, rule, (&key.1, &key.2), opts);
                     v.horizon = seq;
                     any = true;
                     Arc::new(v)
                 }
             };
-            scoped.insert(rule.key.clone(), view);
+            scoped.insert(key, view);
         }
         any |= self.scoped.keys().any(|k| !scoped.contains_key(k)) || gw_any;
         let root_namespace = if self.root_namespace.is_empty() {
@@ -544,8 +663,31 @@ impl Views {
             &self.root_namespace
         };
         match key_for(proxy, model, root) {
-            ViewKey::Sidecar { sidecar } if !self.scoped.contains_key(&sidecar) => {
-                ViewKey::Default(ProxyType::Sidecar)
+            ViewKey::Sidecar {
+                sidecar,
+                visible,
+                sources,
+            } if !self.scoped.contains_key(&(
+                sidecar.clone(),
+                visible.clone(),
+                sources.clone(),
+            )) =>
+            {
+                // `MAX_SOURCE_SETS` cut its set of selectors: the view
+                // without them, if there is one.
+                let none: Arc<[Arc<str>]> = Arc::from(Vec::new());
+                if self
+                    .scoped
+                    .contains_key(&(sidecar.clone(), visible.clone(), none.clone()))
+                {
+                    ViewKey::Sidecar {
+                        sidecar,
+                        visible,
+                        sources: none,
+                    }
+                } else {
+                    ViewKey::Default(ProxyType::Sidecar)
+                }
             }
             ViewKey::Gateway { gateways } if !self.gateways.contains_key(&gateways) => {
                 ViewKey::Default(ProxyType::Router)
@@ -554,9 +696,16 @@ impl Views {
         }
     }
 
-    /// The scoped view under a Sidecar's config key.
-    pub fn get(&self, sidecar: &str) -> Option<&Arc<ScopedView>> {
-        self.scoped.get(sidecar)
+    /// The scoped view of a Sidecar's config key (if any), a visibility
+    /// class and a set of satisfied `sourceLabels` selectors.
+    pub fn get(
+        &self,
+        sidecar: &Option<Arc<str>>,
+        visible: &Arc<[Arc<str>]>,
+        sources: &Arc<[Arc<str>]>,
+    ) -> Option<&Arc<ScopedView>> {
+        self.scoped
+            .get(&(sidecar.clone(), visible.clone(), sources.clone()))
     }
 
     /// The gateway view of a set of Gateways (sorted ids).
@@ -594,8 +743,8 @@ impl Views {
         self.scoped.is_empty()
     }
 
-    /// Every scoped view, by Sidecar key.
-    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Arc<ScopedView>)> + '_ {
+    /// Every scoped view, by scope.
+    pub fn iter(&self) -> impl Iterator<Item = (&ScopeKey, &Arc<ScopedView>)> + '_ {
         self.scoped.iter()
     }
 }

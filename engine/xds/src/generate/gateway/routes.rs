@@ -91,7 +91,9 @@ pub(crate) fn port_routes<M: ModelRead + ?Sized>(
                             pattern: &pattern,
                         };
                         let mut problems = Vec::new();
-                        let routes = translate(model, &bound, port, Flavor::Sidecar, &mut problems);
+                        let gw: Option<&str> = Some(p.gateway);
+                        let routes =
+                            translate(model, &bound, port, Flavor::Sidecar, gw, &mut problems);
                         out.problems.extend(
                             problems
                                 .into_iter()

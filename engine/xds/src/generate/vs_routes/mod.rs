@@ -44,8 +44,18 @@
 //! filter while the host's VirtualService injects faults (see
 //! `lds::grpc_listener`).
 //!
-//! What it does NOT do: gateways, `tcp`/`tls` routes, source-based matching
-//! (reported by the model), CORS for proxyless gRPC (reported, `DP2010`).
+//! Per-match `gateways`: a match block that names gateways applies only where
+//! it names them: to sidecars and proxyless clients when it lists `mesh`, to a
+//! Gateway's routes when it lists that Gateway (`ns/name`, or `name` in the
+//! rule's namespace). Without the field, the rule's own binding decides.
+//!
+//! `sourceLabels` and `sourceNamespace`: a block with a selector applies only when the
+//! model read says the view's proxies satisfy it (`ModelRead::source_matches`:
+//! a sidecar view keyed by the selectors its proxies satisfy; the snapshot's
+//! own resources, and so routers and proxyless clients, satisfy none).
+//!
+//! What it does NOT do: `tcp`/`tls` routes, CORS for proxyless gRPC
+//! (reported, `DP2010`).
 
 mod action;
 mod cors;
@@ -89,7 +99,7 @@ pub(crate) fn routes_for<M: ModelRead + ?Sized>(
     flavor: Flavor,
 ) -> Vec<Route> {
     match model.rules().and_then(|r| r.virtual_service_for(host)) {
-        Some(vs) => translate(model, &vs, port, flavor, &mut Vec::new()),
+        Some(vs) => translate(model, &vs, port, flavor, None, &mut Vec::new()),
         None => {
             let mut route = default_route(host, port);
             if let Some(dr) = model.rules().and_then(|r| r.destination_rule_for(host))
@@ -113,7 +123,7 @@ pub fn route_problems<M: ModelRead + ?Sized>(
     let flavor = if grpc { Flavor::Grpc } else { Flavor::Sidecar };
     let mut problems = Vec::new();
     if let Some(vs) = model.rules().and_then(|r| r.virtual_service_for(host)) {
-        translate(model, &vs, port, flavor, &mut problems);
+        translate(model, &vs, port, flavor, None, &mut problems);
     }
     problems
 }
@@ -145,6 +155,39 @@ pub(crate) struct Cx<'a, M: ?Sized> {
     /// The port of the route configuration.
     pub(crate) port: u16,
     pub(crate) flavor: Flavor,
+    /// The Gateway (`ns/name`) whose routes these are; `None` for sidecars
+    /// and proxyless clients (`mesh`).
+    pub(crate) gateway: Option<&'a str>,
+}
+
+/// Whether match block `m` applies where `cx` generates (see the module doc).
+fn block_applies<M: ModelRead + ?Sized>(
+    cx: &Cx<'_, M>,
+    m: Option<&deltapilot_model::rules::HttpMatch>,
+) -> bool {
+    if let Some(sel) = m.and_then(deltapilot_model::rules::source_selector)
+        && !cx
+            .model
+            .source_matches(&deltapilot_model::rules::selector_id(&sel))
+    {
+        return false;
+    }
+    let Some(list) = m
+        .and_then(|m| m.gateways.as_ref())
+        .filter(|l| !l.is_empty())
+    else {
+        return true;
+    };
+    list.iter().any(|g| {
+        match (
+            cx.gateway,
+            deltapilot_model::rules::resolve_gateway_ref(g, cx.namespace),
+        ) {
+            (None, Ok(None)) => true,
+            (Some(id), Ok(Some(named))) => *named == *id,
+            _ => false,
+        }
+    })
 }
 
 pub(crate) fn translate<M: ModelRead + ?Sized>(
@@ -152,6 +195,7 @@ pub(crate) fn translate<M: ModelRead + ?Sized>(
     vs: &BoundVirtualService<'_>,
     port: u16,
     flavor: Flavor,
+    gateway: Option<&str>,
     problems: &mut Vec<Problem>,
 ) -> Vec<Route> {
     let cx = Cx {
@@ -159,6 +203,7 @@ pub(crate) fn translate<M: ModelRead + ?Sized>(
         namespace: &vs.rule.namespace,
         port,
         flavor,
+        gateway,
     };
     let mut out = Vec::new();
     for (i, route) in vs.spec.http.iter().flatten().enumerate() {
@@ -194,6 +239,9 @@ fn one_route<M: ModelRead + ?Sized>(
     };
     for (j, m) in blocks {
         let mpath = format!("{path}.match[{j}]");
+        if !block_applies(cx, m) {
+            continue;
+        }
         let Some(rm) = matching::route_match(cx, m, &mpath)? else {
             continue;
         };

@@ -337,7 +337,46 @@ fn cors_policy_becomes_the_cors_filters_per_route_config() {
 fn translate_for(m: &ModelState, flavor: Flavor, problems: &mut Vec<Problem>) -> Vec<Route> {
     let host = Hostname::new("a.ns.svc.cluster.local");
     let vs = m.rules().virtual_service_for(&host).expect("a bound rule");
-    translate(m, &vs, 80, flavor, problems)
+    translate(m, &vs, 80, flavor, None, problems)
+}
+
+#[test]
+fn per_match_gateways_pick_where_a_block_applies() {
+    let m = model(
+        r#"{"hosts":["a"],"gateways":["mesh","edge"],"http":[
+          {"match":[{"uri":{"prefix":"/mesh"},"gateways":["mesh"]},{"uri":{"prefix":"/edge"},"gateways":["ns/edge"]}],
+           "route":[{"destination":{"host":"b","port":{"number":81}}}]},
+          {"match":[{"uri":{"prefix":"/other"},"gateways":["other/edge"]}],"route":[{"destination":{"host":"b"}}]},
+          {"route":[{"destination":{"host":"a"}}]}
+        ]}"#,
+        &[],
+    );
+    let prefixes = |rs: &[Route]| -> Vec<String> {
+        rs.iter()
+            .map(
+                |r| match r.r#match.as_ref().and_then(|m| m.path_specifier.as_ref()) {
+                    Some(PathSpecifier::Prefix(p)) => p.clone(),
+                    other => format!("{other:?}"),
+                },
+            )
+            .collect()
+    };
+    let sidecar = routes(&m, Flavor::Sidecar);
+    assert_eq!(
+        prefixes(&sidecar),
+        ["/mesh", "/"],
+        "sidecars: `mesh` blocks and unscoped ones"
+    );
+    let host = Hostname::new("a.ns.svc.cluster.local");
+    let vs = m.rules().virtual_service_for(&host).expect("bound");
+    let mut problems = Vec::new();
+    let edge = translate(&m, &vs, 80, Flavor::Sidecar, Some("ns/edge"), &mut problems);
+    assert_eq!(
+        prefixes(&edge),
+        ["/edge", "/"],
+        "a bare name is the rule's namespace"
+    );
+    assert!(problems.is_empty(), "{problems:?}");
 }
 
 #[test]

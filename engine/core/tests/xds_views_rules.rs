@@ -1,0 +1,333 @@
+//! Views keyed by what traffic rules restrict, on models folded by the real
+//! fold: a VirtualService `exportTo: ["."]` routes only its namespace's
+//! sidecars (alone and with a Sidecar, equal classes sharing one view), a
+//! ServiceEntry's `exportTo` hides its host elsewhere, and `sourceLabels` and
+//! `sourceNamespace` match blocks route only the proxies that satisfy them.
+//! The incremental == rebuilt property over these lives in `xds_views`.
+
+mod xds_support;
+
+use std::sync::Arc;
+
+use deltapilot_model::{Proxy, ProxyType};
+use deltapilot_proto::ConfigKind;
+use deltapilot_xds::generate::{GenOptions, Generator};
+use deltapilot_xds::view::{ViewKey, Views};
+use xds_support::*;
+
+/// The cluster the virtual host `vhost` of route configuration `rc` routes to.
+fn routed_to(
+    rc: &envoy_types::pb::envoy::config::route::v3::RouteConfiguration,
+    vhost: &str,
+) -> String {
+    use envoy_types::pb::envoy::config::route::v3::{
+        route::Action, route_action::ClusterSpecifier,
+    };
+    let vh = rc
+        .virtual_hosts
+        .iter()
+        .find(|v| v.name == vhost)
+        .unwrap_or_else(|| panic!("no virtual host {vhost}"));
+    match vh.routes[0].action.as_ref() {
+        Some(Action::Route(a)) => match a.cluster_specifier.as_ref() {
+            Some(ClusterSpecifier::Cluster(c)) => c.clone(),
+            other => panic!("{vhost}: cluster specifier {other:?}"),
+        },
+        other => panic!("{vhost}: action {other:?}"),
+    }
+}
+
+/// A VirtualService exported to its own namespace routes that namespace's
+/// sidecars only; the others keep the default view (no copy); a Sidecar of
+/// the namespace composes with it; and equal classes share one view.
+#[test]
+fn export_to_dot_routes_only_its_own_namespace() {
+    let local = rule(
+        "src",
+        0,
+        ConfigKind::VirtualService,
+        "ns1",
+        "to-b",
+        r#"{"hosts":["a.ns1.svc.cluster.local"],"exportTo":["."],"http":[{"route":[{"destination":{"host":"b.ns1.svc.cluster.local"}}]}]}"#,
+    );
+    let mut evs = vec![
+        simple_svc("ns1", "a.ns1.svc.cluster.local", 80, Protocol::Http),
+        simple_svc("ns1", "b.ns1.svc.cluster.local", 80, Protocol::Http),
+        local,
+    ];
+    let state = model(&evs);
+    let opts = GenOptions::default();
+    let (_, set, _) = Generator::build(&state, opts.clone());
+    let views = Views::build(&state, &set, &opts);
+    let proxy = |ns: &str| Proxy {
+        namespace: Arc::from(ns),
+        ..Default::default()
+    };
+    let a = "a.ns1.svc.cluster.local:80";
+    let global: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&set.routes, "80");
+    assert_eq!(
+        routed_to(&global, a),
+        "outbound|80||a.ns1.svc.cluster.local",
+        "mesh-wide, the restricted rule does not apply"
+    );
+    assert_eq!(
+        views.key_for(&proxy("ns2"), &state),
+        ViewKey::Default(ProxyType::Sidecar)
+    );
+    let k1 = views.key_for(&proxy("ns1"), &state);
+    assert_eq!(k1.to_string(), "default/sidecar+sees/ns1/to-b");
+    let ViewKey::Sidecar {
+        sidecar,
+        visible,
+        sources,
+    } = &k1
+    else {
+        panic!("ns1 sees a restricted rule: {k1:?}")
+    };
+    assert_eq!(views.len(), 1, "one view for the one class");
+    let v = views.get(sidecar, visible, sources).expect("view");
+    let rc: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&v.resources.routes, "80");
+    assert_eq!(routed_to(&rc, a), "outbound|80||b.ns1.svc.cluster.local");
+    assert!(
+        v.resources.clusters.ptr_eq(&set.clusters) && v.resources.endpoints.ptr_eq(&set.endpoints),
+        "every host is seen: the global maps themselves"
+    );
+    assert!(
+        Arc::ptr_eq(
+            v.resources
+                .sidecar_listeners
+                .get("0.0.0.0_80")
+                .expect("view"),
+            set.sidecar_listeners.get("0.0.0.0_80").expect("global")
+        ),
+        "an equal listener is shared"
+    );
+
+    // A Sidecar of ns1 composes: its scope, with ns1's class.
+    evs.push(rule(
+        "src",
+        0,
+        ConfigKind::Sidecar,
+        "ns1",
+        "default",
+        r#"{"egress":[{"hosts":["./a.ns1.svc.cluster.local"]}]}"#,
+    ));
+    let state = model(&evs);
+    let (_, set, _) = Generator::build(&state, opts.clone());
+    let views = Views::build(&state, &set, &opts);
+    let k = views.key_for(&proxy("ns1"), &state);
+    assert_eq!(
+        k.to_string(),
+        "sidecar/cfg/sidecar/ns1/default+sees/ns1/to-b"
+    );
+    let ViewKey::Sidecar {
+        sidecar,
+        visible,
+        sources,
+    } = &k
+    else {
+        panic!("{k:?}")
+    };
+    let v = views.get(sidecar, visible, sources).expect("view");
+    let rc: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&v.resources.routes, "80");
+    let vhosts: Vec<&str> = rc.virtual_hosts.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(vhosts, [a], "the Sidecar hides b");
+    assert_eq!(routed_to(&rc, a), "outbound|80||b.ns1.svc.cluster.local");
+    assert_eq!(views.len(), 2, "the Sidecar's and the class's alone");
+
+    // Two namespaces exported to by the same rule share one view.
+    let shared = rule(
+        "src",
+        0,
+        ConfigKind::VirtualService,
+        "ns1",
+        "to-b",
+        r#"{"hosts":["a.ns1.svc.cluster.local"],"exportTo":["ns3","ns4"],"http":[{"route":[{"destination":{"host":"b.ns1.svc.cluster.local"}}]}]}"#,
+    );
+    let evs = vec![evs[0].clone(), evs[1].clone(), shared];
+    let state = model(&evs);
+    let (_, set, _) = Generator::build(&state, opts.clone());
+    let views = Views::build(&state, &set, &opts);
+    assert_eq!(
+        views.key_for(&proxy("ns3"), &state),
+        views.key_for(&proxy("ns4"), &state)
+    );
+    assert_eq!(views.len(), 1);
+    assert_eq!(
+        views.key_for(&proxy("ns1"), &state),
+        ViewKey::Default(ProxyType::Sidecar),
+        "not exported to its own namespace"
+    );
+}
+
+/// A ServiceEntry exported to its own namespace: that namespace's sidecars get
+/// its host; every other namespace shares one view without it.
+#[test]
+fn a_service_entry_exported_to_its_namespace_is_hidden_elsewhere() {
+    let evs = vec![
+        simple_svc("ns1", "a.ns1.svc.cluster.local", 80, Protocol::Http),
+        simple_svc("ns1", "api.example.com", 80, Protocol::Http),
+        rule(
+            "src",
+            0,
+            ConfigKind::ServiceEntry,
+            "ns1",
+            "api",
+            r#"{"hosts":["api.example.com"],"exportTo":["."]}"#,
+        ),
+    ];
+    let state = model(&evs);
+    let opts = GenOptions::default();
+    let (_, set, _) = Generator::build(&state, opts.clone());
+    let views = Views::build(&state, &set, &opts);
+    let proxy = |ns: &str| Proxy {
+        namespace: Arc::from(ns),
+        ..Default::default()
+    };
+    let view_of = |ns: &str| {
+        let k = views.key_for(&proxy(ns), &state);
+        let ViewKey::Sidecar {
+            sidecar,
+            visible,
+            sources,
+        } = &k
+        else {
+            panic!("{ns}: {k:?}")
+        };
+        (
+            k.to_string(),
+            views.get(sidecar, visible, sources).expect("view").clone(),
+        )
+    };
+    let (k1, v1) = view_of("ns1");
+    assert_eq!(k1, "default/sidecar+sees/service_entry/ns1/api");
+    assert_eq!(names(&v1.resources.clusters), names(&set.clusters));
+    let (k2, v2) = view_of("ns2");
+    assert_eq!(k2, "default/sidecar+sees/none");
+    assert_eq!(
+        names(&v2.resources.clusters),
+        ["outbound|80||a.ns1.svc.cluster.local"]
+    );
+    let rc: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&v2.resources.routes, "80");
+    let vhosts: Vec<&str> = rc.virtual_hosts.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(vhosts, ["a.ns1.svc.cluster.local:80"]);
+    assert_eq!(view_of("ns3").0, k2, "every other namespace shares it");
+    assert_eq!(views.len(), 2);
+}
+
+/// A `sourceLabels` match routes only the proxies whose labels satisfy it;
+/// proxies with equal match sets share one view.
+#[test]
+fn source_labels_route_by_the_proxys_labels() {
+    let evs = vec![
+        simple_svc("ns1", "a.ns1.svc.cluster.local", 80, Protocol::Http),
+        simple_svc("ns1", "b.ns1.svc.cluster.local", 80, Protocol::Http),
+        rule(
+            "src",
+            0,
+            ConfigKind::VirtualService,
+            "ns1",
+            "by-label",
+            r#"{"hosts":["a.ns1.svc.cluster.local"],"http":[
+              {"match":[{"sourceLabels":{"app":"canary"}}],"route":[{"destination":{"host":"b.ns1.svc.cluster.local"}}]},
+              {"route":[{"destination":{"host":"a.ns1.svc.cluster.local"}}]}]}"#,
+        ),
+    ];
+    let state = model(&evs);
+    let opts = GenOptions::default();
+    let (_, set, _) = Generator::build(&state, opts.clone());
+    let views = Views::build(&state, &set, &opts);
+    let proxy = |ns: &str, labels: &[(&str, &str)]| {
+        let mut p = Proxy {
+            namespace: Arc::from(ns),
+            ..Default::default()
+        };
+        for (k, v) in labels {
+            p.labels.insert(Arc::from(*k), Arc::from(*v));
+        }
+        p
+    };
+    let a = "a.ns1.svc.cluster.local:80";
+    let plain = views.key_for(&proxy("ns1", &[("app", "web")]), &state);
+    assert_eq!(plain, ViewKey::Default(ProxyType::Sidecar));
+    let global: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&set.routes, "80");
+    assert_eq!(
+        routed_to(&global, a),
+        "outbound|80||a.ns1.svc.cluster.local"
+    );
+    let canary = proxy("ns1", &[("app", "canary"), ("pod", "1")]);
+    let k = views.key_for(&canary, &state);
+    assert_eq!(k.to_string(), "default/sidecar+labels/app=canary");
+    assert_eq!(
+        views.key_for(&proxy("ns2", &[("app", "canary")]), &state),
+        k,
+        "any namespace, same match set, same view"
+    );
+    let ViewKey::Sidecar {
+        sidecar,
+        visible,
+        sources,
+    } = &k
+    else {
+        panic!("{k:?}")
+    };
+    let v = views.get(sidecar, visible, sources).expect("view");
+    let rc: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&v.resources.routes, "80");
+    assert_eq!(routed_to(&rc, a), "outbound|80||b.ns1.svc.cluster.local");
+    assert_eq!(views.len(), 1);
+}
+
+/// A `sourceNamespace` match routes only the sidecars of that namespace.
+#[test]
+fn source_namespace_routes_only_that_namespace() {
+    let evs = vec![
+        simple_svc("ns1", "a.ns1.svc.cluster.local", 80, Protocol::Http),
+        simple_svc("ns1", "b.ns1.svc.cluster.local", 80, Protocol::Http),
+        rule(
+            "src",
+            0,
+            ConfigKind::VirtualService,
+            "ns1",
+            "by-ns",
+            r#"{"hosts":["a.ns1.svc.cluster.local"],"http":[
+              {"match":[{"sourceNamespace":"ns2"}],"route":[{"destination":{"host":"b.ns1.svc.cluster.local"}}]},
+              {"route":[{"destination":{"host":"a.ns1.svc.cluster.local"}}]}]}"#,
+        ),
+    ];
+    let state = model(&evs);
+    let opts = GenOptions::default();
+    let (_, set, _) = Generator::build(&state, opts.clone());
+    let views = Views::build(&state, &set, &opts);
+    let proxy = |ns: &str| Proxy {
+        namespace: Arc::from(ns),
+        ..Default::default()
+    };
+    assert_eq!(
+        views.key_for(&proxy("ns1"), &state),
+        ViewKey::Default(ProxyType::Sidecar)
+    );
+    let k = views.key_for(&proxy("ns2"), &state);
+    assert_eq!(k.to_string(), "default/sidecar+labels/:namespace=ns2");
+    let ViewKey::Sidecar {
+        sidecar,
+        visible,
+        sources,
+    } = &k
+    else {
+        panic!("{k:?}")
+    };
+    let v = views.get(sidecar, visible, sources).expect("view");
+    let rc: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&v.resources.routes, "80");
+    assert_eq!(
+        routed_to(&rc, "a.ns1.svc.cluster.local:80"),
+        "outbound|80||b.ns1.svc.cluster.local"
+    );
+    assert_eq!(views.len(), 1, "one namespace selector, one view");
+}
