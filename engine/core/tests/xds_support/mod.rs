@@ -213,6 +213,11 @@ pub fn names(map: &ResourceMap) -> Vec<String> {
     names
 }
 
+/// Whether `m` holds `n` with the same bytes as `r`.
+pub fn set_has_same(m: &ResourceMap, n: &str, r: &deltapilot_xds::Resource) -> bool {
+    m.get(n).is_some_and(|s| s.bytes == r.bytes)
+}
+
 /// Every (flavour, name, bytes) of a set, for byte-for-byte comparisons. Also
 /// checks encode-once between the two cluster flavours: a proxyless cluster
 /// with the bytes of the full one is that very resource.
