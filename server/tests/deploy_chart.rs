@@ -17,6 +17,9 @@ use std::net::SocketAddr;
 use std::process::Command;
 
 use deltapilot_adapters::kubernetes::{KubernetesOptions, WATCH_VERBS, watched_resources};
+use deploy_support::pod::{
+    check_probes, check_scrape, env_of, get_status, pod_non_root, start_rendered,
+};
 use deploy_support::{
     DATA_DIR, chart, has_env, has_flag, help, render, render_text, run_ok, tool, variants,
 };
@@ -24,7 +27,6 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -138,14 +140,6 @@ fn merge(base: serde_yaml::Value, over: serde_yaml::Value) -> serde_yaml::Value 
     }
 }
 
-fn env_of(c: &Container) -> BTreeMap<String, String> {
-    c.env
-        .iter()
-        .flatten()
-        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
-        .collect()
-}
-
 /// Every flag and variable of `c` is documented by the subcommand its args name,
 /// and the values the binary parses itself parse here too.
 fn check_container(what: &str, c: &Container) {
@@ -217,63 +211,6 @@ fn check_container(what: &str, c: &Container) {
         .expect("container securityContext");
     assert_eq!(sc.read_only_root_filesystem, Some(true), "{what}");
     assert_eq!(sc.allow_privilege_escalation, Some(false), "{what}");
-}
-
-/// A container's probes (the server's and the separate adapter's): readiness
-/// on /readyz, liveness and startup on /healthz, all on the admin port.
-fn check_probes(what: &str, c: &Container) {
-    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-    for (probe, path) in [
-        (&c.readiness_probe, "/readyz"),
-        (&c.liveness_probe, "/healthz"),
-        (&c.startup_probe, "/healthz"),
-    ] {
-        let get = probe
-            .as_ref()
-            .and_then(|p| p.http_get.as_ref())
-            .unwrap_or_else(|| panic!("{what}: a probe on {path} is missing"));
-        assert_eq!(get.path.as_deref(), Some(path), "{what}");
-        assert_eq!(get.port, IntOrString::String("admin".into()), "{what}");
-    }
-}
-
-/// The pod is scraped the way Prometheus finds every deltapilot pod: the
-/// `prometheus.io/*` annotations, on the container's admin port.
-fn check_scrape(what: &str, meta: Option<&ObjectMeta>, c: &Container) {
-    let a = meta
-        .and_then(|m| m.annotations.as_ref())
-        .unwrap_or_else(|| panic!("{what}: no pod annotations"));
-    let admin = c
-        .ports
-        .iter()
-        .flatten()
-        .find(|p| p.name.as_deref() == Some("admin"))
-        .unwrap_or_else(|| panic!("{what}: no admin port"));
-    assert_eq!(
-        a.get("prometheus.io/scrape").map(String::as_str),
-        Some("true"),
-        "{what}"
-    );
-    assert_eq!(
-        a.get("prometheus.io/path").map(String::as_str),
-        Some("/metrics"),
-        "{what}"
-    );
-    assert_eq!(
-        a.get("prometheus.io/port"),
-        Some(&admin.container_port.to_string()),
-        "{what}: scraped on the admin port"
-    );
-}
-
-fn pod_non_root(what: &str, spec: &PodSpec) {
-    let sc = spec.security_context.as_ref().expect("pod securityContext");
-    assert_eq!(sc.run_as_non_root, Some(true), "{what}");
-    assert_eq!(
-        sc.run_as_user,
-        Some(65532),
-        "{what}: the image's nonroot user"
-    );
 }
 
 /// The RBAC rules as (group, resource, verb) triples.
@@ -755,14 +692,14 @@ fn check_secrets(what: &str, values: &serde_yaml::Value, pod: &PodSpec) {
 #[test]
 fn the_rendered_server_environment_starts_the_binary_and_its_probes_answer() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (_child, admin, _) = start_rendered(
-        dir.path(),
+    let server = rendered_server(
         None,
         &[
             "kubernetes.enabled=false",
             "extraEnv.DELTAPILOT_MAX_STREAMS=500",
         ],
     );
+    let (_child, admin, _) = start_rendered(dir.path(), &server);
     // Moved to loopback, and with no token, /debug/* is served as is.
     assert_eq!(get_status(admin, "/debug/snapshot"), Some(200));
 }
@@ -789,8 +726,8 @@ fn the_rendered_tls_and_token_settings_start_the_binary() {
     std::fs::create_dir_all(mounted.join("admin-token")).expect("token dir");
     std::fs::write(mounted.join("admin-token/token"), "chart-token\n").expect("token");
     let values = deploy_support::repo().join("deploy/helm/ci/tls.yaml");
-    let (_child, admin, xds) =
-        start_rendered(dir.path(), Some(&values), &["kubernetes.enabled=false"]);
+    let server = rendered_server(Some(&values), &["kubernetes.enabled=false"]);
+    let (_child, admin, xds) = start_rendered(dir.path(), &server);
     assert_eq!(get_status(admin, "/debug/snapshot"), Some(401));
     let out = Command::new("timeout")
         .args(["10", "openssl", "s_client", "-connect"])
@@ -819,98 +756,13 @@ fn the_rendered_tls_and_token_settings_start_the_binary() {
     );
 }
 
-/// Starts the binary with the server container of the chart rendered with
-/// `values` and `set`: addresses moved to free loopback ports, data in `dir`,
-/// and files under `/etc/deltapilot/` looked up under `dir/etc/deltapilot/`.
-/// Returns once `/readyz` and `/healthz` answer 200: the child, the admin
-/// address and the xDS port.
-fn start_rendered(
-    dir: &std::path::Path,
-    values: Option<&std::path::Path>,
-    set: &[&str],
-) -> (ChildGuard, SocketAddr, u16) {
+/// The server container of the chart rendered with `values` and `set`.
+fn rendered_server(values: Option<&std::path::Path>, set: &[&str]) -> Container {
     let r = render_typed(values, set);
     let pod = r.statefulsets[0]
         .spec
         .as_ref()
         .and_then(|s| s.template.spec.clone())
         .expect("pod spec");
-    let c = &pod.containers[0];
-    let xds = free_port();
-    let admin = free_port();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltapilot"));
-    cmd.args(c.args.iter().flatten());
-    for (k, v) in env_of(c) {
-        let v = match k.as_str() {
-            "DELTAPILOT_XDS_ADDR" => format!("127.0.0.1:{xds}"),
-            "DELTAPILOT_ADMIN_ADDR" => format!("127.0.0.1:{admin}"),
-            "DELTAPILOT_DATA_DIR" => dir.join("data").display().to_string(),
-            _ => match v.strip_prefix("/etc/deltapilot/") {
-                Some(rest) => dir.join("etc/deltapilot").join(rest).display().to_string(),
-                None => v,
-            },
-        };
-        cmd.env(k, v);
-    }
-    cmd.env("RUST_LOG", "info");
-    let log = dir.join("deltapilot.log");
-    let mut child = ChildGuard(
-        cmd.stdin(std::process::Stdio::null())
-            .stdout(std::fs::File::create(&log).expect("log"))
-            .stderr(std::fs::File::create(dir.join("stderr.log")).expect("log"))
-            .spawn()
-            .expect("spawn deltapilot"),
-    );
-    let addr = SocketAddr::from(([127, 0, 0, 1], admin));
-    for path in ["/readyz", "/healthz"] {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            if let Ok(Some(status)) = child.0.try_wait() {
-                panic!(
-                    "deltapilot exited ({status}) with the rendered environment:\n{}",
-                    std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default()
-                );
-            }
-            match get_status(addr, path) {
-                Some(200) => break,
-                other => assert!(
-                    std::time::Instant::now() < deadline,
-                    "{path} never answered 200 (last {other:?})"
-                ),
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-    }
-    (child, addr, xds)
-}
-
-struct ChildGuard(std::process::Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-fn get_status(addr: SocketAddr, path: &str) -> Option<u16> {
-    use std::io::{Read, Write};
-    let mut s =
-        std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
-        .ok()?;
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n").as_bytes(),
-    )
-    .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.split_whitespace().nth(1)?.parse().ok()
+    pod.containers[0].clone()
 }

@@ -5,6 +5,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod pod;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
