@@ -13,26 +13,13 @@ mod support;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use support::{Proc, free_port, http_get, kafka_brokers, wait_for, write_service_entry};
+use support::{Proc, http_get, kafka_brokers, spawn_replica, wait_for, write_service_entry};
 
 const WAIT: Duration = Duration::from_secs(60);
 
 /// One `deltapilot run` replica on the topic, with extra flags; waits for /readyz.
 fn replica(dir: &std::path::Path, name: &str, log: &str, extra: &[&str]) -> (Proc, u16) {
-    let admin_port = free_port();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltapilot"));
-    cmd.arg("run")
-        .arg("--xds-addr")
-        .arg(format!("127.0.0.1:{}", free_port()))
-        .arg("--admin-addr")
-        .arg(format!("127.0.0.1:{admin_port}"))
-        .arg("--data-dir")
-        .arg(dir.join(name))
-        .arg("--log")
-        .arg(log)
-        .args(extra)
-        .env("RUST_LOG", "info");
-    let proc = Proc::spawn(name, cmd, dir.join(format!("{name}.log")));
+    let (proc, admin_port) = spawn_replica(dir, name, log, extra, &[]);
     let admin = std::net::SocketAddr::from(([127, 0, 0, 1], admin_port));
     wait_for(&format!("{name} /readyz"), WAIT, || {
         match http_get(admin, "/readyz", "localhost") {

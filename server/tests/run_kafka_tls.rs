@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use support::{Proc, free_port, http_get, wait_for, write_service_entry};
+use support::{Proc, http_get, spawn_replica, wait_for, write_service_entry};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -66,27 +66,8 @@ fn topic(name: &str) -> String {
 
 /// A `deltapilot run` on `log` watching `mesh`, with extra environment; not waited for.
 fn start(dir: &Path, name: &str, log: &str, mesh: &Path, env: &[(&str, &str)]) -> (Proc, u16) {
-    let admin_port = free_port();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltapilot"));
-    cmd.arg("run")
-        .arg("--xds-addr")
-        .arg(format!("127.0.0.1:{}", free_port()))
-        .arg("--admin-addr")
-        .arg(format!("127.0.0.1:{admin_port}"))
-        .arg("--data-dir")
-        .arg(dir.join(name))
-        .arg("--log")
-        .arg(log)
-        .arg("--watch")
-        .arg(mesh)
-        .env("RUST_LOG", "info");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    (
-        Proc::spawn(name, cmd, dir.join(format!("{name}.log"))),
-        admin_port,
-    )
+    let mesh = mesh.to_string_lossy();
+    spawn_replica(dir, name, log, &["--watch", &mesh], env)
 }
 
 fn mesh(dir: &Path, name: &str) -> PathBuf {

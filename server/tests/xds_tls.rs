@@ -16,7 +16,7 @@ use std::time::Duration;
 use deltapilot_testkit::tls::{Ca, make_ca, make_signed};
 use support::{
     Backend, Deltapilot, Envoy, Proc, free_port, http_get, metric, tool, wait_for,
-    write_service_entry,
+    write_service_entry, xds_cluster_yaml,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -256,6 +256,37 @@ fn ads_for(
 
 fn envoy_bootstrap(pki: &Pki, xds_port: u16, admin_port: u16) -> String {
     let f = |p: PathBuf| p.display().to_string();
+    let tls = format!(
+        r#"      transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+          sni: localhost
+          common_tls_context:
+            alpn_protocols: ["h2"]
+            tls_certificates:
+              - certificate_chain: {{filename: "{cert}"}}
+                private_key: {{filename: "{key}"}}
+            validation_context:
+              trusted_ca: {{filename: "{ca}"}}
+              match_typed_subject_alt_names:
+                - san_type: DNS
+                  matcher: {{exact: localhost}}
+"#,
+        cert = f(pki.cert("web")),
+        key = f(pki.key("web")),
+        ca = f(pki.ca.cert.clone()),
+    );
+    let endpoints = format!(
+        "          - lb_endpoints:
+              - endpoint:
+                  address:
+                    socket_address:
+                      address: 127.0.0.1
+                      port_value: {xds_port}
+"
+    );
+    let cluster = xds_cluster_yaml(&tls, &endpoints);
     format!(
         r#"node:
   id: "sidecar~127.0.0.1~client.test~test.svc.cluster.local"
@@ -275,47 +306,12 @@ dynamic_resources:
     resource_api_version: V3
 static_resources:
   clusters:
-    - name: deltapilot
-      type: STATIC
-      connect_timeout: 1s
-      typed_extension_protocol_options:
-        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-          "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-          explicit_http_config:
-            http2_protocol_options: {{}}
-      transport_socket:
-        name: envoy.transport_sockets.tls
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
-          sni: localhost
-          common_tls_context:
-            alpn_protocols: ["h2"]
-            tls_certificates:
-              - certificate_chain: {{filename: "{cert}"}}
-                private_key: {{filename: "{key}"}}
-            validation_context:
-              trusted_ca: {{filename: "{ca}"}}
-              match_typed_subject_alt_names:
-                - san_type: DNS
-                  matcher: {{exact: localhost}}
-      load_assignment:
-        cluster_name: deltapilot
-        endpoints:
-          - lb_endpoints:
-              - endpoint:
-                  address:
-                    socket_address:
-                      address: 127.0.0.1
-                      port_value: {xds_port}
-admin:
+{cluster}admin:
   address:
     socket_address:
       address: 127.0.0.1
       port_value: {admin_port}
-"#,
-        cert = f(pki.cert("web")),
-        key = f(pki.key("web")),
-        ca = f(pki.ca.cert.clone()),
+"#
     )
 }
 

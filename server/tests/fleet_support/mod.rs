@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::support::{Proc, http_get, metric};
+use crate::support::{Proc, http_get, metric, xds_cluster_yaml};
 
 /// One `deltapilot run --log kafka://…` replica: fixed ports and data directory,
 /// so that a restart is the same replica to the Envoys that list it.
@@ -219,6 +219,17 @@ pub fn bootstrap(
 "
         ));
     }
+    let cluster = xds_cluster_yaml(
+        "      health_checks:
+        - timeout: 1s
+          interval: 0.25s
+          no_traffic_interval: 0.25s
+          unhealthy_threshold: 1
+          healthy_threshold: 1
+          http_health_check: {path: /readyz}
+",
+        &endpoints,
+    );
     format!(
         r#"node: {{id: {node}, cluster: failover}}
 dynamic_resources:
@@ -250,25 +261,7 @@ static_resources:
                     typed_config:
                       "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
   clusters:
-    - name: deltapilot
-      type: STATIC
-      connect_timeout: 1s
-      typed_extension_protocol_options:
-        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-          "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-          explicit_http_config:
-            http2_protocol_options: {{}}
-      health_checks:
-        - timeout: 1s
-          interval: 0.25s
-          no_traffic_interval: 0.25s
-          unhealthy_threshold: 1
-          healthy_threshold: 1
-          http_health_check: {{path: /readyz}}
-      load_assignment:
-        cluster_name: deltapilot
-        endpoints:
-{endpoints}admin:
+{cluster}admin:
   address: {{socket_address: {{address: 127.0.0.1, port_value: {admin_port}}}}}
 "#
     )

@@ -280,6 +280,38 @@ pub fn raw_http_body(addr: SocketAddr, host: &str) -> Result<String, String> {
     }
 }
 
+/// A `deltapilot run` on `log` with its data in `dir/name`, on free loopback
+/// ports, with `extra` flags and `env`; not waited for. Returns it and its admin
+/// port. The replica tests (`run_kafka*.rs`) start theirs through it.
+pub fn spawn_replica(
+    dir: &Path,
+    name: &str,
+    log: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Proc, u16) {
+    let admin_port = free_port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_deltapilot"));
+    cmd.arg("run")
+        .arg("--xds-addr")
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .arg("--admin-addr")
+        .arg(format!("127.0.0.1:{admin_port}"))
+        .arg("--data-dir")
+        .arg(dir.join(name))
+        .arg("--log")
+        .arg(log)
+        .args(extra)
+        .env("RUST_LOG", "info");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    (
+        Proc::spawn(name, cmd, dir.join(format!("{name}.log"))),
+        admin_port,
+    )
+}
+
 /// `deltapilot run` on free loopback ports.
 pub struct Deltapilot {
     pub proc: Proc,
@@ -481,6 +513,27 @@ impl Envoy {
             .map(str::to_owned)
             .collect()
     }
+}
+
+/// The `deltapilot` cluster of an Envoy bootstrap (an item of
+/// `static_resources.clusters`, indented for it): static, HTTP/2, then `extra`
+/// (more cluster fields, each line indented six spaces) and `endpoints` (items
+/// of `load_assignment.endpoints`, indented ten).
+pub fn xds_cluster_yaml(extra: &str, endpoints: &str) -> String {
+    format!(
+        r#"    - name: deltapilot
+      type: STATIC
+      connect_timeout: 1s
+      typed_extension_protocol_options:
+        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+          "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+          explicit_http_config:
+            http2_protocol_options: {{}}
+{extra}      load_assignment:
+        cluster_name: deltapilot
+        endpoints:
+{endpoints}"#
+    )
 }
 
 /// Writes the demo ServiceEntry for `host` with one endpoint per backend port.
