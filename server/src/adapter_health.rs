@@ -166,29 +166,11 @@ pub fn process_readiness(
             reasons: vec![why],
         };
     }
-    let mut reasons = Vec::new();
-    if !log.connected() {
-        reasons.push(match probe_error {
-            Some(e) => format!("the log is unreachable: {e}"),
-            None => "the log is unreachable (its last request failed)".into(),
-        });
-    }
-    if r.append_backlog > 0
-        && let Some(e) = &r.last_append_error
-    {
-        reasons.push(format!(
-            "the {} adapter ({}) cannot append {} pending event(s): {e}",
-            r.adapter, r.source, r.append_backlog
-        ));
-    }
-    if reasons.is_empty() {
-        Readiness::caught_up()
-    } else {
-        Readiness {
-            state: ServingState::ServingLastGoodState,
-            reasons,
-        }
-    }
+    let reasons = crate::readiness::log_unreachable(log, probe_error.as_deref())
+        .into_iter()
+        .chain(crate::readiness::append_stuck(r).map(|why| format!("the {why}")))
+        .collect();
+    Readiness::serving(reasons)
 }
 
 /// Copies adapter reports into `metrics` every [`EXPORT_INTERVAL`] until `shutdown`.
@@ -253,20 +235,7 @@ mod tests {
     use super::*;
 
     fn report(resynced: bool, backlog: usize, err: Option<&str>) -> AdapterReport {
-        AdapterReport {
-            adapter: "kubernetes",
-            source: "k8s:east".into(),
-            resync_completed: resynced,
-            resync_completed_at: None,
-            registry_healthy: true,
-            entities_in_view: 1,
-            events_emitted_total: 1,
-            malformed_total: 0,
-            oversized_total: 0,
-            append_backlog: backlog,
-            last_append_error: err.map(str::to_owned),
-            last_error: err.map(str::to_owned),
-        }
+        crate::readiness::test_report("kubernetes", "k8s:east", resynced, backlog, err)
     }
 
     #[test]

@@ -77,6 +77,18 @@ impl Readiness {
         }
     }
 
+    /// Serving: caught up without `reasons`, else the last good state for them.
+    pub(crate) fn serving(reasons: Vec<String>) -> Self {
+        if reasons.is_empty() {
+            Self::caught_up()
+        } else {
+            Self {
+                state: ServingState::ServingLastGoodState,
+                reasons,
+            }
+        }
+    }
+
     /// Whether it takes traffic (see the module docs).
     pub fn ready(&self) -> bool {
         self.state != ServingState::CatchingUp
@@ -158,13 +170,9 @@ pub fn evaluate(i: &Inputs<'_>) -> Readiness {
             reasons: resyncing,
         };
     }
-    let mut reasons = Vec::new();
-    if !i.log.connected() {
-        reasons.push(match &i.probe_error {
-            Some(e) => format!("the log is unreachable: {e}"),
-            None => "the log is unreachable (its last request failed)".into(),
-        });
-    }
+    let mut reasons: Vec<String> = log_unreachable(i.log, i.probe_error.as_deref())
+        .into_iter()
+        .collect();
     if let Some(head) = &i.settled_head
         && !covers(i.engine_position, head)
     {
@@ -173,22 +181,28 @@ pub fn evaluate(i: &Inputs<'_>) -> Readiness {
             i.engine_position
         ));
     }
-    for r in i.adapters.iter().filter(|r| r.append_backlog > 0) {
-        if let Some(e) = &r.last_append_error {
-            reasons.push(format!(
-                "{} adapter ({}) cannot append {} pending event(s): {e}",
-                r.adapter, r.source, r.append_backlog
-            ));
-        }
-    }
-    if reasons.is_empty() {
-        Readiness::caught_up()
-    } else {
-        Readiness {
-            state: ServingState::ServingLastGoodState,
-            reasons,
-        }
-    }
+    reasons.extend(i.adapters.iter().filter_map(append_stuck));
+    Readiness::serving(reasons)
+}
+
+/// Why the log counts as unreachable, if it does: `probe_error` is the log
+/// probe's last error while it fails. Shared with the adapter processes'
+/// readiness (`adapter_health::process_readiness`).
+pub(crate) fn log_unreachable(log: &LogHealth, probe_error: Option<&str>) -> Option<String> {
+    (!log.connected()).then(|| match probe_error {
+        Some(e) => format!("the log is unreachable: {e}"),
+        None => "the log is unreachable (its last request failed)".into(),
+    })
+}
+
+/// Why an adapter that has events waiting cannot append them, if it cannot:
+/// "`<adapter>` adapter (`<source>`) cannot append N pending event(s): …".
+pub(crate) fn append_stuck(r: &AdapterReport) -> Option<String> {
+    let e = r.last_append_error.as_ref().filter(|_| r.append_backlog > 0)?;
+    Some(format!(
+        "{} adapter ({}) cannot append {} pending event(s): {e}",
+        r.adapter, r.source, r.append_backlog
+    ))
 }
 
 /// Whether `pos` is at or past `head` on every partition.
@@ -199,25 +213,39 @@ fn covers(pos: &Position, head: &Position) -> bool {
         .all(|(p, &next)| pos.offset(p as u32) >= next)
 }
 
+/// An adapter's report for the readiness unit tests (here and in
+/// `adapter_health`): one entity, one event emitted, the resync (when
+/// `resynced`) completed at offset 5, and `err` as both last errors.
+#[cfg(test)]
+pub(crate) fn test_report(
+    adapter: &'static str,
+    source: &str,
+    resynced: bool,
+    backlog: usize,
+    err: Option<&str>,
+) -> AdapterReport {
+    AdapterReport {
+        adapter,
+        source: source.into(),
+        resync_completed: resynced,
+        resync_completed_at: resynced.then(|| Position::single(5)),
+        registry_healthy: true,
+        entities_in_view: 1,
+        events_emitted_total: 1,
+        malformed_total: 0,
+        oversized_total: 0,
+        append_backlog: backlog,
+        last_append_error: err.map(str::to_owned),
+        last_error: err.map(str::to_owned),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn report(resynced: bool, backlog: usize, err: Option<&str>) -> AdapterReport {
-        AdapterReport {
-            adapter: "file",
-            source: "file".into(),
-            resync_completed: resynced,
-            resync_completed_at: resynced.then(|| Position::single(5)),
-            registry_healthy: true,
-            entities_in_view: 1,
-            events_emitted_total: 1,
-            malformed_total: 0,
-            oversized_total: 0,
-            append_backlog: backlog,
-            last_append_error: err.map(str::to_owned),
-            last_error: err.map(str::to_owned),
-        }
+        test_report("file", "file", resynced, backlog, err)
     }
 
     #[test]
