@@ -10,6 +10,7 @@ pub mod admin;
 pub mod conn;
 pub mod credentials;
 pub mod log_health;
+pub mod log_metrics;
 pub mod metrics;
 pub mod process;
 pub mod readiness;

@@ -35,6 +35,8 @@
 //! - `xds_stale_nonces_total` — ACK/NACKs whose nonce matched nothing (ignored).
 //! - `connections_*{listener}` — open, accepted, refused and timed-out TCP
 //!   connections of the xDS and admin listeners (see [`crate::conn::metrics`]).
+//! - `log_compaction*`, `log_segments`, `log_disk_bytes`, `log_oldest_offset` —
+//!   the embedded log's compaction and size on disk (see [`crate::log_metrics`]).
 //! - `snapshot_seq` — newest snapshot sequence the server has seen.
 //! - `resyncs_pending` — sources whose `COMPLETED` resync marker was written to
 //!   several partitions and still waits for some copies (its sweep is deferred
@@ -264,6 +266,8 @@ pub struct Metrics {
     pub checkpoint_failures: Family<Labels<1>, Counter>,
     /// See the module docs.
     pub stale_proxies: Gauge,
+    /// The embedded log's compaction and disk metrics.
+    pub log_store: crate::log_metrics::LogStoreMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -333,6 +337,7 @@ impl Metrics {
             log_lag: Gauge::default(),
             checkpoint_failures: Family::default(),
             stale_proxies: Gauge::default(),
+            log_store: crate::log_metrics::LogStoreMetrics::default(),
         };
         registry.register(
             "xds_connected_proxies",
@@ -393,6 +398,7 @@ impl Metrics {
             m.xds_tls_reloads.clone(),
         );
         m.connections.register(&mut registry);
+        m.log_store.register(&mut registry);
         registry.register(
             "snapshot_seq",
             "Newest snapshot sequence seen by the server",

@@ -238,6 +238,17 @@ impl Default for RetentionPolicy {
     }
 }
 
+/// What [`FileLog::disk_usage`] reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskUsage {
+    /// Segment files.
+    pub segments: usize,
+    /// Their verified bytes (header and records).
+    pub bytes: u64,
+    /// The first offset of the oldest segment: nothing below it can be read.
+    pub oldest_offset: u64,
+}
+
 /// The embedded segmented file log. See the module documentation for the format
 /// and the recovery rule.
 ///
@@ -351,6 +362,18 @@ impl FileLog {
     /// where superseded records are gone.
     pub fn horizon_offset(&self) -> u64 {
         self.shared.horizon()
+    }
+
+    /// What the log holds on disk now: its segments, their verified bytes, and
+    /// the oldest offset still stored. Cheap (a read lock over the segment list),
+    /// so `/metrics` reads it on every scrape.
+    pub fn disk_usage(&self) -> DiskUsage {
+        let segs = self.shared.segments();
+        DiskUsage {
+            segments: segs.list.len(),
+            bytes: segs.list.iter().map(|s| s.end_byte).sum(),
+            oldest_offset: segs.list.first().map_or(segs.head, |s| s.base),
+        }
     }
 
     /// Compacts the sealed segments whose records all lie below `below` (see

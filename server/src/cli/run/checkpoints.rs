@@ -22,6 +22,8 @@ use deltapilot_engine::checkpoint::{
 };
 use deltapilot_engine::runner::Engine;
 use deltapilot_log::{EventLog, Log, Position};
+use deltapilot_server::log_metrics::CompactionFailure;
+use deltapilot_server::metrics::Metrics;
 use deltapilot_xds::generate::GenOptions;
 use deltapilot_xds::snapshot::SnapshotReader;
 use tokio::sync::watch;
@@ -74,11 +76,13 @@ impl Checkpoints {
     /// Compacts the embedded log below the oldest kept checkpoint, once per
     /// checkpoint interval, until `shutdown`. A failed compaction is logged and
     /// retried at the next interval (the log stays as it was: see
-    /// `engine/log/src/file/compact.rs`).
+    /// `engine/log/src/file/compact.rs`). Each attempt is counted in
+    /// `metrics.log_store` (see `log_metrics`).
     pub(crate) fn compact_while_running(
         &self,
         log: Arc<Log>,
         retention: std::time::Duration,
+        metrics: Arc<Metrics>,
         mut shutdown: watch::Receiver<bool>,
     ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static {
         let (store, every) = (self.store.clone(), self.policy.every);
@@ -102,10 +106,12 @@ impl Checkpoints {
                 let below = match listed {
                     Ok(Ok(files)) => files.iter().map(|f| f.records).min(),
                     Ok(Err(e)) => {
+                        metrics.log_store.failed(CompactionFailure::Checkpoints);
                         tracing::warn!(error = %e, "compaction: cannot list checkpoints; not compacting");
                         None
                     }
                     Err(e) => {
+                        metrics.log_store.failed(CompactionFailure::Checkpoints);
                         tracing::warn!(error = %e, "compaction: listing checkpoints failed");
                         None
                     }
@@ -121,8 +127,15 @@ impl Checkpoints {
                     .compact(below, Arc::new(deltapilot_model::fold::admits), policy)
                     .await
                 {
-                    Ok(_) => done_below = below,
+                    Ok(report) => {
+                        done_below = below;
+                        let now = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0.0, |d| d.as_secs_f64());
+                        metrics.log_store.compacted(&report, now);
+                    }
                     Err(e) => {
+                        metrics.log_store.failed(CompactionFailure::of(&e));
                         tracing::warn!(error = %e, below, "compaction of the embedded log failed; retrying at the next interval")
                     }
                 }

@@ -238,6 +238,16 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
             _ => None,
         })
         .collect();
+    if let deltapilot_log::Log::File(_) = &*log {
+        // The disk gauges are read at each scrape: cheap, and always current.
+        let log = log.clone();
+        metrics.on_scrape(move |m| {
+            if let deltapilot_log::Log::File(file) = &*log {
+                m.log_store
+                    .set_disk(file.disk_usage(), file.horizon_offset());
+            }
+        });
+    }
     if let Some(checkpoints) = checkpoints {
         if let LogSetting {
             uri: deltapilot_log::LogUri::File { .. },
@@ -249,6 +259,7 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
             tasks.spawn(checkpoints.compact_while_running(
                 log.clone(),
                 options.file.retention.tombstone_retention,
+                metrics.clone(),
                 shutdown.clone(),
             ));
         }
