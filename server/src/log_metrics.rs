@@ -168,7 +168,9 @@ impl LogStoreMetrics {
 
     /// Records a compaction that failed.
     pub fn failed(&self, why: CompactionFailure) {
-        self.compactions.get_or_create(&[("result", "failed")]).inc();
+        self.compactions
+            .get_or_create(&[("result", "failed")])
+            .inc();
         self.failures
             .get_or_create(&[("reason", why.as_str())])
             .inc();
@@ -203,7 +205,10 @@ mod tests {
         m.compacted(&report, 1.5);
         m.failed(CompactionFailure::Io);
         assert_eq!(m.compactions.get_or_create(&[("result", "ok")]).get(), 1);
-        assert_eq!(m.compactions.get_or_create(&[("result", "failed")]).get(), 1);
+        assert_eq!(
+            m.compactions.get_or_create(&[("result", "failed")]).get(),
+            1
+        );
         assert_eq!(m.failures.get_or_create(&[("reason", "io")]).get(), 1);
         assert_eq!(m.reclaimed_records.get(), 28);
         assert_eq!(m.reclaimed_bytes.get(), 6000);

@@ -198,7 +198,10 @@ pub(crate) fn log_unreachable(log: &LogHealth, probe_error: Option<&str>) -> Opt
 /// Why an adapter that has events waiting cannot append them, if it cannot:
 /// "`<adapter>` adapter (`<source>`) cannot append N pending event(s): …".
 pub(crate) fn append_stuck(r: &AdapterReport) -> Option<String> {
-    let e = r.last_append_error.as_ref().filter(|_| r.append_backlog > 0)?;
+    let e = r
+        .last_append_error
+        .as_ref()
+        .filter(|_| r.append_backlog > 0)?;
     Some(format!(
         "{} adapter ({}) cannot append {} pending event(s): {e}",
         r.adapter, r.source, r.append_backlog

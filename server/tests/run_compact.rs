@@ -72,36 +72,61 @@ async fn run_compacts_below_its_oldest_checkpoint_and_serves_the_same_state() {
     // The compaction is counted with what it reclaimed; the horizon gauge was
     // read before the file, so a later compaction can only have moved the file on.
     let at = |name: &str, labels: &[&str]| metric(&m, name, labels);
-    assert!(at("deltapilot_log_compactions_total", &["result=\"ok\""]) >= 1.0, "{m}");
-    assert_eq!(at("deltapilot_log_compaction_failures_total", &[]), 0.0, "{m}");
-    assert!(at("deltapilot_log_compaction_reclaimed_records_total", &[]) > 0.0, "{m}");
-    assert!(at("deltapilot_log_compaction_reclaimed_bytes_total", &[]) > 0.0, "{m}");
-    assert!(at("deltapilot_log_last_compaction_timestamp_seconds", &[]) > 0.0, "{m}");
+    assert!(
+        at("deltapilot_log_compactions_total", &["result=\"ok\""]) >= 1.0,
+        "{m}"
+    );
+    assert_eq!(
+        at("deltapilot_log_compaction_failures_total", &[]),
+        0.0,
+        "{m}"
+    );
+    assert!(
+        at("deltapilot_log_compaction_reclaimed_records_total", &[]) > 0.0,
+        "{m}"
+    );
+    assert!(
+        at("deltapilot_log_compaction_reclaimed_bytes_total", &[]) > 0.0,
+        "{m}"
+    );
+    assert!(
+        at("deltapilot_log_last_compaction_timestamp_seconds", &[]) > 0.0,
+        "{m}"
+    );
     let gauge_horizon = at("deltapilot_log_compaction_horizon", &[]);
-    assert!(gauge_horizon > 1_000.0 && gauge_horizon <= horizon as f64, "{m}");
+    assert!(
+        gauge_horizon > 1_000.0 && gauge_horizon <= horizon as f64,
+        "{m}"
+    );
     assert_eq!(at("deltapilot_log_oldest_offset", &[]), 0.0, "{m}");
     // Segments and bytes are the directory's (polled: a compaction in flight
     // between the scrape and the listing changes both).
-    wait_for("the disk gauges equal the directory", Duration::from_secs(30), || {
-        let (_, m) = get(server.admin, "/metrics")?;
-        let (mut files, mut bytes) = (0.0, 0.0);
-        for e in std::fs::read_dir(d.join("data/log")).map_err(|e| e.to_string())? {
-            let e = e.map_err(|e| e.to_string())?;
-            if e.file_name().to_string_lossy().ends_with(".log") {
-                files += 1.0;
-                bytes += e.metadata().map_err(|e| e.to_string())?.len() as f64;
+    wait_for(
+        "the disk gauges equal the directory",
+        Duration::from_secs(30),
+        || {
+            let (_, m) = get(server.admin, "/metrics")?;
+            let (mut files, mut bytes) = (0.0, 0.0);
+            for e in std::fs::read_dir(d.join("data/log")).map_err(|e| e.to_string())? {
+                let e = e.map_err(|e| e.to_string())?;
+                if e.file_name().to_string_lossy().ends_with(".log") {
+                    files += 1.0;
+                    bytes += e.metadata().map_err(|e| e.to_string())?.len() as f64;
+                }
             }
-        }
-        let got = (
-            metric(&m, "deltapilot_log_segments", &[]),
-            metric(&m, "deltapilot_log_disk_bytes", &[]),
-        );
-        if files > 1.0 && got == (files, bytes) {
-            Ok(())
-        } else {
-            Err(format!("{files} segments of {bytes} bytes; metrics say {got:?}"))
-        }
-    });
+            let got = (
+                metric(&m, "deltapilot_log_segments", &[]),
+                metric(&m, "deltapilot_log_disk_bytes", &[]),
+            );
+            if files > 1.0 && got == (files, bytes) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{files} segments of {bytes} bytes; metrics say {got:?}"
+                ))
+            }
+        },
+    );
     assert_eq!(
         served_hash(&server),
         full_hash,
