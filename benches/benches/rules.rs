@@ -9,9 +9,12 @@
 //! Before timing, it prints what each change re-encodes and sends: the names
 //! and bytes upserted per type, and the size of the route configuration that
 //! holds the edited virtual host. Route configurations are per port, so a rule
-//! edit resends every virtual host of its port; the printed ratio (bytes sent ÷
-//! bytes of the one changed virtual host) is what VHDS or per-host route
-//! configurations would cut.
+//! edit resends every virtual host of its port. Beside it, the same change as
+//! VHDS would deliver it (`generate::vhds::split` of the route configurations
+//! before and after): the port route configurations then carry only `vhds` and
+//! do not change, and what is sent is the virtual hosts whose bytes changed;
+//! the printed ratio is inline bytes ÷ VHDS bytes. (A proxyless gRPC route
+//! configuration, `<host>:<port>`, stays inline: gRPC has no VHDS.)
 //!
 //! Run with
 //! `cargo bench -p deltapilot-benches --bench rules -- --warm-up-time 1 --measurement-time 3`.
@@ -25,7 +28,7 @@ use deltapilot_model::ProxyType;
 use deltapilot_model::fold::fold;
 use deltapilot_model::state::ModelState;
 use deltapilot_proto::{self as pb, Event, event::Payload};
-use deltapilot_xds::generate::{GenOptions, Generator};
+use deltapilot_xds::generate::{GenOptions, Generator, vhds};
 use deltapilot_xds::view::resources_for;
 use deltapilot_xds::{ChangeSet, ResourceSet, ResourceType};
 
@@ -118,6 +121,64 @@ fn report(name: &str, set: &ResourceSet, changes: &ChangeSet) {
     println!("rule_edit {name}: upserts {} = {total} B", parts.join(", "));
 }
 
+/// Bytes and names `changes` sends under VHDS: per upserted port route
+/// configuration, the split virtual hosts whose version moved (and the
+/// configuration itself only if its `vhds` shell did); other routes as inline.
+/// Prints the comparison with `inline` bytes and returns the VHDS bytes.
+fn report_vhds(name: &str, before: &ResourceSet, after: &ResourceSet, changes: &ChangeSet) {
+    let inline: usize = sent(after, changes).iter().map(|(_, _, b)| b).sum();
+    let (mut shells, mut vhosts, mut other) = ((0, 0), (0, 0), (0, 0));
+    for n in &changes.of(ResourceType::Route).upserted {
+        let Some(new) = after.routes.get(n) else {
+            continue;
+        };
+        if !n.bytes().all(|b| b.is_ascii_digit()) {
+            other = (other.0 + 1, other.1 + new.bytes.len());
+            continue;
+        }
+        let new = vhds::split(new).expect("bench routes split");
+        let old = before
+            .routes
+            .get(n)
+            .map(|r| vhds::split(r).expect("bench routes split"));
+        let held = |vname: &str| {
+            old.as_ref()
+                .and_then(|o| o.virtual_hosts.iter().find(|v| &*v.name == vname))
+                .map(|v| v.version.clone())
+        };
+        if old.as_ref().map(|o| &o.route.version) != Some(&new.route.version) {
+            shells = (shells.0 + 1, shells.1 + new.route.bytes.len());
+        }
+        for v in &new.virtual_hosts {
+            if held(&v.name).as_ref() != Some(&v.version) {
+                vhosts = (vhosts.0 + 1, vhosts.1 + v.bytes.len());
+            }
+        }
+    }
+    // The other types are sent alike either way.
+    let rest: usize = sent(after, changes)
+        .iter()
+        .filter(|(t, _, _)| *t != ResourceType::Route)
+        .map(|(_, _, b)| b)
+        .sum();
+    let total = rest + shells.1 + vhosts.1 + other.1;
+    // What one delta sidecar is sent: the gRPC route configurations go to
+    // proxyless clients only.
+    let (sidecar_inline, sidecar_vhds) = (inline - other.1, total - other.1);
+    println!(
+        "rule_edit {name} under VHDS: route configurations {} ({} B), virtual hosts {} ({} B), \
+         gRPC route configurations (inline) {} ({} B), other types {rest} B = {total} B; \
+         per delta sidecar inline {sidecar_inline} B, VHDS {sidecar_vhds} B = {:.0}x",
+        shells.0,
+        shells.1,
+        vhosts.0,
+        vhosts.1,
+        other.0,
+        other.1,
+        sidecar_inline as f64 / sidecar_vhds.max(1) as f64
+    );
+}
+
 fn rule_edit(c: &mut Criterion) {
     let base = mesh();
     let (mut generator, mut set, errors) = Generator::build(&base, GenOptions::default());
@@ -157,6 +218,7 @@ fn rule_edit(c: &mut Criterion) {
             assert!(!changes.is_empty(), "{}{dir} changes something", flip.name);
             if dir.is_empty() {
                 report(flip.name, &next, &changes);
+                report_vhds(flip.name, &set, &next, &changes);
             }
             set = next;
             state = out.state;

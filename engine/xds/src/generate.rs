@@ -48,6 +48,7 @@ mod rds;
 mod reference;
 pub mod scoped;
 mod source;
+pub mod vhds;
 mod vs_routes;
 mod wire;
 
