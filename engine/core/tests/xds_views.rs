@@ -15,6 +15,9 @@
 //! with Sidecars; ServiceEntry objects with random `exportTo` hide their
 //! hosts from the other namespaces; VirtualServices with `sourceLabels`
 //! match blocks key sidecars by the selectors their labels satisfy.
+//! DestinationRules of every namespace carry random `exportTo` too: a view
+//! whose restricted DestinationRule wins for a host builds that host's
+//! clusters and assignments itself, and only those.
 
 mod xds_support;
 
@@ -110,6 +113,8 @@ enum Op {
     Dr {
         host: usize,
         subsets: bool,
+        ns: usize,
+        export: usize,
     },
     Sidecar {
         ns: usize,
@@ -162,7 +167,8 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0..5usize, host.clone(), ns.clone()).prop_map(|(key, host, ns)| Op::Ep { key, host, ns }),
         3 => (host.clone(), host.clone(), any::<bool>(), 0..2usize, 0..EXPORTS.len(), 0..SOURCES.len())
             .prop_map(|(host, dest, fault, name, export, source)| Op::Vs { host, dest, fault, name, export, source }),
-        1 => (host, any::<bool>()).prop_map(|(host, subsets)| Op::Dr { host, subsets }),
+        2 => (host, any::<bool>(), ns.clone(), 0..EXPORTS.len())
+            .prop_map(|(host, subsets, ns, export)| Op::Dr { host, subsets, ns, export }),
         4 => (ns.clone(), 0..SIDECARS.len(), prop::collection::vec(0..EGRESS.len(), 0..3), 0..MODES.len(), prop::bool::weighted(0.3))
             .prop_map(|(ns, name, hosts, mode, selector)| Op::Sidecar { ns, name, hosts, mode, selector }),
         1 => (ns.clone(), 0..SIDECARS.len()).prop_map(|(ns, name)| Op::SidecarDel { ns, name }),
@@ -221,19 +227,27 @@ fn event_of(op: &Op) -> Event {
                 ),
             )
         }
-        Op::Dr { host, subsets } => {
+        Op::Dr {
+            host,
+            subsets,
+            ns,
+            export,
+        } => {
             let subsets = if *subsets {
                 r#","subsets":[{"name":"v1","labels":{"v":"v1"}}]"#
             } else {
-                ""
+                r#","trafficPolicy":{"loadBalancer":{"simple":"LEAST_REQUEST"}}"#
             };
             rule(
                 "src",
                 0,
                 ConfigKind::DestinationRule,
-                "ns1",
+                NAMESPACES[*ns],
                 &format!("dr{host}"),
-                &format!(r#"{{"host":"{}"{subsets}}}"#, HOSTS[*host]),
+                &format!(
+                    r#"{{"host":"{}"{subsets}{}}}"#,
+                    HOSTS[*host], EXPORTS[*export]
+                ),
             )
         }
         Op::Sidecar {
@@ -424,17 +438,31 @@ fn check_views(
                 &set.endpoints,
             ),
         ] {
+            // A host whose DestinationRule in the view is a restricted one
+            // other than the global winner has the view's own resources.
+            let view_rules = state.rules().with_visible(&k.1);
+            let own = |n: &str| {
+                let h = deltapilot_model::Hostname::new(n.rsplit('|').next().unwrap_or(n));
+                let key = |r: Option<&Arc<deltapilot_model::rules::Rule>>| r.map(|r| r.key.clone());
+                key(view_rules.destination_rule_entry_for(&h))
+                    != key(state.rules().destination_rule_entry_for(&h))
+            };
             for (n, r) in map.iter() {
                 if &**n == "PassthroughCluster" {
                     continue;
                 }
                 let g = global.get(n);
-                prop_assert!(
-                    g.is_some_and(|g| Arc::ptr_eq(g, r)),
-                    "{:?} {} is not the global resource",
-                    t,
-                    n
-                );
+                let shared = g.is_some_and(|g| Arc::ptr_eq(g, r));
+                if own(n) {
+                    prop_assert!(
+                        shared || g.is_none_or(|g| g.bytes != r.bytes),
+                        "{:?} {} equals the global resource but is a copy",
+                        t,
+                        n
+                    );
+                } else {
+                    prop_assert!(shared, "{:?} {} is not the global resource", t, n);
+                }
             }
         }
     }

@@ -85,6 +85,10 @@ pub struct ScopedView {
     ports: OrdMap<u16, PortHosts>,
     /// Visible host → its served ports (and whether each is HTTP).
     hosts: OrdMap<Hostname, Arc<[(u16, bool)]>>,
+    /// Visible host whose DestinationRule in the view is a restricted one
+    /// other than the global winner → the cluster and assignment names the
+    /// view built for it itself (the rest are the global resources).
+    own: OrdMap<Hostname, Arc<[(ResourceType, Arc<str>)]>>,
     recent: Vector<(u64, Arc<ChangeSet>)>,
     /// Changes at or before this seq are not in `recent`.
     horizon: u64,
@@ -148,6 +152,7 @@ impl ScopedView {
             resources: ResourceSet::default(),
             ports: OrdMap::new(),
             hosts: OrdMap::new(),
+            own: OrdMap::new(),
             recent: Vector::new(),
             horizon: 0,
         };
@@ -186,6 +191,12 @@ impl ScopedView {
                 {
                     map.insert(r.clone());
                 }
+            }
+        }
+        if vm.rules.has_visible_destination_rules() {
+            let hosts: Vec<Hostname> = v.hosts.keys().cloned().collect();
+            for h in &hosts {
+                v.refresh_host(&vm, global, h, opts, &mut scratch);
             }
         }
         v.passthrough(opts, &mut scratch);
@@ -321,6 +332,61 @@ impl ScopedView {
         }
     }
 
+    /// Re-decides whether the view builds `h`'s clusters and assignments
+    /// itself: when `h` is visible and the view's DestinationRule for it (a
+    /// restricted one it sees, see `RuleIndex::with_visible`) is not the
+    /// global one. Then they are built over the view's rules (sharing a
+    /// global resource whose bytes are equal) and every other name of `h` is
+    /// dropped; otherwise `h`'s names are the global resources again.
+    fn refresh_host(
+        &mut self,
+        vm: &WithRules<'_>,
+        global: &ResourceSet,
+        h: &Hostname,
+        opts: &GenOptions,
+        log: &mut ChangeSet,
+    ) {
+        let key = |r: Option<&Arc<Rule>>| r.map(|r| r.key.clone());
+        let differs = key(vm.rules.destination_rule_entry_for(h))
+            != key(vm.model.rules().destination_rule_entry_for(h));
+        let svc = (differs && self.hosts.contains_key(h))
+            .then(|| vm.model.get_service(h))
+            .flatten();
+        let mut stale: BTreeSet<(ResourceType, Arc<str>)> = (self.own.remove(h).iter())
+            .flat_map(|a| a.iter().cloned())
+            .collect();
+        let global_svc = svc.clone().or_else(|| vm.model.get_service(h));
+        for n in global_svc
+            .iter()
+            .flat_map(|s| build::host_resource_names(vm.model, s))
+        {
+            stale.insert((ResourceType::Cluster, n.clone()));
+            stale.insert((ResourceType::Endpoint, n));
+        }
+        let Some(svc) = svc else {
+            for (t, n) in &stale {
+                self.rejudge(global, *t, n, log);
+            }
+            return;
+        };
+        let built = build::host_resources(vm, &svc, opts);
+        let mut names = Vec::with_capacity(built.len());
+        for (t, n, b) in built {
+            stale.remove(&(t, n.clone()));
+            let g = match t {
+                ResourceType::Cluster => global.clusters.get(&n),
+                _ => global.endpoints.get(&n),
+            }
+            .cloned();
+            self.put(t, n.clone(), Some(b), g.as_ref(), log);
+            names.push((t, n));
+        }
+        for (t, n) in stale {
+            self.put(t, n, None, None, log);
+        }
+        self.own.insert(h.clone(), names.into());
+    }
+
     fn passthrough(&mut self, opts: &GenOptions, log: &mut ChangeSet) {
         let bytes = (self.outbound() == Some(OutboundMode::AllowAny))
             .then(|| build::passthrough_cluster(opts));
@@ -417,15 +483,33 @@ impl ScopedView {
                 );
             }
         }
+        // Hosts the view may build clusters for itself (see `refresh_host`):
+        // those it does, whose resources changed, and any whose service or
+        // rules changed while it sees restricted DestinationRules.
+        let mut refresh: BTreeSet<Hostname> = BTreeSet::new();
+        let own_rules = self.seen.iter().any(|r| r.is_destination_rule());
+        if own_rules {
+            refresh.extend(touched.services.iter().cloned());
+            refresh.extend(touched.rule_hosts.iter().cloned());
+        }
         for (t, ns) in &names {
             for n in ns {
-                if &**n != PASSTHROUGH_CLUSTER {
-                    self.rejudge(global, *t, n, &mut log);
+                if &**n == PASSTHROUGH_CLUSTER {
+                    continue;
+                }
+                match host_of(n).filter(|h| self.own.contains_key(*h)) {
+                    Some(h) => {
+                        refresh.insert(Hostname::new(h));
+                    }
+                    None => self.rejudge(global, *t, n, &mut log),
                 }
             }
         }
-        if !ports.is_empty() {
+        if !ports.is_empty() || !refresh.is_empty() {
             let vm = self.view_model(model);
+            for h in &refresh {
+                self.refresh_host(&vm, global, h, opts, &mut log);
+            }
             for p in ports {
                 self.rebuild_port(&vm, global, p, opts, &mut log);
             }
@@ -565,7 +649,7 @@ impl Views {
                         v.record(seq, log);
                         any = true;
                         Arc::new(v)
-                    } else if v.hosts == old.hosts && v.ports == old.ports {
+                    } else if v.hosts == old.hosts && v.ports == old.ports && v.own == old.own {
                         old.clone()
                     } else {
                         // Only the index moved (a hidden host changed): keep it.
