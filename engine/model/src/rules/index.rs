@@ -14,7 +14,9 @@
 //! reported `DP1030` in [`RuleIndex::statuses`].
 //!
 //! DestinationRules follow the same rule (Istio merges several DestinationRules
-//! of one host only in special cases; deltapilot does not merge).
+//! of one host only in special cases; deltapilot does not merge), except that
+//! in a sidecar view the restricted ones it sees go first (see
+//! [`RuleIndex::with_visible`]).
 //!
 //! What it does NOT do: look at services (an unknown host is kept: its service may
 //! come later) or translate anything to Envoy config.

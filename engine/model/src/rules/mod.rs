@@ -28,9 +28,12 @@
 //! the sidecar views of the namespaces it is exported to bind it
 //! ([`RuleIndex::with_visible`]); a Gateway binds it when it is exported to
 //! the Gateway's namespace. `~` alone binds nothing (`DP1012`). A
-//! DestinationRule's `exportTo` is not honoured yet (`DP1011`, applied
-//! mesh-wide). A ServiceEntry's `exportTo` hides its hosts from the sidecars
-//! of the namespaces it is not exported to (`export`).
+//! DestinationRule's `exportTo` likewise keeps a restricted one out of the
+//! host index, and the views of the namespaces it is exported to apply it
+//! ahead of the public ones (their own namespace's first); gateways and
+//! proxyless clients read only public ones (`DP1011`). A ServiceEntry's
+//! `exportTo` hides its hosts from the sidecars of the namespaces it is not
+//! exported to (`export`).
 //!
 //! What it does NOT do: translate rules to Envoy config (the xDS crate), read
 //! anything, or run async.

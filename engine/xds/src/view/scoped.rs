@@ -17,7 +17,10 @@
 //! the empty class (`default/sidecar+sees/none`) instead of the default.
 //!
 //! A [`ScopedView`] holds the clusters and assignments of the
-//! hosts it admits (the global `Arc<Resource>`s themselves: nothing re-encoded),
+//! hosts it admits (the global `Arc<Resource>`s themselves: nothing re-encoded,
+//! except for a host whose DestinationRule in the view is a restricted one
+//! other than the global winner: the view builds that host's clusters and
+//! assignments over its rules, sharing those whose bytes are equal),
 //! and the listeners and route configurations generated over those hosts only
 //! (shared with the global resource whenever the bytes are equal; the
 //! proxyless gRPC route configurations `<host>:<port>` are not in a sidecar's
