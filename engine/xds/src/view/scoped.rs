@@ -68,6 +68,9 @@ struct PortHosts {
     tcp: BTreeSet<Hostname>,
 }
 
+/// The cluster and assignment names a view built for one host itself.
+type OwnNames = Arc<[(ResourceType, Arc<str>)]>;
+
 /// The resources of one scope's proxies (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScopedView {
@@ -91,7 +94,7 @@ pub struct ScopedView {
     /// Visible host whose DestinationRule in the view is a restricted one
     /// other than the global winner → the cluster and assignment names the
     /// view built for it itself (the rest are the global resources).
-    own: OrdMap<Hostname, Arc<[(ResourceType, Arc<str>)]>>,
+    own: OrdMap<Hostname, OwnNames>,
     recent: Vector<(u64, Arc<ChangeSet>)>,
     /// Changes at or before this seq are not in `recent`.
     horizon: u64,
