@@ -504,3 +504,104 @@ fn a_destination_rule_exported_to_dot_applies_only_where_it_is_seen() {
     );
     assert!(views.is_empty());
 }
+
+/// The clusters the `tcp_proxy` filters of listener `name` forward to, in
+/// chain order (the default chain last).
+fn tcp_targets(map: &deltapilot_xds::ResourceMap, name: &str) -> Vec<String> {
+    use envoy_types::pb::envoy::config::listener::v3::{Listener, filter::ConfigType};
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+        TcpProxy, tcp_proxy::ClusterSpecifier,
+    };
+    use prost::Message;
+    let l: Listener = decode(map, name);
+    (l.filter_chains.iter())
+        .chain(l.default_filter_chain.iter())
+        .flat_map(|c| c.filters.iter())
+        .filter_map(|f| match f.config_type.as_ref()? {
+            ConfigType::TypedConfig(any) => TcpProxy::decode(&any.value[..]).ok(),
+            _ => None,
+        })
+        .filter_map(|p| match p.cluster_specifier? {
+            ClusterSpecifier::Cluster(c) => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A `tcp` route whose match block has `sourceLabels` (or a
+/// `sourceNamespace`) forwards only the sidecars that satisfy it; the others
+/// fall through to the next route. A block naming only a Gateway never
+/// applies to sidecars.
+#[test]
+fn tcp_source_matches_route_by_the_proxys_labels() {
+    let db = "db.ns1.svc.cluster.local";
+    let evs = vec![
+        simple_svc("ns1", db, 3306, Protocol::Tcp),
+        simple_svc("ns1", "replica.ns1.svc.cluster.local", 3306, Protocol::Tcp),
+        simple_svc("ns1", "gw-only.ns1.svc.cluster.local", 3306, Protocol::Tcp),
+        rule(
+            "src",
+            0,
+            ConfigKind::VirtualService,
+            "ns1",
+            "db",
+            r#"{"hosts":["db.ns1.svc.cluster.local"],"tcp":[
+                {"match":[{"gateways":["ns1/edge"]}],"route":[{"destination":{"host":"gw-only.ns1.svc.cluster.local"}}]},
+                {"match":[{"port":3306,"sourceLabels":{"app":"reader"}},{"sourceNamespace":"ns2"}],"route":[{"destination":{"host":"replica.ns1.svc.cluster.local"}}]},
+                {"route":[{"destination":{"host":"db.ns1.svc.cluster.local"}}]}]}"#,
+        ),
+    ];
+    let state = model(&evs);
+    let status = state.rules().status("cfg/virtual_service/ns1/db");
+    assert!(
+        matches!(status, Some(deltapilot_model::rules::RuleStatus::Applied)),
+        "source matches are no longer reported: {status:?}"
+    );
+    let opts = GenOptions::default();
+    let (_, set, _) = Generator::build(&state, opts.clone());
+    let views = Views::build(&state, &set, &opts);
+    let (plain, replica) = (
+        format!("outbound|3306||{db}"),
+        "outbound|3306||replica.ns1.svc.cluster.local".to_string(),
+    );
+    let global = tcp_targets(&set.sidecar_listeners, "0.0.0.0_3306");
+    assert!(
+        global.contains(&plain) && !global.contains(&replica),
+        "mesh-wide, no proxy satisfies the blocks: {global:?}"
+    );
+    assert!(
+        !global.iter().any(|c| c.contains("gw-only")),
+        "a gateway-only block is not for sidecars: {global:?}"
+    );
+    let proxy = |ns: &str, app: Option<&str>| {
+        let mut p = Proxy {
+            namespace: Arc::from(ns),
+            ..Default::default()
+        };
+        if let Some(a) = app {
+            p.labels.insert(Arc::from("app"), Arc::from(a));
+        }
+        p
+    };
+    assert_eq!(
+        views.key_for(&proxy("ns1", Some("writer")), &state),
+        ViewKey::Default(ProxyType::Sidecar)
+    );
+    for p in [proxy("ns1", Some("reader")), proxy("ns2", None)] {
+        let k = views.key_for(&p, &state);
+        let ViewKey::Sidecar {
+            sidecar,
+            visible,
+            sources,
+        } = &k
+        else {
+            panic!("{k:?}")
+        };
+        let v = views.get(sidecar, visible, sources).expect("view");
+        let got = tcp_targets(&v.resources.sidecar_listeners, "0.0.0.0_3306");
+        assert!(
+            got.contains(&replica) && !got.contains(&plain),
+            "{k}: the satisfied block forwards to the replica: {got:?}"
+        );
+    }
+}

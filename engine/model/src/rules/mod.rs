@@ -71,7 +71,7 @@ pub use sidecar::{
     DEFAULT_ROOT_NAMESPACE, EgressHost, EgressListener, EgressNamespace, OutboundMode,
     OutboundTrafficPolicy, Sidecar, SidecarScope, WorkloadSelector,
 };
-pub use source::{SOURCE_NAMESPACE_KEY, selector_id, source_selector};
+pub use source::{SOURCE_NAMESPACE_KEY, selector_from, selector_id, source_selector};
 pub use types::{F64, Percent, PortSelector, StringMatch, StringMatchKind};
 pub use vs::{
     CorsPolicy, Destination, DirectResponse, Fault, FaultAbort, FaultDelay, HeaderOps, Headers,

@@ -403,18 +403,6 @@ fn bind_virtual_service(vs: &VirtualService, rule: &mut Rule) {
     let exported = check_export(vs.export_to.as_ref(), rule);
     for (pattern, why) in [
         (
-            &["tcp", "*", "match", "*", "sourceLabels"][..],
-            "TCP matching on source labels",
-        ),
-        (
-            &["tcp", "*", "match", "*", "gateways"][..],
-            "per-match gateways",
-        ),
-        (
-            &["tcp", "*", "match", "*", "sourceNamespace"][..],
-            "TCP matching on source namespace",
-        ),
-        (
             &["tcp", "*", "match", "*", "sourceSubnet"][..],
             "TCP matching on source subnet",
         ),
@@ -442,18 +430,6 @@ fn bind_virtual_service(vs: &VirtualService, rule: &mut Rule) {
         (
             &["tls", "*", "match", "*", "destinationSubnets"][..],
             "TLS matching on destination subnets",
-        ),
-        (
-            &["tls", "*", "match", "*", "sourceLabels"][..],
-            "TLS matching on source labels",
-        ),
-        (
-            &["tls", "*", "match", "*", "gateways"][..],
-            "per-match gateways",
-        ),
-        (
-            &["tls", "*", "match", "*", "sourceNamespace"][..],
-            "TLS matching on source namespace",
         ),
         (
             &["tls", "*", "route", "*", "headers"][..],

@@ -205,11 +205,8 @@ fn gateways_export_and_unsupported_parts_are_reported() {
     ));
     assert_eq!(
         codes(&tcp),
-        [
-            ("DP1020", "tcp[0].match[0].sourceLabels"),
-            ("DP1020", "tcp[0].route[0].headers"),
-        ],
-        "tcp and tls routes are served on sidecars; what they cannot do is reported"
+        [("DP1020", "tcp[0].route[0].headers")],
+        "tcp and tls routes are served (source matches too); what they cannot do is reported"
     );
     assert!(
         tcp.destinations
