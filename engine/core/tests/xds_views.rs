@@ -456,9 +456,10 @@ fn check_views(
                 if own(n) {
                     prop_assert!(
                         shared || g.is_none_or(|g| g.bytes != r.bytes),
-                        "{:?} {} equals the global resource but is a copy",
+                        "{:?} {} equals the global resource but is a copy in view {:?}",
                         t,
-                        n
+                        n,
+                        k
                     );
                 } else {
                     prop_assert!(shared, "{:?} {} is not the global resource", t, n);

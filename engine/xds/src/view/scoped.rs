@@ -288,7 +288,11 @@ impl ScopedView {
         };
         match bytes {
             Some(b) => {
-                if map.get(&name).is_some_and(|r| r.bytes == b) {
+                if let Some(cur) = map.get(&name).filter(|r| r.bytes == b) {
+                    // Unchanged; share the global resource if it became equal.
+                    if let Some(g) = global.filter(|g| g.bytes == b && !Arc::ptr_eq(g, cur)) {
+                        map.insert(g.clone());
+                    }
                     return;
                 }
                 let r = match global {
@@ -655,10 +659,17 @@ impl Views {
                         v.record(seq, log);
                         any = true;
                         Arc::new(v)
-                    } else if v.hosts == old.hosts && v.ports == old.ports && v.own == old.own {
+                    } else if v.hosts == old.hosts
+                        && v.ports == old.ports
+                        && v.own == old.own
+                        // An equal resource may have become the global one.
+                        && v.resources.clusters.ptr_eq(&old.resources.clusters)
+                        && v.resources.endpoints.ptr_eq(&old.resources.endpoints)
+                    {
                         old.clone()
                     } else {
-                        // Only the index moved (a hidden host changed): keep it.
+                        // Only the index moved (a hidden host changed), or an equal
+                        // resource became the global one: keep it.
                         Arc::new(v)
                     }
                 }
