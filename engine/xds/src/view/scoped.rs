@@ -202,7 +202,7 @@ impl ScopedView {
         if vm.rules.has_visible_destination_rules() {
             let hosts: Vec<Hostname> = v.hosts.keys().cloned().collect();
             for h in &hosts {
-                v.refresh_host(&vm, global, h, opts, &mut scratch);
+                v.refresh_host(&vm, global, (h, &[]), opts, &mut scratch);
             }
         }
         v.passthrough(opts, &mut scratch);
@@ -352,7 +352,7 @@ impl ScopedView {
         &mut self,
         vm: &WithRules<'_>,
         global: &ResourceSet,
-        h: &Hostname,
+        (h, extra): (&Hostname, &[(ResourceType, Arc<str>)]),
         opts: &GenOptions,
         log: &mut ChangeSet,
     ) {
@@ -364,6 +364,7 @@ impl ScopedView {
             .flatten();
         let mut stale: BTreeSet<(ResourceType, Arc<str>)> = (self.own.remove(h).iter())
             .flat_map(|a| a.iter().cloned())
+            .chain(extra.iter().cloned())
             .collect();
         let global_svc = svc.clone().or_else(|| vm.model.get_service(h));
         for n in global_svc
@@ -496,29 +497,35 @@ impl ScopedView {
         // Hosts the view may build clusters for itself (see `refresh_host`):
         // those it does, whose resources changed, and any whose service or
         // rules changed while it sees restricted DestinationRules.
-        let mut refresh: BTreeSet<Hostname> = BTreeSet::new();
-        let own_rules = self.seen.iter().any(|r| r.is_destination_rule());
-        if own_rules {
-            refresh.extend(touched.services.iter().cloned());
-            refresh.extend(touched.rule_hosts.iter().cloned());
+        // Their changed names are judged there, not shared first.
+        let mut refresh: BTreeMap<Hostname, Vec<(ResourceType, Arc<str>)>> = BTreeMap::new();
+        if self.seen.iter().any(|r| r.is_destination_rule()) {
+            for h in touched.services.iter().chain(touched.rule_hosts.iter()) {
+                refresh.entry(h.clone()).or_default();
+            }
         }
         for (t, ns) in &names {
             for n in ns {
                 if &**n == PASSTHROUGH_CLUSTER {
                     continue;
                 }
-                match host_of(n).filter(|h| self.own.contains_key(*h)) {
-                    Some(h) => {
-                        refresh.insert(Hostname::new(h));
-                    }
-                    None => self.rejudge(global, *t, n, &mut log),
+                let Some(h) = host_of(n) else {
+                    self.rejudge(global, *t, n, &mut log);
+                    continue;
+                };
+                if let Some(extra) = refresh.get_mut(h) {
+                    extra.push((*t, n.clone()));
+                } else if self.own.contains_key(h) {
+                    refresh.insert(Hostname::new(h), vec![(*t, n.clone())]);
+                } else {
+                    self.rejudge(global, *t, n, &mut log);
                 }
             }
         }
         if !ports.is_empty() || !refresh.is_empty() {
             let vm = self.view_model(model);
-            for h in &refresh {
-                self.refresh_host(&vm, global, h, opts, &mut log);
+            for (h, extra) in &refresh {
+                self.refresh_host(&vm, global, (h, extra), opts, &mut log);
             }
             for p in ports {
                 self.rebuild_port(&vm, global, p, opts, &mut log);
