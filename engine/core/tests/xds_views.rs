@@ -20,6 +20,7 @@
 //! clusters and assignments itself, and only those.
 
 mod xds_support;
+mod xds_views_check;
 
 use std::sync::Arc;
 
@@ -28,10 +29,11 @@ use deltapilot_model::{Proxy, ProxyType};
 use deltapilot_proto::ConfigKind;
 use deltapilot_proto::Event;
 use deltapilot_xds::generate::{GenOptions, Generator, changes_between};
-use deltapilot_xds::view::{ScopeKey, ViewKey, Views};
+use deltapilot_xds::view::{ViewKey, Views};
 use deltapilot_xds::{ResourceSet, ResourceType};
 use proptest::prelude::*;
 use xds_support::*;
+use xds_views_check::{check_views, map_changes, set_has_same};
 
 const NAMESPACES: [&str; 3] = ["ns1", "ns2", "istio-system"];
 const HOSTS: [&str; 4] = [
@@ -354,120 +356,6 @@ fn event_of(op: &Op) -> Event {
             SIDECARS[*name],
         ),
     }
-}
-
-fn flat_map(m: &deltapilot_xds::ResourceMap) -> Vec<(String, Vec<u8>)> {
-    m.iter()
-        .map(|(n, r)| (n.to_string(), r.bytes.to_vec()))
-        .collect()
-}
-
-fn map_changes(
-    old: &deltapilot_xds::ResourceMap,
-    new: &deltapilot_xds::ResourceMap,
-) -> deltapilot_xds::TypeChanges {
-    let mut tc = deltapilot_xds::TypeChanges::default();
-    for (n, r) in new.iter() {
-        if old.get(n).is_none_or(|o| o.bytes != r.bytes) {
-            tc.upserted.insert(n.clone());
-        }
-    }
-    for (n, _) in old.iter() {
-        if new.get(n).is_none() {
-            tc.removed.insert(n.clone());
-        }
-    }
-    tc
-}
-
-/// Whether `m` holds `n` with the same bytes as `r`.
-fn set_has_same(m: &deltapilot_xds::ResourceMap, n: &str, r: &deltapilot_xds::Resource) -> bool {
-    m.get(n).is_some_and(|s| s.bytes == r.bytes)
-}
-
-fn check_views(
-    inc: &Views,
-    state: &ModelState,
-    set: &ResourceSet,
-    opts: &GenOptions,
-) -> Result<(), TestCaseError> {
-    let reference = Views::build(state, set, opts);
-    let inc_keys: Vec<&ScopeKey> = inc.iter().map(|(k, _)| k).collect();
-    let ref_keys: Vec<&ScopeKey> = reference.iter().map(|(k, _)| k).collect();
-    prop_assert_eq!(inc_keys, ref_keys, "one view per scope");
-    let inc_gw: Vec<_> = inc.gateways().map(|(k, _)| k.clone()).collect();
-    let ref_gw: Vec<_> = reference.gateways().map(|(k, _)| k.clone()).collect();
-    prop_assert_eq!(inc_gw, ref_gw, "one view per Gateway set");
-    for (k, want) in reference.gateways() {
-        let got = inc.gateway(k).expect("same keys");
-        for t in ResourceType::ALL {
-            prop_assert_eq!(
-                flat_map(got.map(t)),
-                flat_map(want.map(t)),
-                "gateway view {:?} {:?} incremental != from scratch",
-                k,
-                t
-            );
-        }
-        prop_assert!(
-            got.clusters.ptr_eq(&set.clusters),
-            "gateway clusters are the global map"
-        );
-        prop_assert!(
-            got.endpoints.ptr_eq(&set.endpoints),
-            "gateway assignments are the global map"
-        );
-    }
-    for (k, want) in reference.iter() {
-        let got = inc.get(&k.0, &k.1, &k.2).expect("same keys");
-        prop_assert_eq!(
-            flatten(&got.resources),
-            flatten(&want.resources),
-            "view {:?} incremental != from scratch",
-            k
-        );
-        for (t, map, global) in [
-            (
-                ResourceType::Cluster,
-                &got.resources.clusters,
-                &set.clusters,
-            ),
-            (
-                ResourceType::Endpoint,
-                &got.resources.endpoints,
-                &set.endpoints,
-            ),
-        ] {
-            // A host whose DestinationRule in the view is a restricted one
-            // other than the global winner has the view's own resources.
-            let view_rules = state.rules().with_visible(&k.1);
-            let own = |n: &str| {
-                let h = deltapilot_model::Hostname::new(n.rsplit('|').next().unwrap_or(n));
-                let key = |r: Option<&Arc<deltapilot_model::rules::Rule>>| r.map(|r| r.key.clone());
-                key(view_rules.destination_rule_entry_for(&h))
-                    != key(state.rules().destination_rule_entry_for(&h))
-            };
-            for (n, r) in map.iter() {
-                if &**n == "PassthroughCluster" {
-                    continue;
-                }
-                let g = global.get(n);
-                let shared = g.is_some_and(|g| Arc::ptr_eq(g, r));
-                if own(n) {
-                    prop_assert!(
-                        shared || g.is_none_or(|g| g.bytes != r.bytes),
-                        "{:?} {} equals the global resource but is a copy in view {:?}",
-                        t,
-                        n,
-                        k
-                    );
-                } else {
-                    prop_assert!(shared, "{:?} {} is not the global resource", t, n);
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 fn check(ops: &[Op], batch: usize) -> Result<(), TestCaseError> {

@@ -182,7 +182,8 @@ pub fn problems<M: ModelRead + ?Sized>(model: &M, host: &Hostname, port: u16) ->
 /// unconditional route as the last chain; each problem with its rule's key.
 pub(crate) fn gateway_chains<M: ModelRead + ?Sized>(
     model: &M,
-    (gateway, bound): (&str, &[(&std::sync::Arc<str>, &str, &VirtualService)]),
+    gateway: &str,
+    bound: &[(&std::sync::Arc<str>, &str, &VirtualService)],
     port: u16,
     problems: &mut Vec<(std::sync::Arc<str>, Problem)>,
 ) -> Vec<FilterChain> {
