@@ -332,6 +332,19 @@ fn source_namespace_routes_only_that_namespace() {
     assert_eq!(views.len(), 1, "one namespace selector, one view");
 }
 
+/// The scoped view sidecar key `k` names in `views`.
+fn view_of(views: &Views, k: &ViewKey) -> Arc<deltapilot_xds::view::ScopedView> {
+    let ViewKey::Sidecar {
+        sidecar,
+        visible,
+        sources,
+    } = k
+    else {
+        panic!("not a scoped key: {k:?}")
+    };
+    views.get(sidecar, visible, sources).expect("view").clone()
+}
+
 /// The lb policy of cluster `name` in `map`.
 fn lb_of(map: &deltapilot_xds::ResourceMap, name: &str) -> i32 {
     let c: envoy_types::pb::envoy::config::cluster::v3::Cluster = decode(map, name);
@@ -422,17 +435,6 @@ fn a_destination_rule_exported_to_dot_applies_only_where_it_is_seen() {
     assert_eq!(k3, views.key_for(&proxy("ns4"), &state), "one view, shared");
     assert_ne!(k1, k3, "the owner's namespace has its own");
     assert_eq!(views.len(), 2);
-    let view_of = |views: &Views, k: &ViewKey| {
-        let ViewKey::Sidecar {
-            sidecar,
-            visible,
-            sources,
-        } = k
-        else {
-            panic!("{k:?}")
-        };
-        views.get(sidecar, visible, sources).expect("view").clone()
-    };
     for k in [&k1, &k3] {
         let v = view_of(&views, k);
         let r = &v.resources;
@@ -589,15 +591,7 @@ fn tcp_source_matches_route_by_the_proxys_labels() {
     );
     for p in [proxy("ns1", Some("reader")), proxy("ns2", None)] {
         let k = views.key_for(&p, &state);
-        let ViewKey::Sidecar {
-            sidecar,
-            visible,
-            sources,
-        } = &k
-        else {
-            panic!("{k:?}")
-        };
-        let v = views.get(sidecar, visible, sources).expect("view");
+        let v = view_of(&views, &k);
         let got = tcp_targets(&v.resources.sidecar_listeners, "0.0.0.0_3306");
         assert!(
             got.contains(&replica) && !got.contains(&plain),

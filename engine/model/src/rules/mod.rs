@@ -75,8 +75,8 @@ pub use source::{SOURCE_NAMESPACE_KEY, selector_from, selector_id, source_select
 pub use types::{F64, Percent, PortSelector, StringMatch, StringMatchKind};
 pub use vs::{
     CorsPolicy, Destination, DirectResponse, Fault, FaultAbort, FaultDelay, HeaderOps, Headers,
-    HttpMatch, HttpRoute, Redirect, RegexRewrite, ResponseBody, Retries, Rewrite, RouteDestination,
-    TlsMatch, TlsRoute, VirtualService,
+    HttpMatch, HttpRoute, L4Match, Redirect, RegexRewrite, ResponseBody, Retries, Rewrite,
+    RouteDestination, TlsMatch, TlsRoute, VirtualService,
 };
 
 #[cfg(test)]

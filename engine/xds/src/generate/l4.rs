@@ -46,7 +46,9 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
 use envoy_types::pb::google::protobuf::UInt32Value;
 
 use deltapilot_model::Hostname;
-use deltapilot_model::rules::{Problem, RouteDestination, VirtualService, resolve_host};
+use deltapilot_model::rules::{
+    L4Match, Problem, RouteDestination, TlsMatch, VirtualService, resolve_host,
+};
 
 use super::ModelRead;
 use super::common::{cluster_name, to_any};
@@ -60,6 +62,26 @@ pub(crate) struct BlockConditions<'a> {
     pub(crate) labels: Option<&'a std::collections::BTreeMap<String, String>>,
     pub(crate) namespace: Option<&'a str>,
     pub(crate) gateways: Option<&'a [String]>,
+}
+
+impl<'a> From<&'a L4Match> for BlockConditions<'a> {
+    fn from(m: &'a L4Match) -> Self {
+        BlockConditions {
+            labels: m.source_labels.as_ref(),
+            namespace: m.source_namespace.as_deref(),
+            gateways: m.gateways.as_deref(),
+        }
+    }
+}
+
+impl<'a> From<&'a TlsMatch> for BlockConditions<'a> {
+    fn from(m: &'a TlsMatch) -> Self {
+        BlockConditions {
+            labels: m.source_labels.as_ref(),
+            namespace: m.source_namespace.as_deref(),
+            gateways: m.gateways.as_deref(),
+        }
+    }
 }
 
 impl BlockConditions<'_> {
@@ -251,12 +273,7 @@ fn one_rule<M: ModelRead + ?Sized>(
         let path = format!("tls[{i}]");
         let mut names = Vec::new();
         for (j, m) in route.matches.iter().flatten().enumerate() {
-            let applies = BlockConditions {
-                labels: m.source_labels.as_ref(),
-                namespace: m.source_namespace.as_deref(),
-                gateways: m.gateways.as_deref(),
-            }
-            .apply(model, ns, gateway);
+            let applies = BlockConditions::from(m).apply(model, ns, gateway);
             if !on_port(m.port, port) || !applies {
                 continue;
             }
@@ -297,12 +314,7 @@ fn one_rule<M: ModelRead + ?Sized>(
         let mut unconditional = matches.is_empty();
         let mut prefix_sets = Vec::new();
         for (j, m) in matches.iter().enumerate() {
-            let applies = BlockConditions {
-                labels: m.source_labels.as_ref(),
-                namespace: m.source_namespace.as_deref(),
-                gateways: m.gateways.as_deref(),
-            }
-            .apply(model, ns, gateway);
+            let applies = BlockConditions::from(m).apply(model, ns, gateway);
             if !on_port(m.port, port) || !applies {
                 continue;
             }

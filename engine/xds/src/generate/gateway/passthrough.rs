@@ -48,12 +48,11 @@ pub(crate) fn chains<M: ModelRead + ?Sized>(
             let path = format!("tls[{i}]");
             let mut tcp: Option<Result<TcpProxy, Problem>> = None;
             for (j, m) in route.matches.iter().flatten().enumerate() {
-                let applies = crate::generate::l4::BlockConditions {
-                    labels: m.source_labels.as_ref(),
-                    namespace: m.source_namespace.as_deref(),
-                    gateways: m.gateways.as_deref(),
-                }
-                .apply(model, ns, Some(&**p.gateway));
+                let applies = crate::generate::l4::BlockConditions::from(m).apply(
+                    model,
+                    ns,
+                    Some(&**p.gateway),
+                );
                 if m.port.is_some_and(|port| port != u32::from(p.server.port)) || !applies {
                     continue;
                 }
