@@ -12,6 +12,15 @@
 //!   `app: canary` (node metadata `LABELS`) to `hello`, the others to `v1`:
 //!   the first Envoy (no labels) gets `v1`, the second (`app: canary`) `hello`.
 //!
+//! DestinationRule `exportTo` (`dr_scenario`): a public VirtualService sends
+//! `ab.test.local` to its subset `first`. A public DestinationRule of
+//! namespace `mesh` defines `first` as the second backend; one of `test`,
+//! exported to `.`, as the first backend (and so wins for `test`'s sidecars).
+//! - A sidecar Envoy of `test` gets the first backend only;
+//! - one of `other` (started after the first stops) the second only;
+//! - re-exporting `test`'s rule to `other` moves it to the first backend
+//!   while it stays connected.
+//!
 //! Envoy never rejects an update and no NACK is counted.
 
 mod support;
@@ -188,6 +197,135 @@ fn scenario(example: &str) {
     let m = dp.metrics();
     assert_eq!(metric(&m, "deltapilot_xds_nacks_total", &[]), 0.0, "{m}");
     no_rejections(&second);
+}
+
+fn destination_rule(ns: &str, name: &str, idx: u8, export: &str) -> String {
+    format!(
+        r#"apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: {name}
+  namespace: {ns}
+spec:
+  host: ab.test.local
+  exportTo: [{export}]
+  subsets:
+    - name: first
+      labels:
+        idx: "{idx}"
+"#
+    )
+}
+
+const TO_FIRST: &str = r#"apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: ab
+  namespace: test
+spec:
+  hosts:
+    - ab.test.local
+  http:
+    - route:
+        - destination:
+            host: ab.test.local
+            subset: first
+"#;
+
+/// Ten requests all answered by `who`.
+fn only(get: impl Fn() -> Result<(u16, String), String>, who: &str) -> Result<(), String> {
+    for _ in 0..10 {
+        is(get(), 200, who)?;
+    }
+    Ok(())
+}
+
+fn dr_scenario(example: &str) {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (data, watch) = (tmp.path().join("data"), tmp.path().join("watch"));
+    let (first_dir, second_dir) = (
+        tmp.path().join("envoy-test"),
+        tmp.path().join("envoy-other"),
+    );
+    for d in [&watch, &first_dir, &second_dir] {
+        std::fs::create_dir_all(d).expect("dir");
+    }
+    let (one, two) = (Backend::start("one"), Backend::start("two"));
+    let port = free_port();
+    write_service_entry(
+        &watch,
+        "ab.yaml",
+        "ab.test.local",
+        port,
+        "HTTP",
+        &[one.port, two.port],
+    );
+    write(&watch, "vs.yaml", TO_FIRST);
+    write(
+        &watch,
+        "dr-mesh.yaml",
+        &destination_rule("mesh", "ab", 1, r#""*""#),
+    );
+    write(
+        &watch,
+        "dr-test.yaml",
+        &destination_rule("test", "ab", 0, r#"".""#),
+    );
+    let (xds_port, admin_port) = (free_port(), free_port());
+    let dp = Deltapilot::start(tmp.path(), &data, &watch, xds_port, admin_port);
+    let svc = SocketAddr::from(([127, 0, 0, 1], port));
+    let get = || http_get(svc, "/", "ab.test.local");
+
+    let mut first = Envoy::start_as(&first_dir, example, xds_port, Some(&node("test")));
+    wait_for("test's sidecar to follow test's rule", WAIT, || {
+        only(get, "one")
+    });
+    assert_eq!(
+        view_keys(&dp),
+        ["default/sidecar+sees/destination_rule/test/ab,destination_rule/test/ab#own"]
+    );
+    no_rejections(&first);
+    assert!(first.proc.terminate(WAIT), "the first Envoy stops");
+    drop(first);
+
+    let second = Envoy::start_as(&second_dir, example, xds_port, Some(&node("other")));
+    wait_for("other's sidecar to follow the public rule", WAIT, || {
+        only(get, "two")
+    });
+    wait_for(
+        "only the second Envoy connected",
+        WAIT,
+        || match view_keys(&dp) {
+            k if k == ["default/sidecar"] => Ok(()),
+            k => Err(format!("{k:?}")),
+        },
+    );
+
+    write(
+        &watch,
+        "dr-test.yaml",
+        &destination_rule("test", "ab", 0, r#"".", "other""#),
+    );
+    wait_for("the re-exported rule to reach other", WAIT, || {
+        only(get, "one")
+    });
+    assert_eq!(
+        view_keys(&dp),
+        ["default/sidecar+sees/destination_rule/test/ab"]
+    );
+    let m = dp.metrics();
+    assert_eq!(metric(&m, "deltapilot_xds_nacks_total", &[]), 0.0, "{m}");
+    no_rejections(&second);
+}
+
+#[test]
+fn envoy_delta_honours_destination_rule_export_to() {
+    dr_scenario("envoy-delta.yaml");
+}
+
+#[test]
+fn envoy_sotw_honours_destination_rule_export_to() {
+    dr_scenario("envoy-sotw.yaml");
 }
 
 #[test]

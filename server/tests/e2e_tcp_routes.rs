@@ -4,7 +4,9 @@
 //! - `tcp`: connections to a TCP service go to its own backend without a
 //!   rule; a rule's default route sends them elsewhere; a `destinationSubnets`
 //!   match that does not cover the dialled address is passed over, one that
-//!   does wins; a 50/50 split reaches both destinations.
+//!   does wins; a 50/50 split reaches both destinations; a route whose match
+//!   block names `sourceLabels` the Envoy (node metadata `LABELS`) does not
+//!   have is passed over, one it has forwards it.
 //! - `tls`: on a TLS port, a route matched on SNI forwards the untouched TLS
 //!   connection to another backend (`openssl s_server`, whose certificate the
 //!   client verifies), and other names keep going to the port's owner.
@@ -124,7 +126,7 @@ fn scenario(example: &str) {
 
     let (xds_port, admin_port) = (free_port(), free_port());
     let dp = Deltapilot::start(tmp.path(), &data, &watch, xds_port, admin_port);
-    let envoy = Envoy::start(tmp.path(), example, xds_port);
+    let envoy = Envoy::start_labelled(tmp.path(), example, xds_port, None, &[("app", "reader")]);
     let sidecar = SocketAddr::from(([127, 0, 0, 1], db_port));
     wait_for("db to answer without rules", WAIT, || {
         answers(sidecar, "db")
@@ -179,6 +181,23 @@ fn scenario(example: &str) {
         (12..=48).contains(&v2),
         "a 50/50 split sent {v1} to v1 and {v2} to v2"
     );
+
+    // Source matches: a block for `app: writer` is passed over by this Envoy
+    // (labelled `app: reader`); one for `app: reader` forwards it.
+    let by_source = |app: &str| {
+        tcp_rule(
+            &"    - match: [{sourceLabels: {app: APP}}]\n      route: [{destination: {host: v2.test.local}}]\n    - route: [{destination: {host: v1.test.local}}]\n"
+                .replace("APP", app),
+        )
+    };
+    write_rule(&watch, &by_source("writer"));
+    wait_for("a writer-only block to be passed over", WAIT, || {
+        (0..10).try_for_each(|_| answers(sidecar, "v1"))
+    });
+    write_rule(&watch, &by_source("reader"));
+    wait_for("the reader block to forward to v2", WAIT, || {
+        (0..10).try_for_each(|_| answers(sidecar, "v2"))
+    });
 
     // TLS: SNI b.example.com on a.example.com's port goes to b's backend;
     // a.example.com itself still reaches a's.

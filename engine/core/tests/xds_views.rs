@@ -15,8 +15,12 @@
 //! with Sidecars; ServiceEntry objects with random `exportTo` hide their
 //! hosts from the other namespaces; VirtualServices with `sourceLabels`
 //! match blocks key sidecars by the selectors their labels satisfy.
+//! DestinationRules of every namespace carry random `exportTo` too: a view
+//! whose restricted DestinationRule wins for a host builds that host's
+//! clusters and assignments itself, and only those.
 
 mod xds_support;
+mod xds_views_check;
 
 use std::sync::Arc;
 
@@ -25,10 +29,11 @@ use deltapilot_model::{Proxy, ProxyType};
 use deltapilot_proto::ConfigKind;
 use deltapilot_proto::Event;
 use deltapilot_xds::generate::{GenOptions, Generator, changes_between};
-use deltapilot_xds::view::{ScopeKey, ViewKey, Views};
+use deltapilot_xds::view::{ViewKey, Views};
 use deltapilot_xds::{ResourceSet, ResourceType};
 use proptest::prelude::*;
 use xds_support::*;
+use xds_views_check::{check_views, map_changes};
 
 const NAMESPACES: [&str; 3] = ["ns1", "ns2", "istio-system"];
 const HOSTS: [&str; 4] = [
@@ -110,6 +115,8 @@ enum Op {
     Dr {
         host: usize,
         subsets: bool,
+        ns: usize,
+        export: usize,
     },
     Sidecar {
         ns: usize,
@@ -162,7 +169,8 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0..5usize, host.clone(), ns.clone()).prop_map(|(key, host, ns)| Op::Ep { key, host, ns }),
         3 => (host.clone(), host.clone(), any::<bool>(), 0..2usize, 0..EXPORTS.len(), 0..SOURCES.len())
             .prop_map(|(host, dest, fault, name, export, source)| Op::Vs { host, dest, fault, name, export, source }),
-        1 => (host, any::<bool>()).prop_map(|(host, subsets)| Op::Dr { host, subsets }),
+        2 => (host, any::<bool>(), ns.clone(), 0..EXPORTS.len())
+            .prop_map(|(host, subsets, ns, export)| Op::Dr { host, subsets, ns, export }),
         4 => (ns.clone(), 0..SIDECARS.len(), prop::collection::vec(0..EGRESS.len(), 0..3), 0..MODES.len(), prop::bool::weighted(0.3))
             .prop_map(|(ns, name, hosts, mode, selector)| Op::Sidecar { ns, name, hosts, mode, selector }),
         1 => (ns.clone(), 0..SIDECARS.len()).prop_map(|(ns, name)| Op::SidecarDel { ns, name }),
@@ -221,19 +229,27 @@ fn event_of(op: &Op) -> Event {
                 ),
             )
         }
-        Op::Dr { host, subsets } => {
+        Op::Dr {
+            host,
+            subsets,
+            ns,
+            export,
+        } => {
             let subsets = if *subsets {
                 r#","subsets":[{"name":"v1","labels":{"v":"v1"}}]"#
             } else {
-                ""
+                r#","trafficPolicy":{"loadBalancer":{"simple":"LEAST_REQUEST"}}"#
             };
             rule(
                 "src",
                 0,
                 ConfigKind::DestinationRule,
-                "ns1",
+                NAMESPACES[*ns],
                 &format!("dr{host}"),
-                &format!(r#"{{"host":"{}"{subsets}}}"#, HOSTS[*host]),
+                &format!(
+                    r#"{{"host":"{}"{subsets}{}}}"#,
+                    HOSTS[*host], EXPORTS[*export]
+                ),
             )
         }
         Op::Sidecar {
@@ -340,100 +356,6 @@ fn event_of(op: &Op) -> Event {
             SIDECARS[*name],
         ),
     }
-}
-
-fn flat_map(m: &deltapilot_xds::ResourceMap) -> Vec<(String, Vec<u8>)> {
-    m.iter()
-        .map(|(n, r)| (n.to_string(), r.bytes.to_vec()))
-        .collect()
-}
-
-fn map_changes(
-    old: &deltapilot_xds::ResourceMap,
-    new: &deltapilot_xds::ResourceMap,
-) -> deltapilot_xds::TypeChanges {
-    let mut tc = deltapilot_xds::TypeChanges::default();
-    for (n, r) in new.iter() {
-        if old.get(n).is_none_or(|o| o.bytes != r.bytes) {
-            tc.upserted.insert(n.clone());
-        }
-    }
-    for (n, _) in old.iter() {
-        if new.get(n).is_none() {
-            tc.removed.insert(n.clone());
-        }
-    }
-    tc
-}
-
-fn check_views(
-    inc: &Views,
-    state: &ModelState,
-    set: &ResourceSet,
-    opts: &GenOptions,
-) -> Result<(), TestCaseError> {
-    let reference = Views::build(state, set, opts);
-    let inc_keys: Vec<&ScopeKey> = inc.iter().map(|(k, _)| k).collect();
-    let ref_keys: Vec<&ScopeKey> = reference.iter().map(|(k, _)| k).collect();
-    prop_assert_eq!(inc_keys, ref_keys, "one view per scope");
-    let inc_gw: Vec<_> = inc.gateways().map(|(k, _)| k.clone()).collect();
-    let ref_gw: Vec<_> = reference.gateways().map(|(k, _)| k.clone()).collect();
-    prop_assert_eq!(inc_gw, ref_gw, "one view per Gateway set");
-    for (k, want) in reference.gateways() {
-        let got = inc.gateway(k).expect("same keys");
-        for t in ResourceType::ALL {
-            prop_assert_eq!(
-                flat_map(got.map(t)),
-                flat_map(want.map(t)),
-                "gateway view {:?} {:?} incremental != from scratch",
-                k,
-                t
-            );
-        }
-        prop_assert!(
-            got.clusters.ptr_eq(&set.clusters),
-            "gateway clusters are the global map"
-        );
-        prop_assert!(
-            got.endpoints.ptr_eq(&set.endpoints),
-            "gateway assignments are the global map"
-        );
-    }
-    for (k, want) in reference.iter() {
-        let got = inc.get(&k.0, &k.1, &k.2).expect("same keys");
-        prop_assert_eq!(
-            flatten(&got.resources),
-            flatten(&want.resources),
-            "view {:?} incremental != from scratch",
-            k
-        );
-        for (t, map, global) in [
-            (
-                ResourceType::Cluster,
-                &got.resources.clusters,
-                &set.clusters,
-            ),
-            (
-                ResourceType::Endpoint,
-                &got.resources.endpoints,
-                &set.endpoints,
-            ),
-        ] {
-            for (n, r) in map.iter() {
-                if &**n == "PassthroughCluster" {
-                    continue;
-                }
-                let g = global.get(n);
-                prop_assert!(
-                    g.is_some_and(|g| Arc::ptr_eq(g, r)),
-                    "{:?} {} is not the global resource",
-                    t,
-                    n
-                );
-            }
-        }
-    }
-    Ok(())
 }
 
 fn check(ops: &[Op], batch: usize) -> Result<(), TestCaseError> {

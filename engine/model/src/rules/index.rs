@@ -14,7 +14,9 @@
 //! reported `DP1030` in [`RuleIndex::statuses`].
 //!
 //! DestinationRules follow the same rule (Istio merges several DestinationRules
-//! of one host only in special cases; deltapilot does not merge).
+//! of one host only in special cases; deltapilot does not merge), except that
+//! in a sidecar view the restricted ones it sees go first (see
+//! [`RuleIndex::with_visible`]).
 //!
 //! What it does NOT do: look at services (an unknown host is kept: its service may
 //! come later) or translate anything to Envoy config.
@@ -126,12 +128,35 @@ pub struct RuleIndex {
     entries: Entries,
     /// The `sourceLabels` selectors of the stored VirtualServices.
     sources: Selectors,
+    /// Bound pattern → the restricted DestinationRules a view sees, ordered
+    /// own namespace's first (`0`), then by the usual precedence; empty but
+    /// in [`RuleIndex::with_visible`]'s output.
+    dr_visible: OrdMap<Hostname, OrdSet<(u8, Claim)>>,
 }
 
-/// Whether `rule` is a VirtualService bound to hosts whose `exportTo` is not
-/// public: sidecars see it only from the namespaces it is exported to.
+/// Whether `rule` is a VirtualService or DestinationRule bound to hosts whose
+/// `exportTo` is not public: sidecars see it only from the namespaces it is
+/// exported to.
 pub fn is_restricted(rule: &Rule) -> bool {
-    rule.is_virtual_service() && rule.export_to.is_some() && !rule.hosts.is_empty()
+    (rule.is_virtual_service() || rule.is_destination_rule())
+        && rule.export_to.is_some()
+        && !rule.hosts.is_empty()
+}
+
+/// The suffix of the visibility-class member that says "this restricted
+/// DestinationRule is the class's own namespace's" (see [`own_marker`]).
+const OWN_SUFFIX: &str = "#own";
+
+/// The class member a namespace gets, besides the key itself, for a restricted
+/// DestinationRule of its own that it sees: Istio looks up a proxy's own
+/// namespace's DestinationRules first, so two namespaces that see the same
+/// rules but own different ones pick differently and must not share a view.
+fn own_marker(rule: &Rule) -> Option<Arc<str>> {
+    let own = rule.is_destination_rule()
+        && (rule.export_to.iter())
+            .flat_map(|l| l.iter())
+            .any(|n| *n == rule.namespace);
+    own.then(|| Arc::from(format!("{}{OWN_SUFFIX}", rule.key)))
 }
 
 /// Whether `rule` is a bound VirtualService with a `corsPolicy` in some route.
@@ -213,6 +238,12 @@ impl RuleIndex {
                     .or_default()
                     .insert(rule.key.clone());
             }
+            if let Some(m) = own_marker(&rule) {
+                self.exported_to
+                    .entry(rule.namespace.clone())
+                    .or_default()
+                    .insert(m);
+            }
         } else {
             let by_host = if rule.is_virtual_service() {
                 &mut self.vs_hosts
@@ -272,6 +303,9 @@ impl RuleIndex {
         if is_restricted(&rule) {
             for ns in rule.export_to.iter().flat_map(|l| l.iter()) {
                 drop_member(&mut self.exported_to, ns, &rule.key);
+            }
+            if let Some(m) = own_marker(&rule) {
+                drop_member(&mut self.exported_to, &rule.namespace, &m);
             }
         } else {
             let by_host = if rule.is_virtual_service() {
@@ -336,9 +370,10 @@ impl RuleIndex {
         self.entries.hidden_from(visible)
     }
 
-    /// The keys of the restricted VirtualServices and ServiceEntries exported
-    /// to namespace `ns`, sorted: its visibility class. Empty for a namespace
-    /// no `exportTo` names.
+    /// The keys of the restricted VirtualServices, DestinationRules and
+    /// ServiceEntries exported to namespace `ns` (with the marker of each
+    /// restricted DestinationRule of `ns` itself it sees), sorted: its
+    /// visibility class. Empty for a namespace no `exportTo` names.
     pub fn visible_from(&self, ns: &str) -> Vec<Arc<str>> {
         self.exported_to
             .get(ns)
@@ -358,9 +393,13 @@ impl RuleIndex {
     }
 
     /// This index as the sidecars of a namespace that sees the restricted
-    /// VirtualServices `keys` read it: those bound to their hosts too, with
-    /// the usual precedence among all bound ones. O(keys × hosts × log n)
-    /// over persistent maps; a key that is not a restricted rule is skipped.
+    /// VirtualServices and DestinationRules `keys` (its visibility class) read
+    /// it. VirtualServices are bound to their hosts with the usual precedence
+    /// among all bound ones. DestinationRules go first, ahead of the public
+    /// ones (as Istio prefers a proxy's own namespace's rules and those
+    /// exported to it over the mesh's), the class's own namespace's first,
+    /// then by the usual order. O(keys × hosts × log n) over persistent
+    /// maps; a key that is not a restricted rule is skipped.
     pub fn with_visible(&self, keys: &[Arc<str>]) -> RuleIndex {
         let mut out = self.clone();
         for k in keys {
@@ -368,6 +407,20 @@ impl RuleIndex {
                 continue;
             };
             let claim = Claim::of(rule);
+            if rule.is_destination_rule() {
+                let marker = format!("{k}{OWN_SUFFIX}");
+                let own = keys
+                    .binary_search_by(|m| (**m).cmp(marker.as_str()))
+                    .is_ok();
+                let tier = if own { 0 } else { 1 };
+                for h in &rule.hosts {
+                    out.dr_visible
+                        .entry(h.clone())
+                        .or_default()
+                        .insert((tier, claim.clone()));
+                }
+                continue;
+            }
             for h in &rule.hosts {
                 out.vs_hosts
                     .entry(h.clone())
@@ -376,6 +429,12 @@ impl RuleIndex {
             }
         }
         out
+    }
+
+    /// Whether this index (a view's, see [`RuleIndex::with_visible`]) applies
+    /// any restricted DestinationRule.
+    pub fn has_visible_destination_rules(&self) -> bool {
+        !self.dr_visible.is_empty()
     }
 
     /// The VirtualService that applies to `host` for sidecars and proxyless
@@ -400,7 +459,10 @@ impl RuleIndex {
     /// The DestinationRule object that applies to `host`, with its name and
     /// namespace.
     pub fn destination_rule_entry_for(&self, host: &Hostname) -> Option<&Arc<Rule>> {
-        let (_, claim) = winner(&self.dr_hosts, host)?;
+        let claim = match winner(&self.dr_visible, host) {
+            Some((_, (_, c))) => c,
+            None => winner(&self.dr_hosts, host)?.1,
+        };
         self.rules.get(&claim.key)
     }
 
@@ -666,10 +728,10 @@ impl RuleIndex {
 }
 
 /// The first claim on the most specific pattern matching `host`.
-fn winner<'a>(
-    by_host: &'a OrdMap<Hostname, OrdSet<Claim>>,
+fn winner<'a, C: Ord + Clone>(
+    by_host: &'a OrdMap<Hostname, OrdSet<C>>,
     host: &Hostname,
-) -> Option<(&'a Hostname, &'a Claim)> {
+) -> Option<(&'a Hostname, &'a C)> {
     if by_host.is_empty() {
         return None;
     }

@@ -28,9 +28,12 @@
 //! the sidecar views of the namespaces it is exported to bind it
 //! ([`RuleIndex::with_visible`]); a Gateway binds it when it is exported to
 //! the Gateway's namespace. `~` alone binds nothing (`DP1012`). A
-//! DestinationRule's `exportTo` is not honoured yet (`DP1011`, applied
-//! mesh-wide). A ServiceEntry's `exportTo` hides its hosts from the sidecars
-//! of the namespaces it is not exported to (`export`).
+//! DestinationRule's `exportTo` likewise keeps a restricted one out of the
+//! host index, and the views of the namespaces it is exported to apply it
+//! ahead of the public ones (their own namespace's first); gateways and
+//! proxyless clients read only public ones (`DP1011`). A ServiceEntry's
+//! `exportTo` hides its hosts from the sidecars of the namespaces it is not
+//! exported to (`export`).
 //!
 //! What it does NOT do: translate rules to Envoy config (the xDS crate), read
 //! anything, or run async.
@@ -68,12 +71,12 @@ pub use sidecar::{
     DEFAULT_ROOT_NAMESPACE, EgressHost, EgressListener, EgressNamespace, OutboundMode,
     OutboundTrafficPolicy, Sidecar, SidecarScope, WorkloadSelector,
 };
-pub use source::{SOURCE_NAMESPACE_KEY, selector_id, source_selector};
+pub use source::{SOURCE_NAMESPACE_KEY, selector_from, selector_id, source_selector};
 pub use types::{F64, Percent, PortSelector, StringMatch, StringMatchKind};
 pub use vs::{
     CorsPolicy, Destination, DirectResponse, Fault, FaultAbort, FaultDelay, HeaderOps, Headers,
-    HttpMatch, HttpRoute, Redirect, RegexRewrite, ResponseBody, Retries, Rewrite, RouteDestination,
-    TlsMatch, TlsRoute, VirtualService,
+    HttpMatch, HttpRoute, L4Match, Redirect, RegexRewrite, ResponseBody, Retries, Rewrite,
+    RouteDestination, TlsMatch, TlsRoute, VirtualService,
 };
 
 #[cfg(test)]

@@ -115,6 +115,11 @@ impl Rule {
         self.kind() == ConfigKind::Gateway
     }
 
+    /// Whether this is a DestinationRule object (valid or not).
+    pub fn is_destination_rule(&self) -> bool {
+        self.kind() == ConfigKind::DestinationRule
+    }
+
     /// The Sidecar, if this is a valid one.
     pub fn sidecar(&self) -> Option<&Arc<SidecarScope>> {
         match &self.spec {
@@ -336,29 +341,25 @@ fn check_export(export_to: Option<&Vec<String>>, rule: &mut Rule) -> bool {
     true
 }
 
-/// `exportTo` of a DestinationRule: not honoured yet (its clusters are shared
-/// by every sidecar view), so anything but public is reported and the rule
-/// applies mesh-wide; `~` alone binds nothing.
+/// `exportTo` of a DestinationRule: stored on the rule like a
+/// VirtualService's (the sidecar views of the namespaces it is exported to
+/// apply it, see `RuleIndex`). Router proxies and proxyless gRPC clients read
+/// only public DestinationRules, so a restricted one is reported as not
+/// reaching them (`DP1011`).
 fn check_dr_export(export_to: Option<&Vec<String>>, rule: &mut Rule) -> bool {
-    let Some(list) = resolve_export(export_to.map(|v| &v[..]), &rule.namespace) else {
-        return true;
-    };
-    if list.is_empty() {
-        rule.problems.push(Problem::error(
-            "DP1012",
-            "exportTo",
-            "exported to no namespace (`~`): applies to no proxy",
-        ));
+    if !check_export(export_to, rule) {
         return false;
     }
-    rule.problems.push(Problem::warning(
-        "DP1011",
-        "exportTo",
-        format!(
-            "DestinationRule exportTo {list:?} is not honoured yet (clusters are shared by \
-             every sidecar view): the rule applies to proxies in every namespace"
-        ),
-    ));
+    if let Some(list) = &rule.export_to {
+        rule.problems.push(Problem::warning(
+            "DP1011",
+            "exportTo",
+            format!(
+                "DestinationRule exported to {list:?}: applied by the sidecars of those \
+                 namespaces only; gateways and proxyless gRPC clients there do not apply it"
+            ),
+        ));
+    }
     true
 }
 
@@ -402,18 +403,6 @@ fn bind_virtual_service(vs: &VirtualService, rule: &mut Rule) {
     let exported = check_export(vs.export_to.as_ref(), rule);
     for (pattern, why) in [
         (
-            &["tcp", "*", "match", "*", "sourceLabels"][..],
-            "TCP matching on source labels",
-        ),
-        (
-            &["tcp", "*", "match", "*", "gateways"][..],
-            "per-match gateways",
-        ),
-        (
-            &["tcp", "*", "match", "*", "sourceNamespace"][..],
-            "TCP matching on source namespace",
-        ),
-        (
             &["tcp", "*", "match", "*", "sourceSubnet"][..],
             "TCP matching on source subnet",
         ),
@@ -441,18 +430,6 @@ fn bind_virtual_service(vs: &VirtualService, rule: &mut Rule) {
         (
             &["tls", "*", "match", "*", "destinationSubnets"][..],
             "TLS matching on destination subnets",
-        ),
-        (
-            &["tls", "*", "match", "*", "sourceLabels"][..],
-            "TLS matching on source labels",
-        ),
-        (
-            &["tls", "*", "match", "*", "gateways"][..],
-            "per-match gateways",
-        ),
-        (
-            &["tls", "*", "match", "*", "sourceNamespace"][..],
-            "TLS matching on source namespace",
         ),
         (
             &["tls", "*", "route", "*", "headers"][..],

@@ -1,4 +1,4 @@
-//! `sourceLabels` of VirtualService HTTP match blocks: which selectors exist,
+//! `sourceLabels` of VirtualService match blocks (`http`, `tcp`, `tls`): which selectors exist,
 //! and which a proxy's labels satisfy.
 //!
 //! A selector is named by its canonical text ([`selector_id`], `k=v,k2=v2`,
@@ -31,8 +31,17 @@ pub const SOURCE_NAMESPACE_KEY: &str = ":namespace";
 /// The selector of match block `m`: its `sourceLabels` and `sourceNamespace`
 /// (as [`SOURCE_NAMESPACE_KEY`]), or `None` when it has neither.
 pub fn source_selector(m: &HttpMatch) -> Option<BTreeMap<String, String>> {
-    let mut sel = m.source_labels.clone().unwrap_or_default();
-    if let Some(ns) = m.source_namespace.as_deref().filter(|n| !n.is_empty()) {
+    selector_from(m.source_labels.as_ref(), m.source_namespace.as_deref())
+}
+
+/// The selector of a match block's `sourceLabels` and `sourceNamespace` (any
+/// route kind: `http`, `tcp`, `tls`), or `None` when it has neither.
+pub fn selector_from(
+    labels: Option<&BTreeMap<String, String>>,
+    namespace: Option<&str>,
+) -> Option<BTreeMap<String, String>> {
+    let mut sel = labels.cloned().unwrap_or_default();
+    if let Some(ns) = namespace.filter(|n| !n.is_empty()) {
         sel.insert(SOURCE_NAMESPACE_KEY.to_string(), ns.to_string());
     }
     (!sel.is_empty()).then_some(sel)
@@ -54,9 +63,17 @@ fn selectors_of(rule: &Rule) -> BTreeMap<Arc<str>, Labels> {
     else {
         return BTreeMap::new();
     };
-    (vs.http.iter().flatten())
+    let http = (vs.http.iter().flatten())
         .flat_map(|r| r.matches.iter().flatten())
-        .filter_map(source_selector)
+        .filter_map(source_selector);
+    let tcp = (vs.tcp.iter().flatten())
+        .flat_map(|r| r.matches.iter().flatten())
+        .filter_map(|m| selector_from(m.source_labels.as_ref(), m.source_namespace.as_deref()));
+    let tls = (vs.tls.iter().flatten())
+        .flat_map(|r| r.matches.iter().flatten())
+        .filter_map(|m| selector_from(m.source_labels.as_ref(), m.source_namespace.as_deref()));
+    http.chain(tcp)
+        .chain(tls)
         .map(|l| {
             let labels: Labels = l
                 .iter()

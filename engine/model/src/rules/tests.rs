@@ -177,8 +177,16 @@ fn gateways_export_and_unsupported_parts_are_reported() {
     assert_eq!(
         codes(&dr_dot),
         [("DP1011", "exportTo")],
-        "a DestinationRule's is not honoured yet, and says so"
+        "a DestinationRule's is honoured for sidecars; that gateways do not apply it is said"
     );
+    assert_eq!(
+        dr_dot.export_to.as_deref(),
+        Some(&[Arc::<str>::from("ns")][..])
+    );
+    assert!(is_restricted(&dr_dot));
+    let dr_star = parse(&dr("ns", "a", r#"{"host":"a","exportTo":["*"]}"#));
+    assert_eq!(codes(&dr_star), []);
+    assert!(!is_restricted(&dr_star));
     let to_gw = parse(&vs(
         "ns",
         "a",
@@ -197,11 +205,8 @@ fn gateways_export_and_unsupported_parts_are_reported() {
     ));
     assert_eq!(
         codes(&tcp),
-        [
-            ("DP1020", "tcp[0].match[0].sourceLabels"),
-            ("DP1020", "tcp[0].route[0].headers"),
-        ],
-        "tcp and tls routes are served on sidecars; what they cannot do is reported"
+        [("DP1020", "tcp[0].route[0].headers")],
+        "tcp and tls routes are served (source matches too); what they cannot do is reported"
     );
     assert!(
         tcp.destinations
@@ -589,4 +594,70 @@ fn source_label_selectors_are_indexed_and_matched() {
     assert!(idx.sources_matching(&labels(&[("app", "x")])).is_empty());
     idx.remove("cfg/virtual_service/ns/a");
     assert!(!idx.has_sources());
+}
+
+#[test]
+fn a_restricted_destination_rule_applies_only_in_the_views_that_see_it() {
+    let mut idx = RuleIndex::default();
+    idx.upsert(&dr(
+        "other",
+        "a-public",
+        r#"{"host":"a.ns.svc.cluster.local"}"#,
+    ));
+    idx.upsert(&dr(
+        "ns",
+        "z-local",
+        r#"{"host":"a.ns.svc.cluster.local","exportTo":[".","x","y"]}"#,
+    ));
+    let host = h("a.ns.svc.cluster.local");
+    let winner = |i: &RuleIndex| {
+        i.destination_rule_entry_for(&host)
+            .map(|r| r.key.to_string())
+    };
+    assert_eq!(
+        winner(&idx).as_deref(),
+        Some("cfg/destination_rule/other/a-public"),
+        "mesh-wide (gateways, proxyless clients, other namespaces) the public one"
+    );
+    let key: Arc<str> = Arc::from("cfg/destination_rule/ns/z-local");
+    let own: Arc<str> = Arc::from("cfg/destination_rule/ns/z-local#own");
+    assert_eq!(idx.visible_from("ns"), [key.clone(), own.clone()]);
+    assert_eq!(idx.visible_from("x"), std::slice::from_ref(&key));
+    assert_eq!(
+        idx.visible_from("x"),
+        idx.visible_from("y"),
+        "x and y share"
+    );
+    assert!(idx.visible_from("other").is_empty());
+    for ns in ["ns", "x"] {
+        let view = idx.with_visible(&idx.visible_from(ns));
+        assert!(view.has_visible_destination_rules());
+        assert_eq!(
+            winner(&view).as_deref(),
+            Some(&*key),
+            "seen from {ns}, the restricted one goes ahead of the public one, though its name sorts later"
+        );
+    }
+    // Two restricted ones seen from ns: ns's own goes first, whatever the names.
+    idx.upsert(&dr(
+        "x",
+        "a-shared",
+        r#"{"host":"a.ns.svc.cluster.local","exportTo":["ns","x"]}"#,
+    ));
+    let from_ns = idx.with_visible(&idx.visible_from("ns"));
+    assert_eq!(winner(&from_ns).as_deref(), Some(&*key), "ns's own");
+    let from_x = idx.with_visible(&idx.visible_from("x"));
+    assert_eq!(
+        winner(&from_x).as_deref(),
+        Some("cfg/destination_rule/x/a-shared"),
+        "x's own"
+    );
+    assert!(
+        !idx.has_visible_destination_rules(),
+        "the index itself binds none"
+    );
+    idx.remove("cfg/destination_rule/x/a-shared");
+    idx.remove(&key);
+    assert!(!idx.has_restricted());
+    assert!(idx.visible_from("ns").is_empty());
 }

@@ -23,8 +23,13 @@
 //! A gateway's TCP server takes the `tcp` routes of the VirtualServices bound
 //! to it the same way ([`gateway_chains`]).
 //!
-//! What it does NOT do: source-based matching (reported by the model), or
-//! telling TCP services apart by destination VIP (the model has no VIPs).
+//! A match block applies only where its `gateways` (absent: `mesh`),
+//! `sourceLabels` and `sourceNamespace` say ([`BlockConditions`], as for HTTP
+//! blocks): sidecars whose view key carries its selector; gateways never
+//! satisfy one.
+//!
+//! What it does NOT do: `sourceSubnet` (reported by the model), or telling
+//! TCP services apart by destination VIP (the model has no VIPs).
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -41,7 +46,9 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
 use envoy_types::pb::google::protobuf::UInt32Value;
 
 use deltapilot_model::Hostname;
-use deltapilot_model::rules::{Problem, RouteDestination, VirtualService, resolve_host};
+use deltapilot_model::rules::{
+    L4Match, Problem, RouteDestination, TlsMatch, VirtualService, resolve_host,
+};
 
 use super::ModelRead;
 use super::common::{cluster_name, to_any};
@@ -49,6 +56,64 @@ use super::policy::subset_cluster_name;
 
 pub(crate) const TCP_PROXY_FILTER: &str = "envoy.filters.network.tcp_proxy";
 pub(crate) const TLS_INSPECTOR: &str = "envoy.filters.listener.tls_inspector";
+
+/// The conditions of a match block (any route kind) on who it applies to.
+pub(crate) struct BlockConditions<'a> {
+    pub(crate) labels: Option<&'a std::collections::BTreeMap<String, String>>,
+    pub(crate) namespace: Option<&'a str>,
+    pub(crate) gateways: Option<&'a [String]>,
+}
+
+impl<'a> From<&'a L4Match> for BlockConditions<'a> {
+    fn from(m: &'a L4Match) -> Self {
+        BlockConditions {
+            labels: m.source_labels.as_ref(),
+            namespace: m.source_namespace.as_deref(),
+            gateways: m.gateways.as_deref(),
+        }
+    }
+}
+
+impl<'a> From<&'a TlsMatch> for BlockConditions<'a> {
+    fn from(m: &'a TlsMatch) -> Self {
+        BlockConditions {
+            labels: m.source_labels.as_ref(),
+            namespace: m.source_namespace.as_deref(),
+            gateways: m.gateways.as_deref(),
+        }
+    }
+}
+
+impl BlockConditions<'_> {
+    /// Whether the block applies to the proxies `model` generates for:
+    /// `gateway` (`ns/name`) or, when `None`, sidecars (`mesh`); `rule_ns` is
+    /// the rule's namespace (a bare gateway name resolves in it). Its
+    /// selector must be one the proxies satisfy
+    /// (`ModelRead::source_matches`), and its `gateways`, if any, must name
+    /// `mesh` or that Gateway.
+    pub(crate) fn apply<M: ModelRead + ?Sized>(
+        &self,
+        model: &M,
+        rule_ns: &str,
+        gateway: Option<&str>,
+    ) -> bool {
+        use deltapilot_model::rules::{resolve_gateway_ref, selector_from, selector_id};
+        if let Some(sel) = selector_from(self.labels, self.namespace)
+            && !model.source_matches(&selector_id(&sel))
+        {
+            return false;
+        }
+        let Some(list) = self.gateways.filter(|l| !l.is_empty()) else {
+            return true;
+        };
+        list.iter()
+            .any(|g| match (gateway, resolve_gateway_ref(g, rule_ns)) {
+                (None, Ok(None)) => true,
+                (Some(id), Ok(Some(named))) => *named == *id,
+                _ => false,
+            })
+    }
+}
 
 /// The TLS inspector listener filter, for listeners matching on SNI.
 pub(crate) fn tls_inspector() -> ListenerFilter {
@@ -100,7 +165,7 @@ pub(crate) fn sidecar<M: ModelRead + ?Sized>(
             one_rule(
                 model,
                 rule,
-                Kinds::TlsAndTcp,
+                (Kinds::TlsAndTcp, None),
                 port,
                 &mut taken,
                 &mut out,
@@ -123,7 +188,7 @@ pub fn problems<M: ModelRead + ?Sized>(model: &M, host: &Hostname, port: u16) ->
         one_rule(
             model,
             rule,
-            Kinds::TlsAndTcp,
+            (Kinds::TlsAndTcp, None),
             port,
             taken,
             &mut out,
@@ -139,6 +204,7 @@ pub fn problems<M: ModelRead + ?Sized>(model: &M, host: &Hostname, port: u16) ->
 /// unconditional route as the last chain; each problem with its rule's key.
 pub(crate) fn gateway_chains<M: ModelRead + ?Sized>(
     model: &M,
+    gateway: &str,
     bound: &[(&std::sync::Arc<str>, &str, &VirtualService)],
     port: u16,
     problems: &mut Vec<(std::sync::Arc<str>, Problem)>,
@@ -149,7 +215,7 @@ pub(crate) fn gateway_chains<M: ModelRead + ?Sized>(
         one_rule(
             model,
             (ns, spec),
-            Kinds::Tcp,
+            (Kinds::Tcp, Some(gateway)),
             port,
             &mut taken,
             &mut out,
@@ -189,7 +255,7 @@ enum Kinds {
 fn one_rule<M: ModelRead + ?Sized>(
     model: &M,
     (ns, spec): (&str, &VirtualService),
-    kinds: Kinds,
+    (kinds, gateway): (Kinds, Option<&str>),
     port: u16,
     taken: &mut Taken,
     out: &mut SidecarL4,
@@ -207,7 +273,8 @@ fn one_rule<M: ModelRead + ?Sized>(
         let path = format!("tls[{i}]");
         let mut names = Vec::new();
         for (j, m) in route.matches.iter().flatten().enumerate() {
-            if !on_port(m.port, port) {
+            let applies = BlockConditions::from(m).apply(model, ns, gateway);
+            if !on_port(m.port, port) || !applies {
                 continue;
             }
             for sni in m.sni_hosts.iter().flatten() {
@@ -247,7 +314,8 @@ fn one_rule<M: ModelRead + ?Sized>(
         let mut unconditional = matches.is_empty();
         let mut prefix_sets = Vec::new();
         for (j, m) in matches.iter().enumerate() {
-            if !on_port(m.port, port) {
+            let applies = BlockConditions::from(m).apply(model, ns, gateway);
+            if !on_port(m.port, port) || !applies {
                 continue;
             }
             let subnets = m.destination_subnets.as_deref().unwrap_or_default();

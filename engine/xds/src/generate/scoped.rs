@@ -172,6 +172,55 @@ pub(crate) fn host_resource_names<M: ModelRead + ?Sized>(
     out
 }
 
+/// Every cluster (full flavour: sidecars read no proxyless one) and
+/// assignment of `svc` as `model` reads its DestinationRule: a view whose
+/// restricted DestinationRule wins for the host builds its own (see
+/// `view::scoped`). A resource that fails to build is left out (the global
+/// build reports the host's errors).
+pub(crate) fn host_resources<M: ModelRead + ?Sized>(
+    model: &M,
+    svc: &deltapilot_model::Service,
+    opts: &GenOptions,
+) -> Vec<(crate::ResourceType, std::sync::Arc<str>, Bytes)> {
+    use crate::ResourceType::{Cluster as C, Endpoint as E};
+    let h = &svc.hostname;
+    let mut buffers = super::eds::HostEndpoints::new();
+    let mut eps = (svc.resolution == deltapilot_model::Resolution::StaticEndpoints).then(|| {
+        buffers.refill(model, h);
+        &mut buffers
+    });
+    let dr = policy::rule_for(model, h);
+    let dr = dr.as_deref();
+    let subsets = policy::subset_names(dr);
+    let mut out = Vec::new();
+    for port in super::served_ports(svc) {
+        let name = cluster_name(port.number, h);
+        if let Ok(b) = policy::cluster(svc, port, None, dr, opts).0 {
+            out.push((C, name.clone(), b));
+        }
+        if let Some(eps) = &mut eps
+            && let Ok(b) = super::eds::load_assignment(eps, &name, port)
+        {
+            out.push((E, name, b));
+        }
+        for s in &subsets {
+            let Some((cluster, assignment)) =
+                policy::subset_resources(svc, port, s, dr, eps.as_deref_mut(), opts)
+            else {
+                continue;
+            };
+            let name = policy::subset_cluster_name(port.number, s, h);
+            if let Ok(b) = cluster.0 {
+                out.push((C, name.clone(), b));
+            }
+            if let Some(Ok(b)) = assignment {
+                out.push((E, name, b));
+            }
+        }
+    }
+    out
+}
+
 /// `PassthroughCluster`: original destination, from the header under
 /// `--bind-outbound` (see the module doc).
 pub(crate) fn passthrough_cluster(opts: &GenOptions) -> Bytes {

@@ -25,9 +25,11 @@ pub enum ViewKey {
         /// The Sidecar's config key (`cfg/sidecar/<ns>/<name>`), if one
         /// scopes the proxy.
         sidecar: Option<Arc<str>>,
-        /// The sorted keys of the restricted VirtualServices and
-        /// ServiceEntries exported to the proxy's namespace
-        /// (`RuleIndex::visible_from`); empty when it sees only public ones.
+        /// The sorted keys of the restricted VirtualServices,
+        /// DestinationRules and ServiceEntries exported to the proxy's
+        /// namespace, with the `#own` marker of its own namespace's
+        /// DestinationRules (`RuleIndex::visible_from`); empty when it sees
+        /// only public ones.
         visible: Arc<[Arc<str>]>,
         /// The `sourceLabels` selectors in use that the proxy's labels
         /// satisfy (`RuleIndex::sources_matching`), sorted.

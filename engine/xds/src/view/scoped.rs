@@ -17,7 +17,10 @@
 //! the empty class (`default/sidecar+sees/none`) instead of the default.
 //!
 //! A [`ScopedView`] holds the clusters and assignments of the
-//! hosts it admits (the global `Arc<Resource>`s themselves: nothing re-encoded),
+//! hosts it admits (the global `Arc<Resource>`s themselves: nothing re-encoded,
+//! except for a host whose DestinationRule in the view is a restricted one
+//! other than the global winner: the view builds that host's clusters and
+//! assignments over its rules, sharing those whose bytes are equal),
 //! and the listeners and route configurations generated over those hosts only
 //! (shared with the global resource whenever the bytes are equal; the
 //! proxyless gRPC route configurations `<host>:<port>` are not in a sidecar's
@@ -55,6 +58,8 @@ use deltapilot_model::state::{ModelState, Touched};
 use deltapilot_model::{Hostname, Proxy, ProxyType, Service};
 
 use super::gateway::{GatewaySet, GatewayView, gateway_sets};
+
+mod own;
 use super::key::{ViewKey, key_for};
 pub use super::scopes::{Ids, MAX_SOURCE_SETS, ScopeKey, scope_keys, source_sets};
 
@@ -64,6 +69,9 @@ struct PortHosts {
     http: BTreeSet<Hostname>,
     tcp: BTreeSet<Hostname>,
 }
+
+/// The cluster and assignment names a view built for one host itself.
+type OwnNames = Arc<[(ResourceType, Arc<str>)]>;
 
 /// The resources of one scope's proxies (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +93,10 @@ pub struct ScopedView {
     ports: OrdMap<u16, PortHosts>,
     /// Visible host → its served ports (and whether each is HTTP).
     hosts: OrdMap<Hostname, Arc<[(u16, bool)]>>,
+    /// Visible host whose DestinationRule in the view is a restricted one
+    /// other than the global winner → the cluster and assignment names the
+    /// view built for it itself (the rest are the global resources).
+    own: OrdMap<Hostname, OwnNames>,
     recent: Vector<(u64, Arc<ChangeSet>)>,
     /// Changes at or before this seq are not in `recent`.
     horizon: u64,
@@ -148,6 +160,7 @@ impl ScopedView {
             resources: ResourceSet::default(),
             ports: OrdMap::new(),
             hosts: OrdMap::new(),
+            own: OrdMap::new(),
             recent: Vector::new(),
             horizon: 0,
         };
@@ -186,6 +199,12 @@ impl ScopedView {
                 {
                     map.insert(r.clone());
                 }
+            }
+        }
+        if vm.rules.has_visible_destination_rules() {
+            let hosts: Vec<Hostname> = v.hosts.keys().cloned().collect();
+            for h in &hosts {
+                v.refresh_host(&vm, global, (h, &[]), opts, &mut scratch);
             }
         }
         v.passthrough(opts, &mut scratch);
@@ -271,7 +290,11 @@ impl ScopedView {
         };
         match bytes {
             Some(b) => {
-                if map.get(&name).is_some_and(|r| r.bytes == b) {
+                if let Some(cur) = map.get(&name).filter(|r| r.bytes == b) {
+                    // Unchanged; share the global resource if it became equal.
+                    if let Some(g) = global.filter(|g| g.bytes == b && !Arc::ptr_eq(g, cur)) {
+                        map.insert(g.clone());
+                    }
                     return;
                 }
                 let r = match global {
@@ -284,38 +307,6 @@ impl ScopedView {
             None => {
                 if map.remove(&name).is_some() {
                     log.of_mut(t).removed.insert(name);
-                }
-            }
-        }
-    }
-
-    /// Re-judges one global cluster or assignment name: shared if its host is
-    /// visible and the global set has it, else absent.
-    fn rejudge(
-        &mut self,
-        global: &ResourceSet,
-        t: ResourceType,
-        name: &Arc<str>,
-        log: &mut ChangeSet,
-    ) {
-        let from = match t {
-            ResourceType::Cluster => &global.clusters,
-            _ => &global.endpoints,
-        };
-        let visible = host_of(name).is_some_and(|h| self.hosts.contains_key(h));
-        let Some(map) = self.map_mut(t) else {
-            return;
-        };
-        match from.get(name).filter(|_| visible) {
-            Some(r) => {
-                if !map.get(name).is_some_and(|m| Arc::ptr_eq(m, r)) {
-                    map.insert(r.clone());
-                    log.of_mut(t).upserted.insert(name.clone());
-                }
-            }
-            None => {
-                if map.remove(name).is_some() {
-                    log.of_mut(t).removed.insert(name.clone());
                 }
             }
         }
@@ -417,15 +408,39 @@ impl ScopedView {
                 );
             }
         }
+        // Hosts the view may build clusters for itself (see `refresh_host`):
+        // those it does, whose resources changed, and any whose service or
+        // rules changed while it sees restricted DestinationRules.
+        // Their changed names are judged there, not shared first.
+        let mut refresh: BTreeMap<Hostname, Vec<(ResourceType, Arc<str>)>> = BTreeMap::new();
+        if self.seen.iter().any(|r| r.is_destination_rule()) {
+            for h in touched.services.iter().chain(touched.rule_hosts.iter()) {
+                refresh.entry(h.clone()).or_default();
+            }
+        }
         for (t, ns) in &names {
             for n in ns {
-                if &**n != PASSTHROUGH_CLUSTER {
+                if &**n == PASSTHROUGH_CLUSTER {
+                    continue;
+                }
+                let Some(h) = host_of(n) else {
+                    self.rejudge(global, *t, n, &mut log);
+                    continue;
+                };
+                if let Some(extra) = refresh.get_mut(h) {
+                    extra.push((*t, n.clone()));
+                } else if self.own.contains_key(h) {
+                    refresh.insert(Hostname::new(h), vec![(*t, n.clone())]);
+                } else {
                     self.rejudge(global, *t, n, &mut log);
                 }
             }
         }
-        if !ports.is_empty() {
+        if !ports.is_empty() || !refresh.is_empty() {
             let vm = self.view_model(model);
+            for (h, extra) in &refresh {
+                self.refresh_host(&vm, global, (h, extra), opts, &mut log);
+            }
             for p in ports {
                 self.rebuild_port(&vm, global, p, opts, &mut log);
             }
@@ -565,10 +580,17 @@ impl Views {
                         v.record(seq, log);
                         any = true;
                         Arc::new(v)
-                    } else if v.hosts == old.hosts && v.ports == old.ports {
+                    } else if v.hosts == old.hosts
+                        && v.ports == old.ports
+                        && v.own == old.own
+                        // An equal resource may have become the global one.
+                        && v.resources.clusters.ptr_eq(&old.resources.clusters)
+                        && v.resources.endpoints.ptr_eq(&old.resources.endpoints)
+                    {
                         old.clone()
                     } else {
-                        // Only the index moved (a hidden host changed): keep it.
+                        // Only the index moved (a hidden host changed), or an equal
+                        // resource became the global one: keep it.
                         Arc::new(v)
                     }
                 }

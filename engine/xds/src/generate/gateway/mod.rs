@@ -381,7 +381,7 @@ fn tcp_chains<M: ModelRead + ?Sized>(
         })
         .map(|(rule, spec)| (&rule.key, &*rule.namespace, &**spec))
         .collect();
-    let chains = l4::gateway_chains(model, &bound, p.server.port, problems);
+    let chains = l4::gateway_chains(model, p.gateway, &bound, p.server.port, problems);
     if chains.is_empty() {
         problems.push((
             p.key.clone(),

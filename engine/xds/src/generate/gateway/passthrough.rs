@@ -48,7 +48,12 @@ pub(crate) fn chains<M: ModelRead + ?Sized>(
             let path = format!("tls[{i}]");
             let mut tcp: Option<Result<TcpProxy, Problem>> = None;
             for (j, m) in route.matches.iter().flatten().enumerate() {
-                if m.port.is_some_and(|port| port != u32::from(p.server.port)) {
+                let applies = crate::generate::l4::BlockConditions::from(m).apply(
+                    model,
+                    ns,
+                    Some(&**p.gateway),
+                );
+                if m.port.is_some_and(|port| port != u32::from(p.server.port)) || !applies {
                     continue;
                 }
                 let mut names = BTreeSet::new();

@@ -165,29 +165,15 @@ fn block_applies<M: ModelRead + ?Sized>(
     cx: &Cx<'_, M>,
     m: Option<&deltapilot_model::rules::HttpMatch>,
 ) -> bool {
-    if let Some(sel) = m.and_then(deltapilot_model::rules::source_selector)
-        && !cx
-            .model
-            .source_matches(&deltapilot_model::rules::selector_id(&sel))
-    {
-        return false;
-    }
-    let Some(list) = m
-        .and_then(|m| m.gateways.as_ref())
-        .filter(|l| !l.is_empty())
-    else {
+    let Some(m) = m else {
         return true;
     };
-    list.iter().any(|g| {
-        match (
-            cx.gateway,
-            deltapilot_model::rules::resolve_gateway_ref(g, cx.namespace),
-        ) {
-            (None, Ok(None)) => true,
-            (Some(id), Ok(Some(named))) => *named == *id,
-            _ => false,
-        }
-    })
+    let conditions = crate::generate::l4::BlockConditions {
+        labels: m.source_labels.as_ref(),
+        namespace: m.source_namespace.as_deref(),
+        gateways: m.gateways.as_deref(),
+    };
+    conditions.apply(cx.model, cx.namespace, cx.gateway)
 }
 
 pub(crate) fn translate<M: ModelRead + ?Sized>(
