@@ -630,3 +630,55 @@ fn nacking_every_eds_response_still_gets_every_later_change() {
     }
     assert!(eds_pushes >= 20);
 }
+
+/// A stream with a response in flight lets snapshots that touch only types in
+/// flight wait for its answer, then catches up on all of them at once; a
+/// snapshot touching a type it could send now is taken at once.
+#[test]
+fn snapshots_of_types_in_flight_wait_for_the_answer_and_are_caught_up() {
+    use envoy_types::pb::envoy::config::core::v3::Node;
+    let s1 = base();
+    let mut st = stream(&s1);
+    let mut first = req(Cluster, &[], &[], "");
+    first.node = Some(Node {
+        id: "sidecar~10.0.0.1~a.ns~ns.svc.cluster.local".into(),
+        ..Default::default()
+    });
+    on(&mut st, &s1, &first).expect("cds");
+    on(&mut st, &s1, &req(Endpoint, &["c1", "c2"], &[], "")).expect("eds");
+    while let Some(p) = st.next_response(&s1) {
+        ack(&mut st, &p);
+    }
+    assert!(!st.can_defer(&s1), "nothing in flight: never defer");
+
+    let s2 = next(&s1, &[(Endpoint, "c1", Some("cla-1b"))]);
+    st.on_snapshot(&s2);
+    let p1 = st.next_response(&s2).expect("eds push");
+    assert_eq!((p1.t, names(&p1)), (Endpoint, vec!["c1".to_string()]));
+
+    let s3 = next(&s2, &[(Endpoint, "c2", Some("cla-2b"))]);
+    assert!(st.can_defer(&s3), "only EDS changed, and EDS is in flight");
+    let s4 = next(&s3, &[(Cluster, "c1", Some("cluster-1b"))]);
+    assert!(!st.can_defer(&s4), "a cluster change could go now");
+    let s5 = next(&s4, &[(Endpoint, "c1", Some("cla-1c"))]);
+    st.on_snapshot(&s4);
+    assert!(st.can_defer(&s5));
+
+    // s3 and s5 were never taken one by one: the answer's catch-up has both.
+    on(&mut st, &s5, &req(Endpoint, &[], &[], &p1.out.nonce)).expect("ack");
+    let mut got = HashMap::new();
+    while let Some(p) = st.next_response(&s5) {
+        for r in &p.out.resources {
+            got.insert((p.t, r.name.to_string()), r.version.to_string());
+        }
+        ack(&mut st, &p);
+    }
+    for (t, n) in [(Cluster, "c1"), (Endpoint, "c1"), (Endpoint, "c2")] {
+        assert_eq!(
+            got.get(&(t, n.to_string())),
+            Some(&version(&s5, t, n)),
+            "{t:?} {n} at s5's version: {got:?}"
+        );
+    }
+    assert_eq!(st.seq(), s5.seq);
+}
