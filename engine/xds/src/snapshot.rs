@@ -103,25 +103,6 @@ impl Snapshot {
         }
         Some(merged)
     }
-
-    /// Per type, whether a snapshot after `since` up to this one changed it in
-    /// the default views, without merging anything: what a stream asks on each
-    /// snapshot to learn whether it can wait. `None` when `since` is too old.
-    pub fn types_changed_since(&self, since: u64) -> Option<[bool; ResourceType::COUNT]> {
-        let mut out = [false; ResourceType::COUNT];
-        if since >= self.seq {
-            return Some(out);
-        }
-        if since + 1 < self.recent.front()?.0 {
-            return None;
-        }
-        for (_, cs) in self.recent.iter().filter(|(seq, _)| *seq > since) {
-            for (o, tc) in out.iter_mut().zip(cs.types.iter()) {
-                *o |= !tc.is_empty();
-            }
-        }
-        Some(out)
-    }
 }
 
 /// The resources of type `t` of the view under `key`, given a snapshot's
@@ -236,38 +217,6 @@ mod tests {
             .upserted
             .insert(Arc::from(name));
         Arc::new(c)
-    }
-
-    #[test]
-    fn types_changed_since_reads_the_same_window_as_changes_since() {
-        let mut s = Snapshot {
-            seq: 12,
-            ..Default::default()
-        };
-        let mut eds = ChangeSet::default();
-        eds.of_mut(ResourceType::Endpoint)
-            .removed
-            .insert(Arc::from("e"));
-        s.recent = [(10, cs("c10")), (11, Arc::new(eds)), (12, Arc::default())]
-            .into_iter()
-            .collect();
-        let (c, e) = (
-            ResourceType::Cluster.index(),
-            ResourceType::Endpoint.index(),
-        );
-        let m = s.types_changed_since(10).expect("known");
-        assert!(!m[c] && m[e], "only seq 11 and 12 count: {m:?}");
-        let m = s.types_changed_since(9).expect("known");
-        assert!(m[c] && m[e]);
-        assert_eq!(
-            s.types_changed_since(11),
-            Some([false; ResourceType::COUNT])
-        );
-        assert_eq!(
-            s.types_changed_since(12),
-            Some([false; ResourceType::COUNT])
-        );
-        assert!(s.types_changed_since(8).is_none());
     }
 
     #[test]

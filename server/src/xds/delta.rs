@@ -506,27 +506,6 @@ impl DeltaStream {
         Ok(outcome)
     }
 
-    /// Whether taking `snap` into account can wait for this stream's next
-    /// answer (ACK or NACK): a response is in flight, the stream is on a
-    /// default view (whose changes are the snapshot's own), and every type the
-    /// snapshots since this stream's last changed is either not subscribed or
-    /// has a response in flight, so nothing new could go before that answer
-    /// anyway. Under churn a stream that is behind then folds many snapshots
-    /// into one catch-up at its answer instead of diffing each one as it comes.
-    /// A move to another view is noticed at that catch-up.
-    pub fn can_defer(&self, snap: &Snapshot) -> bool {
-        if self.in_flight() == 0 || !matches!(self.key, Some(ViewKey::Default(_))) {
-            return false;
-        }
-        let Some(changed) = snap.types_changed_since(self.seq) else {
-            return false;
-        };
-        ResourceType::ALL.iter().all(|t| {
-            let s = &self.types[t.index()];
-            !changed[t.index()] || !s.started || s.in_flight.is_some()
-        })
-    }
-
     /// Notes a newly published snapshot: the names it changed become dirty (all
     /// names, if this stream is further behind than the snapshot remembers).
     pub fn on_snapshot(&mut self, snap: &Snapshot) {

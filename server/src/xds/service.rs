@@ -271,11 +271,6 @@ trait Protocol: Send + 'static {
     fn node_proxy(req: &Self::Req) -> Result<Option<Proxy>, Error>;
     fn on_request(&mut self, req: &Self::Req, snap: &Snapshot) -> Result<RequestOutcome, Error>;
     fn on_snapshot(&mut self, snap: &deltapilot_xds::snapshot::Snapshot);
-    /// Whether taking `snap` into account can wait for the next answer (see
-    /// [`DeltaStream::can_defer`]).
-    fn can_defer(&self, _snap: &Snapshot) -> bool {
-        false
-    }
     /// The next response to send, with what the metrics count about it.
     fn next(
         &mut self,
@@ -319,9 +314,6 @@ impl Protocol for DeltaStream {
     }
     fn on_snapshot(&mut self, snap: &deltapilot_xds::snapshot::Snapshot) {
         DeltaStream::on_snapshot(self, snap)
-    }
-    fn can_defer(&self, snap: &Snapshot) -> bool {
-        DeltaStream::can_defer(self, snap)
     }
     fn next(
         &mut self,
@@ -453,11 +445,8 @@ fn run_stream<P: Protocol>(
         let mut creds_open = true;
         let mut last_heard = Instant::now();
         let stall = shared.limits.stall_timeout;
-        // Set when a snapshot's processing waits for the stream's next answer
-        // (see `Protocol::can_defer`): the send loop then has nothing to try.
-        let mut deferred = false;
         let end: Option<Status> = loop {
-            while !std::mem::take(&mut deferred) {
+            loop {
                 let next = lock(&state).next(&snap);
                 let Some(next) = next else {
                     // The snapshot types first; then secrets (listeners reference them).
@@ -503,14 +492,7 @@ fn run_stream<P: Protocol>(
                             if P::Secrets::is_secret(&req) {
                                 secrets.on_request(&req)
                             } else {
-                                let mut st = lock(&state);
-                                // A deferred snapshot is taken into account
-                                // first: requests always meet a state that is
-                                // current with `snap`.
-                                if st.seq() != snap.seq {
-                                    st.on_snapshot(&snap);
-                                }
-                                st.on_request(&req, &snap)
+                                lock(&state).on_request(&req, &snap)
                             }
                         });
                         match result {
@@ -550,11 +532,7 @@ fn run_stream<P: Protocol>(
                 s = snapshots.changed(), if snapshots_open => match s {
                     Some(s) => {
                         snap = s;
-                        let mut st = lock(&state);
-                        deferred = st.can_defer(&snap);
-                        if !deferred {
-                            st.on_snapshot(&snap);
-                        }
+                        lock(&state).on_snapshot(&snap);
                     }
                     None => snapshots_open = false,
                 },
