@@ -9,6 +9,12 @@
 //!   the last expected ACK; `raw_fanout_ratio` = convergence p99 ÷ raw fan-out p99
 //!   (`raw_fanout_ratio_p50` the same at p50), endpoint changes against EDS
 //!   responses when there are any (like for like), else everything.
+//! - `raw_change_ms`: per tracked change, replayed: from the baseline server
+//!   sending the first response proxy 0 received after the change's append, to
+//!   the last expected ACK of a response showing it, judged by the same tracker
+//!   as `convergence_ms` (a service add is its CDS, ACK, then its assignment).
+//!   `raw_fanout_ratio_all` = `convergence_ms` p99 ÷ its p99 (`_p50` at p50):
+//!   every kind of change against the same changes moved raw.
 //! - `bytes_per_proxy_per_event`: bytes of responses received during churn ÷
 //!   (changes × expected proxies).
 //! - `bytes_per_change_ratio`: bytes of EDS responses received during churn ÷ the
@@ -82,6 +88,19 @@ pub struct BaselineReport {
     pub raw_fanout_ms: Option<Percentiles>,
     /// Raw fan-out time of EDS pushes only.
     pub raw_fanout_eds_ms: Option<Percentiles>,
+    /// Raw fan-out time per tracked change (every kind), by the same tracker.
+    pub raw_change_ms: Option<Percentiles>,
+    /// The same for endpoint changes only.
+    pub raw_change_endpoint_ms: Option<Percentiles>,
+    /// Tracked changes the replay registered (those with a captured response
+    /// after their append).
+    pub changes_replayed: usize,
+    /// Of those, the ones every expected proxy ACKed within the drain.
+    pub changes_converged: usize,
+    /// Changes registered while a change they undo (an address's addition, a
+    /// cluster's earlier changes) had not converged in the replay; the tracker
+    /// may then count them early.
+    pub changes_out_of_order: usize,
     /// Why it did not run, if it did not.
     pub skipped: Option<String>,
     /// Where the replay server ran: `process` (a child process, like the server
@@ -182,6 +201,10 @@ pub struct Report {
     pub raw_fanout_ratio: Option<f64>,
     /// Convergence p50 ÷ raw fan-out p50.
     pub raw_fanout_ratio_p50: Option<f64>,
+    /// Convergence p99 of every change ÷ the replay's p99 of the same changes.
+    pub raw_fanout_ratio_all: Option<f64>,
+    /// The same at p50.
+    pub raw_fanout_ratio_all_p50: Option<f64>,
     /// Responses received per second during churn, over all proxies.
     pub responses_per_sec: Option<f64>,
     /// Bytes received per expected proxy per change.
@@ -322,8 +345,32 @@ impl Report {
                     self.events, self.churn_rate, self.events_converged
                 ),
             ));
-            rows.push(("convergence ms", pct(&self.convergence_ms)));
-            rows.push(("  endpoint changes", pct(&self.convergence_endpoint_ms)));
+            let with_ratio =
+                |p: &Option<Percentiles>, r99: Option<f64>, r50: Option<f64>| match (p, r99, r50) {
+                    (None, ..) | (_, None, None) => pct(p),
+                    _ => format!(
+                        "{} (÷ raw: p99 {} · p50 {})",
+                        pct(p),
+                        f(r99, ""),
+                        f(r50, "")
+                    ),
+                };
+            rows.push((
+                "convergence ms",
+                with_ratio(
+                    &self.convergence_ms,
+                    self.raw_fanout_ratio_all,
+                    self.raw_fanout_ratio_all_p50,
+                ),
+            ));
+            rows.push((
+                "  endpoint changes",
+                with_ratio(
+                    &self.convergence_endpoint_ms,
+                    self.raw_fanout_ratio,
+                    self.raw_fanout_ratio_p50,
+                ),
+            ));
             rows.push(("  normal proxies", pct(&self.convergence_normal_ms)));
             rows.push(("  from write", pct(&self.write_to_ack_ms)));
             rows.push((
@@ -353,12 +400,24 @@ impl Report {
             };
             rows.push(("  EDS pushes", v));
             rows.push((
-                "convergence ÷ raw",
-                format!(
-                    "p99 {} · p50 {}",
-                    f(self.raw_fanout_ratio, ""),
-                    f(self.raw_fanout_ratio_p50, "")
-                ),
+                "  per change, all",
+                match &bl.skipped {
+                    Some(_) => "—".into(),
+                    None => format!(
+                        "{} ({} of {} replayed changes converged, {} out of order)",
+                        pct(&bl.raw_change_ms),
+                        bl.changes_converged,
+                        bl.changes_replayed,
+                        bl.changes_out_of_order
+                    ),
+                },
+            ));
+            rows.push((
+                "  per change, endpoint",
+                match &bl.skipped {
+                    Some(_) => "—".into(),
+                    None => pct(&bl.raw_change_endpoint_ms),
+                },
             ));
         }
         if self.events > 0 {
@@ -461,6 +520,7 @@ mod tests {
             "nacks",
             "convergence_ms",
             "raw_fanout_ratio",
+            "raw_fanout_ratio_all",
             "server_rss_bytes_per_proxy",
             "bytes_per_change_ratio",
             "responses_per_sec",

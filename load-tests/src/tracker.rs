@@ -81,6 +81,10 @@ pub enum Group {
 
 #[derive(Debug, Clone)]
 struct Tracked {
+    /// The list it joined (a cluster, or a rule).
+    list: Arc<str>,
+    /// For a rule shift, the route configuration that shows it.
+    route: Option<Arc<str>>,
     expect: Expect,
     kind: ChangeKind,
     written: SystemTime,
@@ -89,6 +93,17 @@ struct Tracked {
     remaining_normal: u32,
     last: Option<SystemTime>,
     last_normal: Option<SystemTime>,
+}
+
+/// A registered change, as the baseline registers it again for its own fleet.
+#[derive(Debug, Clone)]
+pub struct ChangeSpec {
+    list: Arc<str>,
+    route: Option<Arc<str>>,
+    expect: Expect,
+    kind: ChangeKind,
+    /// Its time zero in the run it came from (append, else write).
+    pub start: SystemTime,
 }
 
 /// One change's outcome.
@@ -162,10 +177,30 @@ impl Tracker {
         key: String,
         written: SystemTime,
     ) -> EventId {
+        self.register_in(cluster, None, expect, kind, key, written)
+    }
+
+    fn register_in(
+        &self,
+        cluster: Arc<str>,
+        route: Option<Arc<str>>,
+        expect: Expect,
+        kind: ChangeKind,
+        key: String,
+        written: SystemTime,
+    ) -> EventId {
         let mut i = self.lock();
+        if let Some(route) = &route {
+            let rules = i.rules_of_route.entry(route.clone()).or_default();
+            if !rules.contains(&cluster) {
+                rules.push(cluster.clone());
+            }
+        }
         let id = i.events.len();
         let (normal, slow) = (i.normal, i.slow);
         i.events.push(Tracked {
+            list: cluster.clone(),
+            route,
             expect,
             kind,
             written,
@@ -190,14 +225,67 @@ impl Tracker {
         key: String,
         written: SystemTime,
     ) -> EventId {
-        {
-            let mut i = self.lock();
-            let rules = i.rules_of_route.entry(route).or_default();
-            if !rules.contains(&rule) {
-                rules.push(rule.clone());
-            }
-        }
-        self.register(rule, expect, ChangeKind::RuleShift, key, written)
+        self.register_in(
+            rule,
+            Some(route),
+            expect,
+            ChangeKind::RuleShift,
+            key,
+            written,
+        )
+    }
+
+    /// Every registered change, in registration order, to register again
+    /// elsewhere with [`Tracker::register_spec`].
+    pub fn specs(&self) -> Vec<ChangeSpec> {
+        self.lock()
+            .events
+            .iter()
+            .map(|e| ChangeSpec {
+                list: e.list.clone(),
+                route: e.route.clone(),
+                expect: e.expect.clone(),
+                kind: e.kind,
+                start: e.appended.unwrap_or(e.written),
+            })
+            .collect()
+    }
+
+    /// Registers `spec` (from another tracker) as written at `written`.
+    pub fn register_spec(&self, spec: &ChangeSpec, written: SystemTime) -> EventId {
+        let key = format!("spec-{}", self.lock().events.len());
+        self.register_in(
+            spec.list.clone(),
+            spec.route.clone(),
+            spec.expect.clone(),
+            spec.kind,
+            key,
+            written,
+        )
+    }
+
+    /// Whether `id` was registered while a change it undoes had not converged:
+    /// the removal of an address whose addition, or of a cluster whose earlier
+    /// changes, some proxy has not ACKed yet. The churn never does that (it is
+    /// what keeps "absent" meaning "removed"); a replay that falls behind may,
+    /// and the tracker may then count `id` and those changes early.
+    pub fn undoes_unconverged(&self, id: EventId) -> bool {
+        let i = self.lock();
+        let Some(e) = i.events.get(id) else {
+            return false;
+        };
+        let Some(list) = i.by_cluster.get(&e.list) else {
+            return false;
+        };
+        list.iter()
+            .take_while(|&&k| k != id)
+            .map(|&k| &i.events[k])
+            .filter(|p| p.remaining > 0)
+            .any(|p| match (&e.expect, &p.expect) {
+                (Expect::Absent(a), Expect::Present(b)) => a == b,
+                (Expect::ClusterGone, _) => true,
+                _ => false,
+            })
     }
 
     /// Corrects the write time of `id` to when the write actually happened.
@@ -406,6 +494,66 @@ mod tests {
         assert_eq!(r[1].converged, Some(t(30)));
         assert!(tr.set_appended_by_key("-a", t(5)));
         assert_eq!(tr.results()[1].start(), t(5));
+    }
+
+    #[test]
+    fn specs_register_again_and_a_removal_before_its_addition_converged_is_flagged() {
+        let tr = Tracker::new();
+        tr.set_expected(1, 0);
+        let c: Arc<str> = Arc::from("c");
+        tr.register(
+            c.clone(),
+            Expect::Present("x".into()),
+            ChangeKind::EndpointAdd,
+            "+x".into(),
+            t(0),
+        );
+        tr.register(
+            c.clone(),
+            Expect::Present("y".into()),
+            ChangeKind::EndpointAdd,
+            "+y".into(),
+            t(1),
+        );
+        tr.register(
+            c.clone(),
+            Expect::Absent("x".into()),
+            ChangeKind::EndpointRemove,
+            "-x".into(),
+            t(2),
+        );
+        tr.register_route(
+            Arc::from("80"),
+            Arc::from("r"),
+            Expect::RouteHas("m".into()),
+            "m".into(),
+            t(3),
+        );
+        assert!(tr.set_appended_by_key("+y", t(5)));
+        let specs = tr.specs();
+        assert_eq!(
+            specs.iter().map(|s| s.start).collect::<Vec<_>>(),
+            [t(0), t(5), t(2), t(3)]
+        );
+
+        let again = Tracker::new();
+        again.set_expected(1, 0);
+        let ids: Vec<_> = specs
+            .iter()
+            .map(|s| again.register_spec(s, t(10)))
+            .collect();
+        // An independent addition is not flagged; removing x before +x converged is.
+        assert!(!again.undoes_unconverged(ids[1]));
+        assert!(again.undoes_unconverged(ids[2]));
+        let mut p = Cursor::default();
+        again.on_endpoints(&mut p, "c", &addrs(&["y"]), Group::Normal, t(11));
+        assert!(
+            again.is_converged(ids[2]),
+            "and +x with it, counted early: why it is flagged"
+        );
+        again.on_route(&mut p, "80", b"..m..", Group::Normal, t(12));
+        assert!(again.is_converged(ids[3]), "the rule keeps its route");
+        assert_eq!(again.results()[3].start(), t(10));
     }
 
     #[test]

@@ -74,6 +74,11 @@ async fn delta_fleet_converges_on_every_change_with_no_nack() {
         "every replayed push reached every proxy"
     );
     assert!(r.raw_fanout_ratio.is_some() && r.bytes_per_change_ratio.is_some());
+    // Every change had a response after its append, so the replay registered
+    // each one again, and each moved raw to every proxy: the all-changes ratio.
+    assert_eq!(b.changes_replayed, r.events, "{}", r.table());
+    assert_eq!(b.changes_converged, b.changes_replayed, "{}", r.table());
+    assert!(r.raw_fanout_ratio_all.is_some(), "{}", r.table());
     assert!(r.server_rss_bytes_per_proxy.is_some() && r.server_cpu_seconds.is_some());
 
     let dir = tempfile::tempdir().expect("tmp");
@@ -86,6 +91,7 @@ async fn delta_fleet_converges_on_every_change_with_no_nack() {
         "converged_proxies",
         "nacks",
         "raw_fanout_ratio",
+        "raw_fanout_ratio_all",
         "server_rss_bytes_per_proxy",
         "bytes_per_change_ratio",
     ] {

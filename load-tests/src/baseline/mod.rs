@@ -3,18 +3,22 @@
 //! stream gets the initial responses proxy 0 captured from deltapilot, then every
 //! response proxy 0 captured during churn, replayed byte for byte to all streams
 //! at the same pace. The same simulated proxies (same code, same behaviours)
-//! connect to it, and the time from sending a response to the last expected ACK is
-//! the raw fan-out time. Convergence ÷ raw fan-out says what the control plane
-//! costs on top of moving the bytes.
+//! connect to it. Convergence ÷ raw fan-out says what the control plane costs on
+//! top of moving the bytes.
+//!
+//! Each stream keeps one rule of a correct server, make-before-break order across
+//! types (see [`gate`]): a listener or route waits for the ACK of the clusters
+//! sent before it, so a service add costs the replay the round trips it costs
+//! deltapilot. Reading the ACKs for that is the only per-stream work.
 //!
 //! The server runs as a child process (the load generator's own binary, see
 //! [`child`]) when the load generator runs as a binary, and in this process (on
 //! its own runtime) when it runs as a library, e.g. in tests.
 //!
-//! What it does NOT do: look at requests (they are read and dropped), or decide
-//! anything per stream.
+//! What it does NOT do: coalesce, or decide anything per stream beyond that order.
 
 pub mod child;
+pub mod gate;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -27,10 +31,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryResponse, DiscoveryResponse};
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use prost::Message;
 use tokio::sync::{broadcast, watch};
-use tokio_stream::wrappers::BroadcastStream;
 use tonic::codegen::{Body, BoxFuture, Context, Poll, Service, StdError, http};
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Status, Streaming};
@@ -45,15 +48,44 @@ use crate::tracker::Group;
 /// so a healthy stream never holds more than a few; a stalled one drops the rest.
 const REPLAY_BACKLOG: usize = 1024;
 
+/// Responses a stream's loop may hand to its connection ahead of the writes:
+/// the gate releases in bursts only as ACKs arrive, so a few suffice.
+const STREAM_OUT: usize = 16;
+
 type RespStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
 
 struct Replay {
-    initial: Arc<Vec<Bytes>>,
-    pushes: broadcast::Sender<Bytes>,
+    initial: Arc<Vec<gate::Msg>>,
+    pushes: broadcast::Sender<gate::Msg>,
+}
+
+/// The two request fields that carry the answered nonce, per API.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SotwAnswer {
+    #[prost(string, tag = "5")]
+    response_nonce: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct DeltaAnswer {
+    #[prost(string, tag = "6")]
+    response_nonce: String,
+}
+
+fn answered_nonce(delta: bool, req: &[u8]) -> Option<String> {
+    let n = if delta {
+        DeltaAnswer::decode(req).ok()?.response_nonce
+    } else {
+        SotwAnswer::decode(req).ok()?.response_nonce
+    };
+    (!n.is_empty()).then_some(n)
 }
 
 #[derive(Clone)]
-struct Method(Arc<Replay>);
+struct Method {
+    replay: Arc<Replay>,
+    delta: bool,
+}
 
 impl StreamingService<Bytes> for Method {
     type Response = Bytes;
@@ -61,15 +93,50 @@ impl StreamingService<Bytes> for Method {
     type Future = BoxFuture<tonic::Response<RespStream>, Status>;
 
     fn call(&mut self, req: tonic::Request<Streaming<Bytes>>) -> Self::Future {
-        let mut inbound = req.into_inner();
-        // Requests carry nothing the replay needs; reading them keeps the client's
-        // flow-control window open.
-        tokio::spawn(async move { while let Ok(Some(_)) = inbound.message().await {} });
-        let rx = self.0.pushes.subscribe();
-        let initial: Vec<Result<Bytes, Status>> = self.0.initial.iter().cloned().map(Ok).collect();
-        let pushes = BroadcastStream::new(rx).filter_map(|r| async move { r.ok().map(Ok) });
-        let stream: RespStream = Box::pin(futures::stream::iter(initial).chain(pushes));
+        let inbound = req.into_inner();
+        let rx = self.replay.pushes.subscribe();
+        let mut g = gate::Gate::default();
+        for m in self.replay.initial.iter() {
+            g.push(m.clone());
+        }
+        let (tx, out) = tokio::sync::mpsc::channel(STREAM_OUT);
+        tokio::spawn(stream_loop(g, inbound, rx, tx, self.delta));
+        let stream: RespStream = Box::pin(tokio_stream::wrappers::ReceiverStream::new(out));
         Box::pin(async move { Ok(tonic::Response::new(stream)) })
+    }
+}
+
+/// One stream: queue pushes, read answers, send what the gate releases. Ends
+/// with the stream (either side), or when it falls [`REPLAY_BACKLOG`] pushes
+/// behind (the lagged pushes are dropped, as a stalled proxy's would be).
+async fn stream_loop(
+    mut g: gate::Gate,
+    mut inbound: Streaming<Bytes>,
+    mut pushes: broadcast::Receiver<gate::Msg>,
+    out: tokio::sync::mpsc::Sender<Result<Bytes, Status>>,
+    delta: bool,
+) {
+    loop {
+        while let Some(b) = g.next_ready() {
+            if out.send(Ok(b)).await.is_err() {
+                return;
+            }
+        }
+        tokio::select! {
+            req = inbound.message() => match req {
+                Ok(Some(b)) => {
+                    if let Some(n) = answered_nonce(delta, &b) {
+                        g.answered(&n);
+                    }
+                }
+                _ => return,
+            },
+            push = pushes.recv(), if g.queued() < REPLAY_BACKLOG => match push {
+                Ok(m) => g.push(m),
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+        }
     }
 }
 
@@ -95,12 +162,13 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let method = Method(self.0.clone());
         let path = req.uri().path().to_owned();
+        let method = Method {
+            replay: self.0.clone(),
+            delta: path.ends_with("/DeltaAggregatedResources"),
+        };
         Box::pin(async move {
-            if path.ends_with("/DeltaAggregatedResources")
-                || path.ends_with("/StreamAggregatedResources")
-            {
+            if method.delta || path.ends_with("/StreamAggregatedResources") {
                 let mut grpc =
                     Grpc::new(BytesCodec).apply_max_message_size_config(None, Some(usize::MAX));
                 Ok(grpc.streaming(method, req).await)
@@ -134,7 +202,7 @@ impl BaselineServer {
         let addr = std_listener.local_addr()?;
         let (pushes, _) = broadcast::channel(REPLAY_BACKLOG);
         let replay = Arc::new(Replay {
-            initial: Arc::new(initial),
+            initial: Arc::new(initial.into_iter().map(gate::Msg::new).collect()),
             pushes,
         });
         let (stop, mut stopped) = watch::channel(false);
@@ -179,7 +247,7 @@ impl BaselineServer {
 
     /// Sends `bytes` to every open stream.
     pub fn push(&self, bytes: Bytes) {
-        let _ = self.replay.pushes.send(bytes);
+        let _ = self.replay.pushes.send(gate::Msg::new(bytes));
     }
 
     /// Stops serving; waits up to `within` for its thread.
@@ -294,6 +362,8 @@ pub struct Push {
     pub nonce: String,
     /// It is an EDS response (what an endpoint change costs).
     pub eds: bool,
+    /// When proxy 0 received it, on the wall clock.
+    pub wall: std::time::SystemTime,
 }
 
 fn type_url_of(api: Api, bytes: &[u8]) -> Option<String> {
@@ -325,6 +395,7 @@ pub fn split(api: Api, captured: &[Captured]) -> (Vec<Bytes>, Vec<Push>) {
             offset: first.map(|f| c.at - f).unwrap_or_default(),
             nonce: nonce_of(api, &c.bytes).unwrap_or_default(),
             eds: type_url_of(api, &c.bytes).as_deref() == Some(eds_url),
+            wall: c.wall,
             bytes: c.bytes.clone(),
         })
         .collect();

@@ -482,6 +482,7 @@ async fn run_phases(
             plan.baseline_exe.as_ref(),
             cfg,
             &captured,
+            &tracker.specs(),
             behaviours,
             report,
             progress,

@@ -1,12 +1,15 @@
-//! The baseline phase: the same fleet against the in-process replay server, the
-//! captured pushes sent at their original pace, and the ratio of convergence to
-//! raw fan-out.
+//! The baseline phase: the same fleet against the replay server, the captured
+//! pushes sent at their original pace, and the ratios of convergence to raw
+//! fan-out. The run's tracked changes are registered again, each just before
+//! the first captured push after its append, with a tracker of the replay's own:
+//! the same proxies then judge, by the same rules, when each change has moved
+//! raw, so every kind of change has a like-for-like raw figure.
 //!
 //! What it does NOT do: the replay server itself (see `baseline`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::phases::wait_sync;
 use crate::baseline::{ReplayAcks, Replayer, split};
@@ -17,7 +20,7 @@ use crate::proxy::fleet::{Captured, Fleet, FleetConfig, Phase};
 use crate::report::{BaselineReport, Report};
 use crate::scenario::Scenario;
 use crate::stats::{ms, percentiles, ratio};
-use crate::tracker::Tracker;
+use crate::tracker::{ChangeSpec, Tracker};
 
 /// Runs the baseline and fills `report.baseline` and the ratios.
 pub(super) async fn baseline(
@@ -25,6 +28,7 @@ pub(super) async fn baseline(
     own: Option<&(std::path::PathBuf, Vec<String>)>,
     mut cfg: FleetConfig,
     captured: &[Captured],
+    changes: &[ChangeSpec],
     behaviours: &[Behaviour],
     report: &mut Report,
     progress: &Progress,
@@ -44,15 +48,23 @@ pub(super) async fn baseline(
     let nonces: Vec<String> = pushes.iter().map(|p| p.nonce.clone()).collect();
     let expected = (report.behaviours.normal + report.behaviours.slow) as u32;
     let acks = Arc::new(ReplayAcks::new(&nonces, expected));
+    let tracker = Arc::new(Tracker::new());
+    tracker.set_expected(
+        report.behaviours.normal as u32,
+        report.behaviours.slow as u32,
+    );
+    // Each change goes before the first push proxy 0 received after its append.
+    let mut at_push: Vec<Vec<&ChangeSpec>> = vec![Vec::new(); pushes.len()];
+    for c in changes {
+        let i = pushes.partition_point(|p| p.wall < c.start);
+        if let Some(slot) = at_push.get_mut(i) {
+            slot.push(c);
+        }
+    }
     cfg.target = server.addr();
     let rss0 = server.pid().and_then(procstat::sample).map(|s| s.rss_bytes);
     cfg.capture = false;
-    let fleet = Fleet::start(
-        cfg,
-        behaviours,
-        Arc::new(Tracker::new()),
-        Some(acks.clone()),
-    )?;
+    let fleet = Fleet::start(cfg, behaviours, tracker.clone(), Some(acks.clone()))?;
     progress.phase(
         "baseline sync",
         Some((fleet.shared.clone(), fleet.size())),
@@ -91,12 +103,24 @@ pub(super) async fn baseline(
     let mut sent = Vec::with_capacity(pushes.len());
     for (i, p) in pushes.iter().enumerate() {
         tokio::time::sleep_until(tokio::time::Instant::from_std(start + p.offset)).await;
+        let now = SystemTime::now();
+        for c in &at_push[i] {
+            let id = tracker.register_spec(c, now);
+            out.changes_replayed += 1;
+            if tracker.undoes_unconverged(id) {
+                out.changes_out_of_order += 1;
+            }
+        }
         sent.push(Instant::now());
         server.push(i).await?;
     }
     let drain = Duration::from_secs(sc.timeouts.drain_secs);
     let drain_start = Instant::now();
-    while drain_start.elapsed() < drain && !(0..sent.len()).all(|i| acks.done(i)) {
+    let all_done = || {
+        let (n, done) = tracker.counts();
+        n == done && (0..sent.len()).all(|i| acks.done(i))
+    };
+    while drain_start.elapsed() < drain && !all_done() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let cpu1 = server
@@ -122,6 +146,29 @@ pub(super) async fn baseline(
     out.pushes_done = raw.len();
     out.raw_fanout_ms = percentiles(&raw);
     out.raw_fanout_eds_ms = percentiles(&raw_eds);
+    let (mut per_change, mut per_endpoint) = (Vec::new(), Vec::new());
+    for r in tracker.results() {
+        let Some(v) = r
+            .converged
+            .and_then(|c| c.duration_since(r.start()).ok())
+            .map(ms)
+        else {
+            continue;
+        };
+        per_change.push(v);
+        if r.kind.is_endpoint() {
+            per_endpoint.push(v);
+        }
+    }
+    out.changes_converged = per_change.len();
+    out.raw_change_ms = percentiles(&per_change);
+    out.raw_change_endpoint_ms = percentiles(&per_endpoint);
+    if out.changes_out_of_order > 0 {
+        report.notes.push(format!(
+            "baseline: {} changes were replayed while a change they undo had not converged there; they may count as converged early",
+            out.changes_out_of_order
+        ));
+    }
     if fleet.shared.counters.errors.load(Ordering::Relaxed) > 0 {
         report.notes.push(format!(
             "baseline: {} proxies failed; first error: {}",
@@ -144,6 +191,14 @@ pub(super) async fn baseline(
     if let Some((c, b)) = pair {
         report.raw_fanout_ratio = ratio(Some(c.p99), Some(b.p99));
         report.raw_fanout_ratio_p50 = ratio(Some(c.p50), Some(b.p50));
+    }
+    if let Some((c, b)) = report
+        .convergence_ms
+        .as_ref()
+        .zip(out.raw_change_ms.as_ref())
+    {
+        report.raw_fanout_ratio_all = ratio(Some(c.p99), Some(b.p99));
+        report.raw_fanout_ratio_all_p50 = ratio(Some(c.p50), Some(b.p50));
     }
     report.baseline = Some(out);
     Ok(())

@@ -83,6 +83,8 @@ pub struct Captured {
     pub phase: Phase,
     /// When it arrived.
     pub at: Instant,
+    /// The same moment on the wall clock (what change append times are on).
+    pub wall: SystemTime,
     /// Its bytes, exactly as received.
     pub bytes: Bytes,
 }
@@ -537,7 +539,7 @@ async fn run_proxy(
                     if i == 0 && shared.cfg.capture {
                         let mut cap = shared.capture.lock().unwrap_or_else(|p| p.into_inner());
                         if cap.len() < MAX_CAPTURE {
-                            cap.push(Captured { phase, at: Instant::now(), bytes: bytes.clone() });
+                            cap.push(Captured { phase, at: Instant::now(), wall: SystemTime::now(), bytes: bytes.clone() });
                         }
                     }
                     let nack = behaviour == Behaviour::Nack && synced;
