@@ -114,16 +114,20 @@ fn no_rejections(envoy: &Envoy) {
     );
 }
 
-fn scenario(example: &str) {
+/// A temporary directory with the server's data and watch directories and
+/// one directory per Envoy (`envoy-test`, `envoy-other`), all but data made.
+fn dirs() -> (tempfile::TempDir, [std::path::PathBuf; 4]) {
     let tmp = tempfile::tempdir().expect("tmp");
-    let (data, watch) = (tmp.path().join("data"), tmp.path().join("watch"));
-    let (first_dir, second_dir) = (
-        tmp.path().join("envoy-test"),
-        tmp.path().join("envoy-other"),
-    );
-    for d in [&watch, &first_dir, &second_dir] {
+    let [data, watch, first, second] =
+        ["data", "watch", "envoy-test", "envoy-other"].map(|d| tmp.path().join(d));
+    for d in [&watch, &first, &second] {
         std::fs::create_dir_all(d).expect("dir");
     }
+    (tmp, [data, watch, first, second])
+}
+
+fn scenario(example: &str) {
+    let (tmp, [data, watch, first_dir, second_dir]) = dirs();
     let (hello, one) = (Backend::start("hello"), Backend::start("v1"));
     let port = free_port();
     write_service_entry(
@@ -241,15 +245,7 @@ fn only(get: impl Fn() -> Result<(u16, String), String>, who: &str) -> Result<()
 }
 
 fn dr_scenario(example: &str) {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let (data, watch) = (tmp.path().join("data"), tmp.path().join("watch"));
-    let (first_dir, second_dir) = (
-        tmp.path().join("envoy-test"),
-        tmp.path().join("envoy-other"),
-    );
-    for d in [&watch, &first_dir, &second_dir] {
-        std::fs::create_dir_all(d).expect("dir");
-    }
+    let (tmp, [data, watch, first_dir, second_dir]) = dirs();
     let (one, two) = (Backend::start("one"), Backend::start("two"));
     let port = free_port();
     write_service_entry(
