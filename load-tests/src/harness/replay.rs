@@ -22,13 +22,13 @@ use crate::scenario::Scenario;
 use crate::stats::{ms, percentiles, ratio};
 use crate::tracker::{ChangeSpec, Tracker};
 
-/// Runs the baseline and fills `report.baseline` and the ratios.
+/// Runs the baseline and fills `report.baseline` and the ratios, from what
+/// proxy 0 received in the run and the changes the run tracked.
 pub(super) async fn baseline(
     sc: &Scenario,
     own: Option<&(std::path::PathBuf, Vec<String>)>,
     mut cfg: FleetConfig,
-    captured: &[Captured],
-    changes: &[ChangeSpec],
+    (captured, changes): (&[Captured], &[ChangeSpec]),
     behaviours: &[Behaviour],
     report: &mut Report,
     progress: &Progress,
