@@ -92,6 +92,14 @@ pub struct XdsConnOptions {
     pub keepalive_interval: Duration,
     /// A connection whose ping is not answered within this is closed.
     pub keepalive_timeout: Duration,
+    /// Connections older than this are told to go (HTTP/2 GOAWAY), so clients
+    /// reconnect and spread again over the replicas, e.g. back to one that
+    /// restarted; `None` keeps them for as long as they last.
+    pub max_connection_age: Option<Duration>,
+    /// How long a connection told to go may keep its streams before it is
+    /// closed. An ADS stream never ends by itself, so this is when the client
+    /// actually reconnects.
+    pub max_connection_age_grace: Duration,
 }
 
 impl Default for XdsConnOptions {
@@ -101,6 +109,8 @@ impl Default for XdsConnOptions {
             keepalive_interval: Duration::from_secs(30),
             // tonic's default.
             keepalive_timeout: Duration::from_secs(20),
+            max_connection_age: None,
+            max_connection_age_grace: Duration::from_secs(10),
         }
     }
 }

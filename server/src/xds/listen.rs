@@ -49,7 +49,9 @@ pub async fn serve(
 /// Connections pass `opts`' caps and handshake timeout (see [`crate::conn`]), and
 /// each is pinged every `keepalive_interval`: a peer that stops answering is
 /// dropped after `keepalive_timeout`, even when it also withholds flow-control
-/// window (which stops its streams' own timers, see `run_stream`).
+/// window (which stops its streams' own timers, see `run_stream`). With a
+/// `max_connection_age`, older connections get a GOAWAY and, after the grace,
+/// are closed; the client reconnects with what it holds.
 pub async fn serve_with(
     listener: tokio::net::TcpListener,
     shared: Arc<XdsShared>,
@@ -102,9 +104,15 @@ where
         + 'static,
 {
     let mut drain = shared.drain.clone();
-    tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(opts.keepalive_interval))
-        .http2_keepalive_timeout(Some(opts.keepalive_timeout))
+        .http2_keepalive_timeout(Some(opts.keepalive_timeout));
+    if let Some(age) = opts.max_connection_age {
+        builder = builder
+            .max_connection_age(age)
+            .max_connection_age_grace(opts.max_connection_age_grace);
+    }
+    builder
         .add_routes(routes(shared))
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = drain.wait_for(|d| *d).await;

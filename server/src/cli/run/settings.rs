@@ -140,6 +140,23 @@ pub(crate) struct RunConfig {
         value_name = "SECS"
     )]
     xds_keepalive_timeout_secs: Option<u64>,
+    /// Seconds after which an xDS connection is sent an HTTP/2 GOAWAY, so its
+    /// proxy reconnects and replicas rebalance (e.g. 1800, Istio's default);
+    /// off unless set. The age is the same for every connection (no jitter).
+    #[arg(
+        long,
+        env = "DELTAPILOT_XDS_MAX_CONNECTION_AGE_SECS",
+        value_name = "SECS"
+    )]
+    xds_max_connection_age_secs: Option<u64>,
+    /// Seconds a connection sent that GOAWAY keeps its streams before it is
+    /// closed [default: 10].
+    #[arg(
+        long,
+        env = "DELTAPILOT_XDS_MAX_CONNECTION_AGE_GRACE_SECS",
+        value_name = "SECS"
+    )]
+    xds_max_connection_age_grace_secs: Option<u64>,
     /// Most TCP connections open at once on the admin port [default: 256].
     #[arg(long, env = "DELTAPILOT_ADMIN_MAX_CONNECTIONS", value_name = "N")]
     admin_max_connections: Option<usize>,
@@ -524,6 +541,11 @@ impl RunConfig {
             },
             keepalive_interval: secs(self.xds_keepalive_interval_secs, d.keepalive_interval),
             keepalive_timeout: secs(self.xds_keepalive_timeout_secs, d.keepalive_timeout),
+            max_connection_age: self.xds_max_connection_age_secs.map(Duration::from_secs),
+            max_connection_age_grace: secs(
+                self.xds_max_connection_age_grace_secs,
+                d.max_connection_age_grace,
+            ),
         };
         let a = ConnLimits::ADMIN;
         let admin = ConnLimits {
@@ -546,6 +568,10 @@ impl RunConfig {
             (
                 "xds-keepalive-timeout-secs",
                 xds.keepalive_timeout.as_secs(),
+            ),
+            (
+                "xds-max-connection-age-secs",
+                xds.max_connection_age.map_or(1, |d| d.as_secs()),
             ),
             ("admin-max-connections", admin.max_connections as u64),
             ("admin-idle-timeout-secs", admin.request_timeout.as_secs()),

@@ -139,6 +139,8 @@ fn connection_limits_have_safe_defaults_and_are_checked() {
         "4",
         "--xds-keepalive-timeout-secs",
         "9",
+        "--xds-max-connection-age-secs",
+        "1800",
         "--admin-max-connections-per-source",
         "0",
     ])
@@ -153,6 +155,8 @@ fn connection_limits_have_safe_defaults_and_are_checked() {
             },
             keepalive_interval: Duration::from_secs(4),
             keepalive_timeout: Duration::from_secs(9),
+            max_connection_age: Some(Duration::from_secs(1800)),
+            max_connection_age_grace: Duration::from_secs(10),
         }
     );
     assert_eq!(s.admin_conn.max_per_source, 0);
@@ -162,6 +166,7 @@ fn connection_limits_have_safe_defaults_and_are_checked() {
         "--xds-handshake-timeout-secs",
         "--xds-keepalive-interval-secs",
         "--xds-keepalive-timeout-secs",
+        "--xds-max-connection-age-secs",
         "--admin-max-connections",
         "--admin-idle-timeout-secs",
     ] {
