@@ -34,13 +34,22 @@ pub struct Msg {
 }
 
 /// The two fields every xDS response, delta or state of the world, keeps at the
-/// same tags.
+/// same tags: all the replay reads of a response.
 #[derive(Clone, PartialEq, prost::Message)]
-struct ResponseHead {
+pub struct ResponseHead {
+    /// The response's type.
     #[prost(string, tag = "4")]
-    type_url: String,
+    pub type_url: String,
+    /// What the client's ACK or NACK echoes.
     #[prost(string, tag = "5")]
-    nonce: String,
+    pub nonce: String,
+}
+
+impl ResponseHead {
+    /// Reads the head of an encoded response (empty fields when undecodable).
+    pub fn of(bytes: &[u8]) -> Self {
+        <ResponseHead as prost::Message>::decode(bytes).unwrap_or_default()
+    }
 }
 
 /// The rank whose in-flight responses never hold back later types.
@@ -49,7 +58,7 @@ const EDS_RANK: u8 = 1;
 impl Msg {
     /// Reads the type and nonce of an encoded response (delta or SotW).
     pub fn new(bytes: Bytes) -> Self {
-        let head = <ResponseHead as prost::Message>::decode(bytes.as_ref()).unwrap_or_default();
+        let head = ResponseHead::of(&bytes);
         let rank = match ResourceType::from_type_url(&head.type_url) {
             Some(ResourceType::Cluster) => Some(0),
             Some(ResourceType::Endpoint) => Some(EDS_RANK),

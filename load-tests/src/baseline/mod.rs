@@ -30,7 +30,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryResponse, DiscoveryResponse};
 use futures::Stream;
 use prost::Message;
 use tokio::sync::{broadcast, watch};
@@ -40,7 +39,6 @@ use tonic::{Status, Streaming};
 
 use crate::proxy::codec::BytesCodec;
 use crate::proxy::fleet::{AckObserver, Captured, Phase};
-use crate::scenario::Api;
 use crate::tracker::Group;
 
 /// Pushes a stream may fall behind before it misses some: replay waits for each
@@ -343,14 +341,6 @@ impl Replayer {
     }
 }
 
-/// The nonce of a captured response, whichever API it is.
-pub fn nonce_of(api: Api, bytes: &[u8]) -> Option<String> {
-    match api {
-        Api::Delta => DeltaDiscoveryResponse::decode(bytes).ok().map(|r| r.nonce),
-        Api::Sotw => DiscoveryResponse::decode(bytes).ok().map(|r| r.nonce),
-    }
-}
-
 /// One captured push to replay.
 #[derive(Debug, Clone)]
 pub struct Push {
@@ -366,18 +356,9 @@ pub struct Push {
     pub wall: std::time::SystemTime,
 }
 
-fn type_url_of(api: Api, bytes: &[u8]) -> Option<String> {
-    match api {
-        Api::Delta => DeltaDiscoveryResponse::decode(bytes)
-            .ok()
-            .map(|r| r.type_url),
-        Api::Sotw => DiscoveryResponse::decode(bytes).ok().map(|r| r.type_url),
-    }
-}
-
 /// Captured responses split for the replay: what a new stream gets, and the
 /// pushes.
-pub fn split(api: Api, captured: &[Captured]) -> (Vec<Bytes>, Vec<Push>) {
+pub fn split(captured: &[Captured]) -> (Vec<Bytes>, Vec<Push>) {
     let initial = captured
         .iter()
         .filter(|c| c.phase == Phase::Sync)
@@ -391,12 +372,15 @@ pub fn split(api: Api, captured: &[Captured]) -> (Vec<Bytes>, Vec<Push>) {
     let eds_url = deltapilot_xds::ResourceType::Endpoint.type_url();
     let pushes = pushes
         .iter()
-        .map(|c| Push {
-            offset: first.map(|f| c.at - f).unwrap_or_default(),
-            nonce: nonce_of(api, &c.bytes).unwrap_or_default(),
-            eds: type_url_of(api, &c.bytes).as_deref() == Some(eds_url),
-            wall: c.wall,
-            bytes: c.bytes.clone(),
+        .map(|c| {
+            let head = gate::ResponseHead::of(&c.bytes);
+            Push {
+                offset: first.map(|f| c.at - f).unwrap_or_default(),
+                nonce: head.nonce,
+                eds: head.type_url == eds_url,
+                wall: c.wall,
+                bytes: c.bytes.clone(),
+            }
         })
         .collect();
     (initial, pushes)

@@ -33,7 +33,7 @@ pub(super) async fn baseline(
     report: &mut Report,
     progress: &Progress,
 ) -> anyhow::Result<()> {
-    let (initial, pushes) = split(sc.api, captured);
+    let (initial, pushes) = split(captured);
     let mut out = BaselineReport {
         pushes: pushes.len(),
         ..Default::default()

@@ -569,6 +569,7 @@ impl RunConfig {
                 "xds-keepalive-timeout-secs",
                 xds.keepalive_timeout.as_secs(),
             ),
+            // Unset means off: nothing to check then.
             (
                 "xds-max-connection-age-secs",
                 xds.max_connection_age.map_or(1, |d| d.as_secs()),
