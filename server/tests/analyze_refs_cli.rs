@@ -227,3 +227,167 @@ fn references_between_rules_are_reported_for_files_and_servers() {
     assert_file_refs(&refs(&messages(&served)));
     server.stop();
 }
+
+/// Sidecars picked as the views pick them: a selecting Sidecar, one shadowed
+/// by an earlier selector (never applies), and the root namespace's default
+/// (`--root-namespace mesh-root`) for the namespaces without their own.
+const SCOPED: &str = "apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: hello, namespace: demo}
+spec:
+  hosts: [hello.demo.local]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{number: 8080, name: http, protocol: HTTP}]
+  endpoints: [{address: 127.0.0.1}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: cart, namespace: shop}
+spec:
+  hosts: [cart.shop.local]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{number: 8080, name: http, protocol: HTTP}]
+  endpoints: [{address: 127.0.0.1}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: billing, namespace: other}
+spec:
+  hosts: [billing.other.local]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{number: 8080, name: http, protocol: HTTP}]
+  endpoints: [{address: 127.0.0.1}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: to-billing, namespace: demo}
+spec:
+  hosts: [hello.demo.local]
+  http:
+    - match: [{uri: {prefix: /pay}}]
+      route:
+        - destination: {host: billing.other.local}
+    - route:
+        - destination: {host: hello.demo.local}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: cart, namespace: shop}
+spec:
+  hosts: [cart.shop.local]
+  http:
+    - route:
+        - destination: {host: billing.other.local}
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: canary, namespace: demo}
+spec:
+  workloadSelector: {labels: {app: canary}}
+  egress:
+    - hosts: ['./*']
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: canary-b, namespace: demo}
+spec:
+  workloadSelector: {labels: {app: canary, track: b}}
+  egress:
+    - hosts: ['./*']
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: mesh-root}
+spec:
+  egress:
+    - hosts: ['./*', 'demo/*', 'shop/*']
+";
+
+/// Every `DP3004` message as `kind ns/name: message`, sorted (a Sidecar may
+/// have several).
+fn hidden(ms: &[Value]) -> Vec<String> {
+    let mut out: Vec<String> = ms
+        .iter()
+        .filter(|m| m["code"] == "DP3004")
+        .map(|m| {
+            format!(
+                "{} {}/{}: {}",
+                m["kind"].as_str().unwrap_or_default(),
+                m["namespace"].as_str().unwrap_or_default(),
+                m["name"].as_str().unwrap_or_default(),
+                m["message"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn assert_scoped(got: &[String]) {
+    let expected = [
+        "Sidecar demo/canary: hides host billing.other.local, which VirtualService \
+         demo/to-billing routes to: the sidecars of namespace demo it selects (app=canary) have \
+         no cluster for it",
+        "Sidecar mesh-root/default: hides host billing.other.local, which VirtualService \
+         demo/to-billing routes to: the sidecars of namespace demo that no Sidecar of their own \
+         scopes (this is the mesh default of root namespace mesh-root) have no cluster for it",
+        "Sidecar mesh-root/default: hides host billing.other.local, which VirtualService \
+         shop/cart routes to: the sidecars of namespace shop that no Sidecar of their own \
+         scopes (this is the mesh default of root namespace mesh-root) have no cluster for it",
+    ];
+    assert_eq!(got, expected, "{got:#?}");
+}
+
+#[test]
+fn sidecars_are_judged_where_they_apply_with_the_root_default() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let mesh = d.join("mesh");
+    std::fs::create_dir_all(&mesh).expect("mesh dir");
+    std::fs::write(mesh.join("mesh.yaml"), SCOPED).expect("write mesh");
+
+    let files = dp(
+        d,
+        &[
+            "analyze",
+            "-o",
+            "json",
+            "--root-namespace",
+            "mesh-root",
+            "mesh",
+        ],
+    );
+    assert!(files.ok(), "warnings only: {files:?}");
+    assert_scoped(&hidden(&messages(&files)));
+    // Under the default root namespace, mesh-root's Sidecar scopes only its
+    // own namespace, which holds no VirtualService.
+    let default_root = dp(d, &["analyze", "-o", "json", "mesh"]);
+    assert!(default_root.ok(), "{default_root:?}");
+    assert_eq!(
+        hidden(&messages(&default_root)),
+        [
+            "Sidecar demo/canary: hides host billing.other.local, which VirtualService \
+             demo/to-billing routes to: the sidecars of namespace demo it selects (app=canary) \
+             have no cluster for it"
+        ]
+    );
+
+    let mut server = Server::start(d, &["--watch", "mesh", "--root-namespace", "mesh-root"]);
+    let admin = format!("127.0.0.1:{}", server.admin);
+    wait_for("the Sidecars at /debug/rules", WAIT, || {
+        let (_, body) = get(server.admin, "/debug/rules")?;
+        body.contains("mesh-root").then_some(()).ok_or(body)
+    });
+    let live = dp(d, &["analyze", "-o", "json", "--admin", &admin]);
+    assert!(live.ok(), "{live:?}");
+    assert_scoped(&hidden(&messages(&live)));
+    let (_, metrics) = get(server.admin, "/metrics").expect("metrics");
+    assert!(
+        metrics.contains("deltapilot_rule_problems{code=\"DP3004\"} 3"),
+        "{metrics}"
+    );
+    server.stop();
+}

@@ -311,7 +311,10 @@ async fn rules_route(State(s): State<DebugState>) -> Response {
             .find_map(|o| o.get(key))
             .map(|o| (o.path.display().to_string(), o.line))
     };
-    json_response(StatusCode::OK, &rules_report_placed(&snap.model, &place))
+    json_response(
+        StatusCode::OK,
+        &rules_report_placed(&snap.model, &s.gen_opts, &place),
+    )
 }
 
 async fn impact_route(State(s): State<DebugState>, body: Bytes) -> Response {

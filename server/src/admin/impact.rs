@@ -210,8 +210,8 @@ fn changes(old: &ResourceSet, new: &ResourceSet, statuses: &[StreamStatus]) -> V
 }
 
 /// Problems as comparable keys (the whole flattened problem).
-fn problem_set(model: &ModelState) -> Vec<Value> {
-    problem_list(&rules_report(model))
+fn problem_set(model: &ModelState, opts: &GenOptions) -> Vec<Value> {
+    problem_list(&rules_report(model, opts))
 }
 
 fn minus(a: &[Value], b: &[Value]) -> Vec<Value> {
@@ -244,7 +244,10 @@ pub fn impact(
         }),
     );
     let (set, errors) = build_all(&out.state, opts);
-    let (before, after) = (problem_set(&snap.model), problem_set(&out.state));
+    let (before, after) = (
+        problem_set(&snap.model, opts),
+        problem_set(&out.state, opts),
+    );
     Ok(json!({
         "position": snap.position.to_string(),
         "seq": snap.seq,

@@ -116,14 +116,14 @@ pub struct RuleCounts {
 pub type Place<'a> = &'a dyn Fn(&str) -> Option<(String, Option<usize>)>;
 
 /// The status report of every rule, by key, and the count of problems by code.
-pub fn rules_report(model: &ModelState) -> Value {
-    rules_report_placed(model, &|_| None)
+pub fn rules_report(model: &ModelState, opts: &GenOptions) -> Value {
+    rules_report_placed(model, opts, &|_| None)
 }
 
 /// [`rules_report`] with each rule's `file` and `line` where `place` knows them
 /// (the file adapter's origins: they are not in the log).
-pub fn rules_report_placed(model: &ModelState, place: Place<'_>) -> Value {
-    let (mut rules, counts) = collect(model);
+pub fn rules_report_placed(model: &ModelState, opts: &GenOptions, place: Place<'_>) -> Value {
+    let (mut rules, counts) = collect(model, opts);
     for r in &mut rules {
         if let Some((file, line)) = r["key"].as_str().and_then(place) {
             r["file"] = json!(file);
@@ -134,17 +134,20 @@ pub fn rules_report_placed(model: &ModelState, place: Place<'_>) -> Value {
 }
 
 /// The counts of [`rules_report`], for `/metrics`.
-pub fn rule_counts(model: &ModelState) -> RuleCounts {
-    collect(model).1
+pub fn rule_counts(model: &ModelState, opts: &GenOptions) -> RuleCounts {
+    collect(model, opts).1
 }
 
 /// The problems generating each Gateway on its own finds (merging servers,
 /// translating the routes of the VirtualServices bound to it), by the key of
 /// the object they concern, each with the Gateway it was found for.
-fn gateway_problems(model: &ModelState) -> BTreeMap<Arc<str>, Vec<(Arc<str>, Problem)>> {
+fn gateway_problems(
+    model: &ModelState,
+    opts: &GenOptions,
+) -> BTreeMap<Arc<str>, Vec<(Arc<str>, Problem)>> {
     let mut out: BTreeMap<Arc<str>, Vec<(Arc<str>, Problem)>> = BTreeMap::new();
     for (id, _, _) in model.rules().gateways() {
-        let r = gateway_resources(model, std::slice::from_ref(id), &GenOptions::default());
+        let r = gateway_resources(model, std::slice::from_ref(id), opts);
         for (key, p) in r.problems {
             out.entry(key).or_default().push((id.clone(), p));
         }
@@ -152,10 +155,10 @@ fn gateway_problems(model: &ModelState) -> BTreeMap<Arc<str>, Vec<(Arc<str>, Pro
     out
 }
 
-fn collect(model: &ModelState) -> (Vec<Value>, RuleCounts) {
+fn collect(model: &ModelState, opts: &GenOptions) -> (Vec<Value>, RuleCounts) {
     let idx = model.rules();
-    let mut by_gateway = gateway_problems(model);
-    let mut by_reference = super::rules_refs::reference_problems(model);
+    let mut by_gateway = gateway_problems(model, opts);
+    let mut by_reference = super::rules_refs::reference_problems(model, &opts.root_namespace);
     let mut rules = Vec::new();
     let mut counts = RuleCounts::default();
     let by_code = &mut counts.by_code;
@@ -309,9 +312,9 @@ mod tests {
                     "http":[{"route":[{"destination":{"host":"nowhere"}}]}]}"#,
             ),
         ]);
-        let report = rules_report(&model);
+        let report = rules_report(&model, &GenOptions::default());
         let text = report.to_string();
-        let counts = rule_counts(&model);
+        let counts = rule_counts(&model, &GenOptions::default());
         for code in ["DP1204", "DP2101", "DP2004"] {
             assert_eq!(counts.by_code.get(code), Some(&1), "{code}: {text}");
         }

@@ -63,6 +63,7 @@ use deltapilot_model::state::ModelState;
 use deltapilot_proto::event::Payload;
 use deltapilot_server::admin::impact::encode_events;
 use deltapilot_server::admin::rules_view::{problem_list, rules_report};
+use deltapilot_xds::generate::GenOptions;
 use serde_json::Value;
 
 use self::report::{Message, file_message, print_impact, print_messages, rule_message};
@@ -107,6 +108,10 @@ pub(crate) struct AnalyzeArgs {
     /// Preview what PATHs would change on the server at --admin, applying nothing.
     #[arg(long, requires = "admin")]
     impact: bool,
+    /// As `run --root-namespace`, for PATHs: whose selector-less Sidecar is the
+    /// mesh default (with --admin the server's own applies) [default: istio-system].
+    #[arg(long, value_name = "NAMESPACE", conflicts_with = "admin")]
+    root_namespace: Option<String>,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
     output: Format,
@@ -127,7 +132,7 @@ pub(crate) async fn main(args: AnalyzeArgs) -> anyhow::Result<()> {
             "give either PATHs (analyze them alone) or --admin (analyze the server), or both with --impact (preview PATHs on the server)"
         ),
         (None, _, true) => bail!("nothing to analyze: give files or directories, or --admin ADDR"),
-        (None, _, false) => local(&args.paths)?,
+        (None, _, false) => local(&args.paths, args.root_namespace.as_deref())?,
     };
     finish(print_messages(&messages, rules, args.output)?)
 }
@@ -169,11 +174,15 @@ fn fold_loaded(loaded: &Loaded) -> (ModelState, Vec<Message>) {
 }
 
 /// The messages, and how many rules were checked.
-fn local(paths: &[PathBuf]) -> anyhow::Result<(Vec<Message>, usize)> {
+fn local(paths: &[PathBuf], root_namespace: Option<&str>) -> anyhow::Result<(Vec<Message>, usize)> {
     let loaded = load(paths)?;
     let (model, mut messages) = fold_loaded(&loaded);
     messages.extend(loaded.problems.iter().map(file_message));
-    for p in problem_list(&rules_report(&model)) {
+    let mut opts = GenOptions::default();
+    if let Some(ns) = root_namespace {
+        opts.root_namespace = ns.to_owned();
+    }
+    for p in problem_list(&rules_report(&model, &opts)) {
         let origin = p["key"].as_str().and_then(|k| loaded.origins.get(k));
         messages.push(rule_message(&p, origin));
     }

@@ -228,6 +228,7 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
         snapshots.clone(),
         clock.clone(),
         metrics.clone(),
+        s.gen_opts.clone(),
         shutdown.clone(),
     ));
     let adapters = adapters.spawn(&mut tasks, &log, shutdown);
@@ -421,6 +422,7 @@ async fn publish_clock(
     mut reader: SnapshotReader,
     clock: Arc<PublishClock>,
     metrics: Arc<Metrics>,
+    opts: deltapilot_xds::generate::GenOptions,
     mut shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let mut counted: Option<(std::time::Instant, deltapilot_model::rules::RuleIndex)> = None;
@@ -433,7 +435,7 @@ async fn publish_clock(
                         seen != rules || (!rules.is_empty() && at.elapsed() >= RULE_COUNTS_EVERY)
                     });
                     if stale {
-                        set_rule_counts(&metrics, &snap.model);
+                        set_rule_counts(&metrics, &snap.model, &opts);
                         counted = Some((std::time::Instant::now(), rules.clone()));
                     }
                     // Snapshots the fold did not announce (the first one, a
@@ -461,8 +463,12 @@ async fn publish_clock(
 const RULE_COUNTS_EVERY: Duration = Duration::from_secs(1);
 
 /// Sets the `rules` and `rule_problems` gauges from `model`.
-fn set_rule_counts(metrics: &Metrics, model: &deltapilot_model::state::ModelState) {
-    let counts = deltapilot_server::admin::rules_view::rule_counts(model);
+fn set_rule_counts(
+    metrics: &Metrics,
+    model: &deltapilot_model::state::ModelState,
+    opts: &deltapilot_xds::generate::GenOptions,
+) {
+    let counts = deltapilot_server::admin::rules_view::rule_counts(model, opts);
     metrics.rules.clear();
     metrics.rule_problems.clear();
     for (status, n) in counts.by_status {
