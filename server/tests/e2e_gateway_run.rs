@@ -10,7 +10,9 @@
 //! Envoy never rejects an update. Gateways whose selectors combine into more
 //! sets than get a view are reported by `deltapilot_gateway_sets_truncated`.
 //! Deleting the Gateway returns the router to
-//! `default/router`.
+//! `default/router`. A restricted DestinationRule applies to a router when its
+//! `exportTo` names the router's namespace (the key gains `+sees/…`), and
+//! stops applying when it names another.
 
 mod support;
 
@@ -205,6 +207,91 @@ fn a_router_gets_its_gateway_view_from_the_fold() {
             Err(format!("{keys:?}"))
         }
     });
+    let m = dp.metrics();
+    assert_eq!(metric(&m, "deltapilot_xds_nacks_total", &[]), 0.0, "{m}");
+    let rejected = envoy.rejected_updates();
+    assert!(
+        rejected.is_empty(),
+        "Envoy rejected updates: {rejected:?}\n{}",
+        envoy.proc.output()
+    );
+}
+
+/// A DestinationRule of namespace `edge` with subset `v2` (the second
+/// backend), exported to `export`.
+fn subset_rule(export: &str) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata:\n  name: web\n  namespace: edge\nspec:\n  host: web.test.local\n  exportTo: [\"{export}\"]\n  subsets:\n    - name: v2\n      labels:\n        idx: \"1\"\n"
+    )
+}
+
+/// Istio looks a router's DestinationRules up from the router's own
+/// namespace: a restricted one exported there applies to it (the subset
+/// cluster its route names exists, holding only the subset's endpoint), and
+/// exported elsewhere it does not.
+#[test]
+fn a_router_applies_the_restricted_destination_rules_its_namespace_sees() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (data, watch) = (tmp.path().join("data"), tmp.path().join("watch"));
+    std::fs::create_dir_all(&watch).expect("watch dir");
+    let (v1, v2) = (Backend::start("v1"), Backend::start("v2"));
+    let (svc_port, gw_port) = (free_port(), free_port());
+    support::write_service_entry(
+        &watch,
+        "web.yaml",
+        "web.test.local",
+        svc_port,
+        "HTTP",
+        &[v1.port, v2.port],
+    );
+    write(
+        &watch,
+        "gateway.yaml",
+        &format!(
+            "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata:\n  name: ingress\n  namespace: edge\nspec:\n  selector:\n    istio: ingressgateway\n  servers:\n    - port:\n        number: {gw_port}\n        name: http\n        protocol: HTTP\n      hosts:\n        - \"*/{HOST}\"\n"
+        ),
+    );
+    write(
+        &watch,
+        "vs.yaml",
+        &format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: web\n  namespace: test\nspec:\n  hosts: [{HOST}]\n  gateways: [edge/ingress]\n  http:\n    - route:\n        - destination:\n            host: web.test.local\n            subset: v2\n            port: {{number: {svc_port}}}\n"
+        ),
+    );
+    write(&watch, "dr.yaml", &subset_rule("."));
+    let (xds_port, admin_port) = (free_port(), free_port());
+    let dp = Deltapilot::start(tmp.path(), &data, &watch, xds_port, admin_port);
+    let envoy = router_envoy(tmp.path(), xds_port);
+    let gw = SocketAddr::from(([127, 0, 0, 1], gw_port));
+    wait_for(
+        "the router to route to subset v2",
+        WAIT,
+        || match http_get(gw, "/", HOST) {
+            Ok((200, b)) if b == "v2" => Ok(()),
+            other => Err(format!("{other:?}\n{}", envoy.proc.output())),
+        },
+    );
+    for _ in 0..10 {
+        assert_eq!(
+            http_get(gw, "/", HOST),
+            Ok((200, "v2".to_string())),
+            "only the subset's endpoint"
+        );
+    }
+    assert_eq!(
+        view_keys(&dp),
+        ["gateway/edge/ingress+sees/destination_rule/edge/web,destination_rule/edge/web#own"]
+    );
+
+    // Exported to the VirtualService's namespace only: not the router's.
+    write(&watch, "dr.yaml", &subset_rule("test"));
+    wait_for("the router to lose subset v2", WAIT, || {
+        match http_get(gw, "/", HOST) {
+            Ok((404, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    assert_eq!(view_keys(&dp), ["gateway/edge/ingress"]);
     let m = dp.metrics();
     assert_eq!(metric(&m, "deltapilot_xds_nacks_total", &[]), 0.0, "{m}");
     let rejected = envoy.rejected_updates();

@@ -402,7 +402,7 @@ fn check(ops: &[Op], batch: usize) -> Result<(), TestCaseError> {
         }
         let mut gw_any = views.gateways().count() != next_views.gateways().count();
         for (k, v) in next_views.gateways() {
-            match views.gateway(k) {
+            match views.gateway(&k.0, &k.1) {
                 Some(old) => {
                     let mut want = deltapilot_xds::ChangeSet::default();
                     for t in ResourceType::ALL {
@@ -449,10 +449,10 @@ fn check(ops: &[Op], batch: usize) -> Result<(), TestCaseError> {
                 .rules()
                 .gateways_selecting("istio-system", &p.labels, false);
             match next_views.key_for(&p, &next_state) {
-                ViewKey::Gateway { gateways } => {
+                ViewKey::Gateway { gateways, visible } => {
                     prop_assert_eq!(&*gateways, &selecting[..]);
                     let v = next_views
-                        .gateway(&gateways)
+                        .gateway(&gateways, &visible)
                         .expect("the key's view exists");
                     for (n, r) in v.listeners.iter() {
                         prop_assert!(

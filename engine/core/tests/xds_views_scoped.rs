@@ -1,7 +1,8 @@
 //! Sidecar and Gateway views on small models folded by the real fold: a
 //! Sidecar scopes its namespace and the root namespace's Sidecar the rest, a
 //! replay following a proxy reports its own view's changes, and a router of two
-//! unrelated Gateways gets both Gateways' listeners. The incremental == rebuilt
+//! unrelated Gateways gets both Gateways' listeners, and routers apply the
+//! restricted DestinationRules their namespace sees. The incremental == rebuilt
 //! property over random histories lives in `xds_views`.
 
 mod xds_support;
@@ -217,10 +218,12 @@ fn a_router_of_two_unrelated_gateways_gets_both() {
     let key = views.key_for(&router, &state);
     assert_eq!(key.to_string(), "gateway/istio-system/public,ns1/internal");
     assert!(!views.missing_gateway_set(&router, &state));
-    let ViewKey::Gateway { gateways } = &key else {
+    let ViewKey::Gateway { gateways, visible } = &key else {
         panic!("router key {key:?}")
     };
-    let v = views.gateway(gateways).expect("the key's view exists");
+    let v = views
+        .gateway(gateways, visible)
+        .expect("the key's view exists");
     assert_eq!(names(&v.listeners), ["0.0.0.0_8080", "0.0.0.0_9090"]);
     for (n, r) in v.listeners.iter() {
         assert!(
@@ -230,4 +233,72 @@ fn a_router_of_two_unrelated_gateways_gets_both() {
     }
     // Each Gateway alone still has its own view, for routers of one family.
     assert_eq!(views.gateways().count(), 3);
+}
+
+/// Routers read the restricted DestinationRules their own namespace sees, as
+/// Istio looks them up: routers of two namespaces a rule is exported to share
+/// one view holding its subset cluster (every other cluster the global
+/// resource itself); a router of another namespace keeps the public view.
+#[test]
+fn routers_apply_the_restricted_destination_rules_of_their_namespace() {
+    let evs = [
+        simple_svc("ns1", "a.ns1.svc.cluster.local", 80, Protocol::Http),
+        rule(
+            "src",
+            0,
+            ConfigKind::Gateway,
+            "istio-system",
+            "public",
+            r#"{"selector":{"istio":"ingressgateway"},"servers":[{"port":{"number":8080,"name":"http","protocol":"HTTP"},"hosts":["*/*"]}]}"#,
+        ),
+        rule(
+            "src",
+            0,
+            ConfigKind::DestinationRule,
+            "ns1",
+            "a",
+            r#"{"host":"a.ns1.svc.cluster.local","exportTo":["edge1","edge2"],"subsets":[{"name":"v2","labels":{"version":"v2"}}]}"#,
+        ),
+    ];
+    let state = model(&evs);
+    let opts = GenOptions::default();
+    let (_, set, _) = Generator::build(&state, opts.clone());
+    let views = Views::build(&state, &set, &opts);
+    let router = |ns: &str| {
+        let mut p = Proxy {
+            namespace: Arc::from(ns),
+            proxy_type: ProxyType::Router,
+            ..Default::default()
+        };
+        p.labels
+            .insert(Arc::from("istio"), Arc::from("ingressgateway"));
+        views.key_for(&p, &state)
+    };
+    let (k1, k2, k3) = (router("edge1"), router("edge2"), router("edge3"));
+    assert_eq!(k1, k2, "namespaces that see the same rules share a view");
+    assert_eq!(
+        k1.to_string(),
+        "gateway/istio-system/public+sees/destination_rule/ns1/a"
+    );
+    assert_eq!(k3.to_string(), "gateway/istio-system/public");
+    let view = |k: &ViewKey| match k {
+        ViewKey::Gateway { gateways, visible } => {
+            views.gateway(gateways, visible).expect("view").clone()
+        }
+        other => panic!("router key {other:?}"),
+    };
+    let (seeing, public) = (view(&k1), view(&k3));
+    let subset = "outbound|80|v2|a.ns1.svc.cluster.local";
+    assert!(seeing.clusters.get(subset).is_some(), "the rule's subset");
+    assert!(public.clusters.get(subset).is_none());
+    assert!(set.clusters.get(subset).is_none(), "not a global cluster");
+    let base = "outbound|80||a.ns1.svc.cluster.local";
+    let shared = |v: &deltapilot_xds::view::GatewayView| {
+        Arc::ptr_eq(
+            v.clusters.get(base).expect("base cluster"),
+            set.clusters.get(base).expect("global base cluster"),
+        )
+    };
+    assert!(shared(&seeing) && shared(&public), "equal bytes are shared");
+    assert!(public.clusters.ptr_eq(&set.clusters));
 }

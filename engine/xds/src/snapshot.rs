@@ -79,8 +79,8 @@ impl Snapshot {
                 .views
                 .get(sidecar, visible, sources)?
                 .changes_since(since, self.seq),
-            ViewKey::Gateway { gateways } => {
-                self.views.gateway(gateways)?.changes_since(since, self.seq)
+            ViewKey::Gateway { gateways, visible } => {
+                (self.views.gateway(gateways, visible)?).changes_since(since, self.seq)
             }
         }
     }
@@ -123,7 +123,7 @@ pub fn view_map<'a>(
             Some(v) => resources_for(&v.resources, ProxyType::Sidecar, t),
             None => resources_for(resources, ProxyType::Sidecar, t),
         },
-        ViewKey::Gateway { gateways } => match views.gateway(gateways) {
+        ViewKey::Gateway { gateways, visible } => match views.gateway(gateways, visible) {
             Some(v) => v.map(t),
             None => resources_for(resources, ProxyType::Router, t),
         },

@@ -40,7 +40,9 @@ mod key;
 mod scoped;
 mod scopes;
 
-pub use gateway::{GatewaySet, GatewaySets, GatewayView, MAX_GATEWAY_SETS, gateway_sets};
+pub use gateway::{
+    GatewayKey, GatewaySet, GatewaySets, GatewayView, MAX_GATEWAY_SETS, gateway_sets,
+};
 pub use key::{ViewKey, key_for};
 pub use scoped::{Ids, MAX_SOURCE_SETS, ScopeKey, ScopedView, Views, scope_keys, source_sets};
 

@@ -479,7 +479,9 @@ fn views_log(views: &Views, key: &ViewKey, step: u64) -> Option<deltapilot_xds::
         } => views
             .get(sidecar, visible, sources)?
             .changes_since(step - 1, step),
-        ViewKey::Gateway { gateways } => views.gateway(gateways)?.changes_since(step - 1, step),
+        ViewKey::Gateway { gateways, visible } => {
+            (views.gateway(gateways, visible)?).changes_since(step - 1, step)
+        }
         ViewKey::Default(_) => None,
     }
 }

@@ -21,6 +21,7 @@
 //! What it does NOT do: look at services (an unknown host is kept: its service may
 //! come later) or translate anything to Envoy config.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
@@ -379,6 +380,34 @@ impl RuleIndex {
             .get(ns)
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// The part of `ns`'s visibility class that routers of `ns` read: the
+    /// restricted DestinationRules exported to it, with their `#own`
+    /// markers. Istio looks up a gateway's DestinationRules from the router's
+    /// own namespace, while it binds VirtualServices by the Gateway's
+    /// namespace and shows gateways every host.
+    pub fn destination_rules_visible_from(&self, ns: &str) -> Vec<Arc<str>> {
+        let is_dr = |k: &Arc<str>| {
+            let base = k.strip_suffix(OWN_SUFFIX).unwrap_or(k);
+            self.rules
+                .get(base)
+                .is_some_and(|r| r.is_destination_rule())
+        };
+        (self.exported_to.get(ns).into_iter().flatten())
+            .filter(|k| is_dr(k))
+            .cloned()
+            .collect()
+    }
+
+    /// Every distinct non-empty [`RuleIndex::destination_rules_visible_from`]
+    /// of the namespaces some `exportTo` names, sorted.
+    pub fn destination_rule_classes(&self) -> BTreeSet<Arc<[Arc<str>]>> {
+        (self.exported_to.keys())
+            .map(|ns| self.destination_rules_visible_from(ns))
+            .filter(|c| !c.is_empty())
+            .map(Arc::from)
+            .collect()
     }
 
     /// Every namespace some `exportTo` names, with the keys of the restricted

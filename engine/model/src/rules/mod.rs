@@ -30,8 +30,9 @@
 //! the Gateway's namespace. `~` alone binds nothing (`DP1012`). A
 //! DestinationRule's `exportTo` likewise keeps a restricted one out of the
 //! host index, and the views of the namespaces it is exported to apply it
-//! ahead of the public ones (their own namespace's first); gateways and
-//! proxyless clients read only public ones (`DP1011`). A ServiceEntry's
+//! ahead of the public ones (their own namespace's first), for sidecars and,
+//! by the router's namespace, gateways; proxyless clients read only public
+//! ones (`DP1011`). A ServiceEntry's
 //! `exportTo` hides its hosts from the sidecars of the namespaces it is not
 //! exported to (`export`).
 //!

@@ -342,10 +342,10 @@ fn check_export(export_to: Option<&Vec<String>>, rule: &mut Rule) -> bool {
 }
 
 /// `exportTo` of a DestinationRule: stored on the rule like a
-/// VirtualService's (the sidecar views of the namespaces it is exported to
-/// apply it, see `RuleIndex`). Router proxies and proxyless gRPC clients read
-/// only public DestinationRules, so a restricted one is reported as not
-/// reaching them (`DP1011`).
+/// VirtualService's (the sidecar and gateway views of the namespaces it is
+/// exported to apply it, see `RuleIndex`). Proxyless gRPC clients read only
+/// public DestinationRules, so a restricted one is reported as not reaching
+/// them (`DP1011`).
 fn check_dr_export(export_to: Option<&Vec<String>>, rule: &mut Rule) -> bool {
     if !check_export(export_to, rule) {
         return false;
@@ -355,8 +355,8 @@ fn check_dr_export(export_to: Option<&Vec<String>>, rule: &mut Rule) -> bool {
             "DP1011",
             "exportTo",
             format!(
-                "DestinationRule exported to {list:?}: applied by the sidecars of those \
-                 namespaces only; gateways and proxyless gRPC clients there do not apply it"
+                "DestinationRule exported to {list:?}: applied by the sidecars and gateways \
+                 of those namespaces only; proxyless gRPC clients there do not apply it"
             ),
         ));
     }

@@ -8,7 +8,7 @@
 //! | `DP1003` | error | a required field is missing or empty (`hosts`, `host`) | object rejected |
 //! | `DP1004` | error | a host that cannot be bound (`a.*.com`, `ns/host`, empty label) | object rejected |
 //! | `DP1010` | — | retired (named gateways now bind, see `DP1013`) | — |
-//! | `DP1011` | warning | a DestinationRule's `exportTo` other than `*`: honoured for sidecars, but gateways and proxyless gRPC clients read only public DestinationRules | not applied by those |
+//! | `DP1011` | warning | a DestinationRule's `exportTo` other than `*`: honoured for sidecars and gateways (by the router's namespace), but proxyless gRPC clients read only public DestinationRules | not applied by those |
 //! | `DP1012` | error | `exportTo: ["~"]`: exported to no namespace | applies to nothing |
 //! | `DP1013` | error | a `gateways` entry that is neither `name` nor `ns/name` | entry ignored |
 //! | `DP1020` | warning | a field deltapilot does not implement yet | field ignored |

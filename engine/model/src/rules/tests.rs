@@ -177,7 +177,7 @@ fn gateways_export_and_unsupported_parts_are_reported() {
     assert_eq!(
         codes(&dr_dot),
         [("DP1011", "exportTo")],
-        "a DestinationRule's is honoured for sidecars; that gateways do not apply it is said"
+        "a DestinationRule's is honoured for sidecars and gateways; that proxyless clients do not apply it is said"
     );
     assert_eq!(
         dr_dot.export_to.as_deref(),

@@ -23,17 +23,31 @@
 //! route configurations of [`gateway_resources`] for its set. The listeners and
 //! routes are rebuilt only when [`gateway_touched`] says the batch may change
 //! them; the change log names exactly what changed in the view.
+//!
+//! Restricted DestinationRules: Istio looks a router's DestinationRules up from
+//! the router's own namespace, so a view is keyed by its set and by the
+//! restricted DestinationRules that namespace sees
+//! (`RuleIndex::destination_rules_visible_from`, empty for most). Each set gets
+//! a view per distinct such class (`RuleIndex::destination_rule_classes`),
+//! built over the rules with those bound (`RuleIndex::with_visible`): its
+//! routes, and, for each host whose DestinationRule there is not the global
+//! one, its own clusters and assignments in place of the global ones (a
+//! global resource whose bytes are equal is shared). Routers of namespaces
+//! that see the same restricted rules share one view.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use imbl::Vector;
 
-use crate::generate::{GenOptions, gateway_resources, gateway_touched};
+use super::scopes::Ids;
+use crate::generate::scoped as build;
+use crate::generate::{GenOptions, ModelRead, WithRules, gateway_resources, gateway_touched};
 use crate::snapshot::RECENT_CHANGES;
-use crate::{ChangeSet, ResourceMap, ResourceSet, ResourceType};
-use deltapilot_model::Labels;
+use crate::{ChangeSet, Resource, ResourceMap, ResourceSet, ResourceType};
+use deltapilot_model::rules::{host_matches, is_wildcard};
 use deltapilot_model::state::{ModelState, Touched};
+use deltapilot_model::{Hostname, Labels};
 
 /// The sorted ids (`<namespace>/<name>`) of a set of Gateways.
 pub type GatewaySet = Arc<[Arc<str>]>;
@@ -133,19 +147,34 @@ pub fn gateway_sets(model: &ModelState) -> GatewaySets {
     out
 }
 
-/// The resources of the routers selected by exactly one set of Gateways.
+/// What a gateway view is keyed by: its Gateways and the restricted
+/// DestinationRules its routers' namespace sees (see the module doc).
+pub type GatewayKey = (GatewaySet, Ids);
+
+/// A cluster or assignment name that a view holds its own version of
+/// (`Some`) or drops (`None`) instead of the global one.
+type Overrides = BTreeMap<(ResourceType, Arc<str>), Option<bytes::Bytes>>;
+
+/// The resources of the routers selected by exactly one set of Gateways, in
+/// namespaces that see the same restricted DestinationRules.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GatewayView {
     /// The Gateways, sorted ids.
     pub gateways: GatewaySet,
-    /// The global clusters (shared map).
+    /// The restricted DestinationRules (keys, with `#own` markers) the view
+    /// applies; empty: only public ones.
+    pub visible: Ids,
+    /// The global clusters (shared map), with the view's own in place.
     pub clusters: ResourceMap,
-    /// The global assignments (shared map).
+    /// The global assignments (shared map), with the view's own in place.
     pub endpoints: ResourceMap,
     /// The gateway listeners `0.0.0.0_<port>`.
     pub listeners: ResourceMap,
     /// The gateway route configurations.
     pub routes: ResourceMap,
+    /// The cluster and assignment names where the view differs from the
+    /// global set by construction (built itself, or dropped).
+    own: Arc<[(ResourceType, Arc<str>)]>,
     recent: Vector<(u64, Arc<ChangeSet>)>,
     /// Changes at or before this seq are not in `recent`.
     horizon: u64,
@@ -157,19 +186,70 @@ impl GatewayView {
     pub fn build(
         model: &ModelState,
         global: &ResourceSet,
-        gateways: &GatewaySet,
+        (gateways, visible): &GatewayKey,
         opts: &GenOptions,
     ) -> Self {
-        let gr = gateway_resources(model, gateways, opts);
-        GatewayView {
+        let mut v = GatewayView {
             gateways: gateways.clone(),
+            visible: visible.clone(),
             clusters: global.clusters.clone(),
             endpoints: global.endpoints.clone(),
-            listeners: gr.listeners,
-            routes: gr.routes,
+            listeners: ResourceMap::new(),
+            routes: ResourceMap::new(),
+            own: Arc::from(Vec::new()),
             recent: Vector::new(),
             horizon: 0,
+        };
+        let gr = match v.with_rules(model) {
+            Some(vm) => {
+                v.apply_own(global, own_resources(&vm, visible, opts), None);
+                gateway_resources(&vm, gateways, opts)
+            }
+            None => gateway_resources(model, gateways, opts),
+        };
+        v.listeners = gr.listeners;
+        v.routes = gr.routes;
+        v
+    }
+
+    /// The model as the view's routers read it, when it applies restricted
+    /// DestinationRules.
+    fn with_rules<'a>(&self, model: &'a ModelState) -> Option<WithRules<'a>> {
+        (!self.visible.is_empty()).then(|| WithRules {
+            model,
+            rules: model.rules().with_visible(&self.visible),
+            sources: Arc::from(Vec::new()),
+        })
+    }
+
+    /// Puts `over` in place of the global resources (the maps must hold the
+    /// global ones), sharing the global resource, or `prev`'s, whose bytes
+    /// are equal.
+    fn apply_own(&mut self, global: &ResourceSet, over: Overrides, prev: Option<&GatewayView>) {
+        for ((t, name), bytes) in &over {
+            let (map, from, old) = match t {
+                ResourceType::Cluster => (
+                    &mut self.clusters,
+                    &global.clusters,
+                    prev.map(|p| &p.clusters),
+                ),
+                _ => (
+                    &mut self.endpoints,
+                    &global.endpoints,
+                    prev.map(|p| &p.endpoints),
+                ),
+            };
+            let Some(b) = bytes else {
+                map.remove(name);
+                continue;
+            };
+            let same = |r: &&Arc<Resource>| r.bytes == *b;
+            let r = (from.get(name).filter(same).cloned())
+                .or_else(|| old.and_then(|m| m.get(name)).filter(same).cloned())
+                .unwrap_or_else(|| Arc::new(Resource::new(name.clone(), b.clone())));
+            map.insert(r);
         }
+        self.own = over.into_keys().collect();
     }
 
     /// The view's map of type `t` (secrets come from the credentials store).
@@ -195,14 +275,60 @@ impl GatewayView {
         opts: &GenOptions,
     ) -> Option<(GatewayView, ChangeSet)> {
         let mut log = ChangeSet::default();
-        for t in [ResourceType::Cluster, ResourceType::Endpoint] {
-            *log.of_mut(t) = changes.of(t).clone();
-        }
         let mut next = self.clone();
         next.clusters = global.clusters.clone();
         next.endpoints = global.endpoints.clone();
+        let vm = self.with_rules(model);
+        match &vm {
+            None => {
+                for t in [ResourceType::Cluster, ResourceType::Endpoint] {
+                    *log.of_mut(t) = changes.of(t).clone();
+                }
+            }
+            Some(vm) => {
+                let quiet = changes.is_empty()
+                    && !gateway_touched(touched)
+                    && touched.endpoints.is_empty()
+                    && touched.endpoint_keys.is_empty();
+                if quiet {
+                    return None;
+                }
+                next.apply_own(global, own_resources(vm, &self.visible, opts), Some(self));
+                // What may differ: the global changes and the names either
+                // version holds its own of.
+                for t in [ResourceType::Cluster, ResourceType::Endpoint] {
+                    let c = changes.of(t);
+                    let names: BTreeSet<&Arc<str>> = (c.upserted.iter())
+                        .chain(c.removed.iter())
+                        .chain(
+                            self.own
+                                .iter()
+                                .chain(next.own.iter())
+                                .filter(|(u, _)| *u == t)
+                                .map(|(_, n)| n),
+                        )
+                        .collect();
+                    let (old, new) = (self.map(t), next.map(t));
+                    for n in names {
+                        match (old.get(n), new.get(n)) {
+                            (Some(a), Some(b)) if Arc::ptr_eq(a, b) || a.bytes == b.bytes => {}
+                            (_, Some(_)) => {
+                                log.of_mut(t).upserted.insert(n.clone());
+                            }
+                            (Some(_), None) => {
+                                log.of_mut(t).removed.insert(n.clone());
+                            }
+                            (None, None) => {}
+                        }
+                    }
+                }
+            }
+        }
         if gateway_touched(touched) {
-            let gr = gateway_resources(model, &self.gateways, opts);
+            let gr = match &vm {
+                Some(vm) => gateway_resources(vm, &self.gateways, opts),
+                None => gateway_resources(model, &self.gateways, opts),
+            };
             next.listeners = merge(
                 &self.listeners,
                 gr.listeners,
@@ -246,6 +372,52 @@ impl GatewayView {
             }
         }
     }
+}
+
+/// The clusters and assignments a view applying the restricted
+/// DestinationRules `visible` holds instead of the global ones: for each host
+/// of those rules (wildcards against the services) whose DestinationRule under
+/// `vm`'s rules is not the global winner, the resources built over them, and
+/// every other global name of the host dropped. O(rules' hosts) rebuilds.
+fn own_resources(vm: &WithRules<'_>, visible: &Ids, opts: &GenOptions) -> Overrides {
+    let global = vm.model.rules();
+    let mut hosts: BTreeSet<Hostname> = BTreeSet::new();
+    for k in visible.iter() {
+        let Some(rule) = global.rule(k).filter(|r| r.is_destination_rule()) else {
+            continue;
+        };
+        for p in &rule.hosts {
+            if is_wildcard(p.as_str()) {
+                vm.model.for_each_service(&mut |s| {
+                    if host_matches(p.as_str(), s.hostname.as_str()) {
+                        hosts.insert(s.hostname.clone());
+                    }
+                });
+            } else {
+                hosts.insert(p.clone());
+            }
+        }
+    }
+    let key = |r: Option<&Arc<deltapilot_model::rules::Rule>>| r.map(|r| r.key.clone());
+    let mut out = Overrides::new();
+    for h in hosts {
+        if key(vm.rules.destination_rule_entry_for(&h))
+            == key(global.destination_rule_entry_for(&h))
+        {
+            continue;
+        }
+        let Some(svc) = vm.model.get_service(&h) else {
+            continue;
+        };
+        for n in build::host_resource_names(vm.model, &svc) {
+            out.insert((ResourceType::Cluster, n.clone()), None);
+            out.insert((ResourceType::Endpoint, n), None);
+        }
+        for (t, n, b) in build::host_resources(vm, &svc, opts) {
+            out.insert((t, n), Some(b));
+        }
+    }
+    out
 }
 
 /// `next`, keeping `prev`'s resource wherever the bytes are equal (so streams

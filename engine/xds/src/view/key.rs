@@ -39,6 +39,10 @@ pub enum ViewKey {
     Gateway {
         /// The sorted ids (`<namespace>/<name>`) of the selecting Gateways.
         gateways: Arc<[Arc<str>]>,
+        /// The restricted DestinationRules the router's namespace sees
+        /// (`RuleIndex::destination_rules_visible_from`), sorted; empty when
+        /// it sees only public ones.
+        visible: Arc<[Arc<str>]>,
     },
 }
 
@@ -84,7 +88,16 @@ impl std::fmt::Display for ViewKey {
                 }
                 Ok(())
             }
-            ViewKey::Gateway { gateways } => write!(f, "gateway/{}", gateways.join(",")),
+            ViewKey::Gateway { gateways, visible } => {
+                write!(f, "gateway/{}", gateways.join(","))?;
+                if !visible.is_empty() {
+                    let ids: Vec<&str> = (visible.iter())
+                        .map(|k| k.strip_prefix("cfg/").unwrap_or(k))
+                        .collect();
+                    write!(f, "+sees/{}", ids.join(","))?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -137,14 +150,16 @@ pub fn key_for(proxy: &Proxy, model: &ModelState, root_namespace: &str) -> ViewK
             }
         }
         ProxyType::Router => {
-            let gateways = model
-                .rules()
-                .gateways_selecting(&proxy.namespace, &proxy.labels, false);
+            let rules = model.rules();
+            let gateways = rules.gateways_selecting(&proxy.namespace, &proxy.labels, false);
             if gateways.is_empty() {
                 ViewKey::Default(ProxyType::Router)
             } else {
                 ViewKey::Gateway {
                     gateways: gateways.into(),
+                    visible: rules
+                        .destination_rules_visible_from(&proxy.namespace)
+                        .into(),
                 }
             }
         }

@@ -57,7 +57,7 @@ use deltapilot_model::rules::{OutboundMode, Rule, SidecarScope, is_restricted};
 use deltapilot_model::state::{ModelState, Touched};
 use deltapilot_model::{Hostname, Proxy, ProxyType, Service};
 
-use super::gateway::{GatewaySet, GatewayView, gateway_sets};
+use super::gateway::{GatewayKey, GatewayView, gateway_sets};
 
 mod own;
 use super::key::{ViewKey, key_for};
@@ -476,6 +476,23 @@ impl ScopedView {
     }
 }
 
+/// Every gateway view key of `model`: each set of Gateways (see `gateway`)
+/// with no restricted DestinationRule and with each class of them some
+/// namespace sees; and whether `MAX_GATEWAY_SETS` cut the sets short.
+fn gateway_keys(model: &ModelState) -> (BTreeSet<GatewayKey>, bool) {
+    let sets = gateway_sets(model);
+    let none: Ids = Arc::from(Vec::new());
+    let classes = model.rules().destination_rule_classes();
+    let mut out = BTreeSet::new();
+    for set in sets.sets.into_keys() {
+        out.insert((set.clone(), none.clone()));
+        for c in &classes {
+            out.insert((set.clone(), c.clone()));
+        }
+    }
+    (out, sets.truncated)
+}
+
 /// Every Sidecar-scoped view of a snapshot, by the Sidecar's config key, every
 /// gateway view, by its set of Gateways (see `gateway`), and the root namespace
 /// that key computation uses.
@@ -483,7 +500,7 @@ impl ScopedView {
 pub struct Views {
     root_namespace: Arc<str>,
     scoped: OrdMap<ScopeKey, Arc<ScopedView>>,
-    gateways: OrdMap<GatewaySet, Arc<GatewayView>>,
+    gateways: OrdMap<GatewayKey, Arc<GatewayView>>,
     /// Whether `MAX_GATEWAY_SETS` cut the gateway sets short.
     gateway_sets_truncated: bool,
 }
@@ -498,10 +515,9 @@ impl Views {
                 (k, Arc::new(v))
             })
             .collect();
-        let sets = gateway_sets(model);
-        let gateways = sets
-            .sets
-            .into_keys()
+        let (keys, truncated) = gateway_keys(model);
+        let gateways = keys
+            .into_iter()
             .map(|g| {
                 let v = GatewayView::build(model, global, &g, opts);
                 (g, Arc::new(v))
@@ -511,7 +527,7 @@ impl Views {
             root_namespace: Arc::from(opts.root_namespace.as_str()),
             scoped,
             gateways,
-            gateway_sets_truncated: sets.truncated,
+            gateway_sets_truncated: truncated,
         }
     }
 
@@ -640,10 +656,9 @@ impl Views {
         touched: &Touched,
         opts: &GenOptions,
         seq: u64,
-    ) -> (OrdMap<GatewaySet, Arc<GatewayView>>, bool, bool) {
-        let (sets, truncated): (BTreeSet<GatewaySet>, bool) = if touched.configs {
-            let s = gateway_sets(model);
-            (s.sets.into_keys().collect(), s.truncated)
+    ) -> (OrdMap<GatewayKey, Arc<GatewayView>>, bool, bool) {
+        let (sets, truncated): (BTreeSet<GatewayKey>, bool) = if touched.configs {
+            gateway_keys(model)
         } else {
             (
                 self.gateways.keys().cloned().collect(),
@@ -711,7 +726,11 @@ impl Views {
                     ViewKey::Default(ProxyType::Sidecar)
                 }
             }
-            ViewKey::Gateway { gateways } if !self.gateways.contains_key(&gateways) => {
+            ViewKey::Gateway { gateways, visible }
+                if !self
+                    .gateways
+                    .contains_key(&(gateways.clone(), visible.clone())) =>
+            {
                 ViewKey::Default(ProxyType::Router)
             }
             k => k,
@@ -730,13 +749,15 @@ impl Views {
             .get(&(sidecar.clone(), visible.clone(), sources.clone()))
     }
 
-    /// The gateway view of a set of Gateways (sorted ids).
-    pub fn gateway(&self, gateways: &[Arc<str>]) -> Option<&Arc<GatewayView>> {
-        self.gateways.get(gateways)
+    /// The gateway view of a set of Gateways (sorted ids) for routers that see
+    /// the restricted DestinationRules `visible`.
+    pub fn gateway(&self, gateways: &Ids, visible: &Ids) -> Option<&Arc<GatewayView>> {
+        self.gateways.get(&(gateways.clone(), visible.clone()))
     }
 
-    /// Every gateway view, by its set of Gateways.
-    pub fn gateways(&self) -> impl Iterator<Item = (&GatewaySet, &Arc<GatewayView>)> + '_ {
+    /// Every gateway view, by its set of Gateways and restricted
+    /// DestinationRules.
+    pub fn gateways(&self) -> impl Iterator<Item = (&GatewayKey, &Arc<GatewayView>)> + '_ {
         self.gateways.iter()
     }
 
@@ -746,7 +767,8 @@ impl Views {
     pub fn missing_gateway_set(&self, proxy: &Proxy, model: &ModelState) -> bool {
         matches!(
             key_for(proxy, model, ""),
-            ViewKey::Gateway { gateways } if !self.gateways.contains_key(&gateways)
+            ViewKey::Gateway { gateways, visible }
+                if !self.gateways.contains_key(&(gateways.clone(), visible.clone()))
         )
     }
 
