@@ -208,6 +208,7 @@ impl Engine {
     }
 
     fn with_state(opts: GenOptions, model: ModelState, position: Position) -> Self {
+        let model = model.with_export_defaults(&opts.export_defaults);
         let (generator, resources, errors) = Generator::build(&model, opts);
         for e in &errors {
             tracing::warn!(resource = %e.name, reason = %e.reason, "xDS resource not published");

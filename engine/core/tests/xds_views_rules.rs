@@ -2,7 +2,8 @@
 //! fold: a VirtualService `exportTo: ["."]` routes only its namespace's
 //! sidecars (alone and with a Sidecar, equal classes sharing one view), a
 //! ServiceEntry's `exportTo` hides its host elsewhere, and `sourceLabels` and
-//! `sourceNamespace` match blocks route only the proxies that satisfy them.
+//! `sourceNamespace` match blocks route only the proxies that satisfy them,
+//! and a mesh `exportTo` default restricts the rules that set none.
 //! The incremental == rebuilt property over these lives in `xds_views`.
 
 mod xds_support;
@@ -598,4 +599,91 @@ fn tcp_source_matches_route_by_the_proxys_labels() {
             "{k}: the satisfied block forwards to the replica: {got:?}"
         );
     }
+}
+
+/// The mesh's `defaultVirtualServiceExportTo: ["."]` makes a VirtualService
+/// without `exportTo` its own namespace's, exactly as if it said `["."]`; one
+/// that says `["*"]` stays public.
+#[test]
+fn a_mesh_export_default_restricts_rules_that_set_none() {
+    let vs = |name: &str, host: &str, export: &str| {
+        rule(
+            "src",
+            0,
+            ConfigKind::VirtualService,
+            "ns1",
+            name,
+            &format!(
+                r#"{{"hosts":["{host}"]{export},"http":[{{"route":[{{"destination":{{"host":"b.ns1.svc.cluster.local"}}}}]}}]}}"#
+            ),
+        )
+    };
+    let evs = vec![
+        simple_svc("ns1", "a.ns1.svc.cluster.local", 80, Protocol::Http),
+        simple_svc("ns1", "b.ns1.svc.cluster.local", 80, Protocol::Http),
+        simple_svc("ns1", "c.ns1.svc.cluster.local", 80, Protocol::Http),
+        vs("to-b", "a.ns1.svc.cluster.local", ""),
+        vs("public", "c.ns1.svc.cluster.local", r#","exportTo":["*"]"#),
+    ];
+    let defaults = deltapilot_model::rules::ExportDefaults {
+        virtual_service: vec![".".into()],
+        ..Default::default()
+    };
+    let opts = GenOptions {
+        export_defaults: defaults.clone(),
+        ..GenOptions::default()
+    };
+    let plain = model(&evs);
+    let state = plain.with_export_defaults(&defaults);
+    assert_eq!(state.rebuild(), state, "a rebuild keeps the defaults");
+    let (_, set, _) = Generator::build(&state, opts.clone());
+    let views = Views::build(&state, &set, &opts);
+    let proxy = |ns: &str| Proxy {
+        namespace: Arc::from(ns),
+        ..Default::default()
+    };
+    let (a, c) = ("a.ns1.svc.cluster.local:80", "c.ns1.svc.cluster.local:80");
+    let global: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&set.routes, "80");
+    assert_eq!(
+        routed_to(&global, a),
+        "outbound|80||a.ns1.svc.cluster.local"
+    );
+    assert_eq!(
+        routed_to(&global, c),
+        "outbound|80||b.ns1.svc.cluster.local"
+    );
+    assert_eq!(
+        views.key_for(&proxy("ns2"), &state),
+        ViewKey::Default(ProxyType::Sidecar)
+    );
+    let k1 = views.key_for(&proxy("ns1"), &state);
+    assert_eq!(k1.to_string(), "default/sidecar+sees/ns1/to-b");
+    let ViewKey::Sidecar {
+        sidecar,
+        visible,
+        sources,
+    } = &k1
+    else {
+        panic!("ns1 sees the defaulted rule: {k1:?}")
+    };
+    let v = views.get(sidecar, visible, sources).expect("view");
+    let rc: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&v.resources.routes, "80");
+    assert_eq!(routed_to(&rc, a), "outbound|80||b.ns1.svc.cluster.local");
+
+    // Without the default, the same objects are public.
+    let (_, set, _) = Generator::build(&plain, GenOptions::default());
+    let global: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        decode(&set.routes, "80");
+    assert_eq!(
+        routed_to(&global, a),
+        "outbound|80||b.ns1.svc.cluster.local"
+    );
+    assert_eq!(
+        plain
+            .with_export_defaults(&defaults)
+            .with_export_defaults(&Default::default()),
+        plain
+    );
 }

@@ -78,6 +78,9 @@ pub struct GenOptions {
     pub connect_timeout: std::time::Duration,
     /// The namespace whose selector-less Sidecar is the mesh-wide default.
     pub root_namespace: String,
+    /// The mesh's `exportTo` defaults (Istio's MeshConfig): the engine folds
+    /// its state's rules under them (`ModelState::with_export_defaults`).
+    pub export_defaults: deltapilot_model::rules::ExportDefaults,
 }
 
 impl Default for GenOptions {
@@ -87,6 +90,7 @@ impl Default for GenOptions {
             bind_outbound: false,
             connect_timeout: std::time::Duration::from_secs(5),
             root_namespace: deltapilot_model::rules::DEFAULT_ROOT_NAMESPACE.into(),
+            export_defaults: Default::default(),
         }
     }
 }

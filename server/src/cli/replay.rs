@@ -89,6 +89,33 @@ pub(crate) struct Source {
         value_name = "NAMESPACE"
     )]
     root_namespace: Option<String>,
+    /// As `run --default-service-export-to` (comma-separated).
+    #[arg(
+        long,
+        global = true,
+        env = "DELTAPILOT_DEFAULT_SERVICE_EXPORT_TO",
+        value_name = "NS",
+        value_delimiter = ','
+    )]
+    default_service_export_to: Vec<String>,
+    /// As `run --default-virtual-service-export-to` (comma-separated).
+    #[arg(
+        long,
+        global = true,
+        env = "DELTAPILOT_DEFAULT_VIRTUAL_SERVICE_EXPORT_TO",
+        value_name = "NS",
+        value_delimiter = ','
+    )]
+    default_virtual_service_export_to: Vec<String>,
+    /// As `run --default-destination-rule-export-to` (comma-separated).
+    #[arg(
+        long,
+        global = true,
+        env = "DELTAPILOT_DEFAULT_DESTINATION_RULE_EXPORT_TO",
+        value_name = "NS",
+        value_delimiter = ','
+    )]
+    default_destination_rule_export_to: Vec<String>,
 }
 
 /// Arguments of `deltapilot replay`.
@@ -194,6 +221,11 @@ impl Source {
                 .unwrap_or(d.outbound_address),
             bind_outbound: self.bind_outbound.unwrap_or(false),
             root_namespace: self.root_namespace.clone().unwrap_or(d.root_namespace),
+            export_defaults: deltapilot_model::rules::ExportDefaults {
+                service: self.default_service_export_to.clone(),
+                virtual_service: self.default_virtual_service_export_to.clone(),
+                destination_rule: self.default_destination_rule_export_to.clone(),
+            },
             ..d
         }
     }

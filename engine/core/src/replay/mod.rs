@@ -159,7 +159,7 @@ impl Replayer {
     /// A replayer at the start of a log (empty state).
     pub fn new(opts: GenOptions) -> Self {
         Replayer {
-            model: ModelState::default(),
+            model: ModelState::default().with_export_defaults(&opts.export_defaults),
             dropper: Releaser::new("replay-drop"),
             generator: Some(Generator::new(opts.clone())),
             opts,
@@ -197,7 +197,7 @@ impl Replayer {
             }
         };
         Replayer {
-            model: cp.model,
+            model: cp.model.with_export_defaults(&opts.export_defaults),
             dropper: Releaser::new("replay-drop"),
             generator,
             opts,

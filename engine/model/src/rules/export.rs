@@ -21,6 +21,37 @@ use serde::Deserialize;
 use super::parse::resolve_export;
 use crate::model::{Config, Hostname};
 
+/// Istio's MeshConfig `defaultServiceExportTo`,
+/// `defaultVirtualServiceExportTo` and `defaultDestinationRuleExportTo`: the
+/// `exportTo` of the ServiceEntries, VirtualServices and DestinationRules that
+/// set none (empty list: public, Istio's own default). Part of the rule
+/// index, so a state's rules are a function of its configs and these.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ExportDefaults {
+    /// For ServiceEntries (not the services of other registries).
+    pub service: Vec<String>,
+    /// For VirtualServices.
+    pub virtual_service: Vec<String>,
+    /// For DestinationRules.
+    pub destination_rule: Vec<String>,
+}
+
+impl ExportDefaults {
+    /// Whether every default is Istio's own (public).
+    pub fn is_public(&self) -> bool {
+        self.service.is_empty()
+            && self.virtual_service.is_empty()
+            && self.destination_rule.is_empty()
+    }
+}
+
+/// `given` when it lists anything, else `default` (when that does).
+pub(super) fn or_default(given: &mut Option<Vec<String>>, default: &[String]) {
+    if given.as_ref().is_none_or(Vec::is_empty) && !default.is_empty() {
+        *given = Some(default.to_vec());
+    }
+}
+
 /// The part of a ServiceEntry spec that decides visibility.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -43,10 +74,12 @@ pub struct EntryExport {
 }
 
 impl EntryExport {
-    /// Reads `cfg` (a ServiceEntry). A spec that does not parse counts as
-    /// public: the adapters already reported it and defined what they could.
-    pub fn of(cfg: &Config) -> EntryExport {
-        let spec: Spec = serde_json::from_str(&cfg.spec_json).unwrap_or_default();
+    /// Reads `cfg` (a ServiceEntry), with `default` as its `exportTo` when it
+    /// sets none. A spec that does not parse counts as public: the adapters
+    /// already reported it and defined what they could.
+    pub fn of(cfg: &Config, default: &[String]) -> EntryExport {
+        let mut spec: Spec = serde_json::from_str(&cfg.spec_json).unwrap_or_default();
+        or_default(&mut spec.export_to, default);
         let hosts = (spec.hosts.iter().flatten())
             .map(|h| Hostname::new(&h.trim().to_ascii_lowercase()))
             .collect();
@@ -76,9 +109,10 @@ impl Entries {
     pub(super) fn upsert(
         &mut self,
         cfg: &Config,
+        default: &[String],
     ) -> (Option<Arc<EntryExport>>, Option<Arc<EntryExport>>) {
         let old = self.remove(&cfg.key);
-        let e = Arc::new(EntryExport::of(cfg));
+        let e = Arc::new(EntryExport::of(cfg, default));
         if e.export.is_some() {
             self.restricted.insert(e.key.clone(), e.clone());
             (Some(e), old)

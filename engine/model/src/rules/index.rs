@@ -26,11 +26,11 @@ use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
 
-use super::export::{Entries, EntryExport};
+use super::export::{Entries, EntryExport, ExportDefaults};
 use super::gateway::BoundGateway;
 use super::gateway::gateway_id;
 use super::host::{host_matches, wildcards_of};
-use super::parse::{Rule, is_rule_kind, parse};
+use super::parse::{Rule, is_rule_kind, parse_with};
 use super::problem::{Problem, RuleStatus, Severity};
 use super::source::Selectors;
 use super::{DestinationRule, VirtualService};
@@ -133,6 +133,8 @@ pub struct RuleIndex {
     /// own namespace's first (`0`), then by the usual precedence; empty but
     /// in [`RuleIndex::with_visible`]'s output.
     dr_visible: OrdMap<Hostname, OrdSet<(u8, Claim)>>,
+    /// The mesh's `exportTo` defaults, for objects that set none.
+    defaults: Arc<ExportDefaults>,
 }
 
 /// Whether `rule` is a VirtualService or DestinationRule bound to hosts whose
@@ -182,6 +184,19 @@ impl RuleIndex {
         self.rules.is_empty()
     }
 
+    /// An empty index whose objects without `exportTo` get `defaults`.
+    pub fn with_defaults(defaults: ExportDefaults) -> RuleIndex {
+        RuleIndex {
+            defaults: Arc::new(defaults),
+            ..RuleIndex::default()
+        }
+    }
+
+    /// The `exportTo` defaults the index applies.
+    pub fn export_defaults(&self) -> &ExportDefaults {
+        &self.defaults
+    }
+
     /// How many rule objects are stored (rejected ones included).
     pub fn len(&self) -> usize {
         self.rules.len()
@@ -191,7 +206,7 @@ impl RuleIndex {
     /// old and new versions bound, or `None` for other kinds.
     pub fn upsert(&mut self, cfg: &Config) -> Option<RuleTouch> {
         if cfg.kind == crate::model::ConfigKind::ServiceEntry {
-            let (new, old) = self.entries.upsert(cfg);
+            let (new, old) = self.entries.upsert(cfg, &self.defaults.service);
             if let Some(old) = old {
                 self.unexport(&old);
             }
@@ -209,7 +224,7 @@ impl RuleIndex {
             return None;
         }
         let mut touch = self.remove(&cfg.key).unwrap_or_default();
-        let rule = Arc::new(parse(cfg));
+        let rule = Arc::new(parse_with(cfg, &self.defaults));
         if rule.is_sidecar() {
             if rule.sidecar().is_some() {
                 self.sidecars

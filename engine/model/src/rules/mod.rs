@@ -59,14 +59,14 @@ pub use dr::{
     RingHash, Subset, TcpKeepalive, TcpPool, TrafficPolicy,
 };
 pub use duration::parse_duration;
-pub use export::EntryExport;
+pub use export::{EntryExport, ExportDefaults};
 pub use gateway::{
     BoundGateway, Gateway, GatewayServer, Server, ServerHost, ServerMode, ServerPort, ServerTls,
     gateway_id, resolve_gateway_ref, valid_credential,
 };
 pub use host::{DOMAIN_SUFFIX, host_error, host_matches, is_wildcard, resolve_host, wildcards_of};
 pub use index::{BoundVirtualService, RuleIndex, RuleTouch, is_restricted};
-pub use parse::{Rule, RuleSpec, is_rule_kind, parse, resolve_export};
+pub use parse::{Rule, RuleSpec, is_rule_kind, parse, parse_with, resolve_export};
 pub use problem::{Problem, RuleStatus, Severity};
 pub use sidecar::{
     DEFAULT_ROOT_NAMESPACE, EgressHost, EgressListener, EgressNamespace, OutboundMode,

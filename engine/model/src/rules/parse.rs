@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::export::{ExportDefaults, or_default};
 use super::gateway::{BoundGateway, Gateway, check_servers, resolve_gateway_ref};
 use super::host::{host_error, resolve_host};
 use super::problem::Problem;
@@ -148,6 +149,12 @@ pub fn is_rule_kind(kind: ConfigKind) -> bool {
 /// Parses and binds `cfg` (a VirtualService, DestinationRule or Gateway; see
 /// [`is_rule_kind`]).
 pub fn parse(cfg: &Config) -> Rule {
+    parse_with(cfg, &ExportDefaults::default())
+}
+
+/// [`parse`], with `defaults` as the `exportTo` of a VirtualService or
+/// DestinationRule that sets none (the typed spec then carries it).
+pub fn parse_with(cfg: &Config, defaults: &ExportDefaults) -> Rule {
     let mut rule = Rule {
         key: cfg.key.clone(),
         namespace: cfg.namespace.clone(),
@@ -174,13 +181,15 @@ pub fn parse(cfg: &Config) -> Rule {
     };
     match cfg.kind {
         ConfigKind::VirtualService => {
-            if let Some(vs) = typed::<VirtualService>(&raw, &mut rule.problems) {
+            if let Some(mut vs) = typed::<VirtualService>(&raw, &mut rule.problems) {
+                or_default(&mut vs.export_to, &defaults.virtual_service);
                 bind_virtual_service(&vs, &mut rule);
                 rule.spec = RuleSpec::VirtualService(Arc::new(vs));
             }
         }
         ConfigKind::DestinationRule => {
-            if let Some(dr) = typed::<DestinationRule>(&raw, &mut rule.problems) {
+            if let Some(mut dr) = typed::<DestinationRule>(&raw, &mut rule.problems) {
+                or_default(&mut dr.export_to, &defaults.destination_rule);
                 bind_destination_rule(&dr, &mut rule);
                 rule.spec = RuleSpec::DestinationRule(Arc::new(dr));
             }

@@ -661,3 +661,43 @@ fn a_restricted_destination_rule_applies_only_in_the_views_that_see_it() {
     assert!(!idx.has_restricted());
     assert!(idx.visible_from("ns").is_empty());
 }
+
+#[test]
+fn mesh_export_defaults_apply_to_objects_that_set_none() {
+    let defaults = ExportDefaults {
+        service: vec![".".into()],
+        virtual_service: vec!["ns".into(), "other".into()],
+        destination_rule: vec!["~".into()],
+    };
+    let given = parse_with(
+        &vs("ns", "a", r#"{"hosts":["a"],"exportTo":["*"]}"#),
+        &defaults,
+    );
+    assert_eq!(given.export_to, None, "a given `exportTo` wins");
+    let empty = parse_with(
+        &vs("ns", "a", r#"{"hosts":["a"],"exportTo":[]}"#),
+        &defaults,
+    );
+    let absent = parse_with(&vs("ns", "a", r#"{"hosts":["a"]}"#), &defaults);
+    for r in [&empty, &absent] {
+        let want: Vec<Arc<str>> = vec![Arc::from("ns"), Arc::from("other")];
+        assert_eq!(r.export_to.as_deref(), Some(&want[..]), "empty or absent");
+    }
+    let d = parse_with(&dr("ns", "a", r#"{"host":"a"}"#), &defaults);
+    assert_eq!(codes(&d), [("DP1012", "exportTo")], "defaulted to none");
+    assert_eq!(parse(&dr("ns", "a", r#"{"host":"a"}"#)).export_to, None);
+
+    let se = cfg(
+        ConfigKind::ServiceEntry,
+        "ns",
+        "api",
+        r#"{"hosts":["api.example.com"]}"#,
+    );
+    let mut idx = RuleIndex::with_defaults(defaults.clone());
+    idx.upsert(&se);
+    assert!(idx.hidden_hosts(&[]).contains(&h("api.example.com")));
+    assert_eq!(idx.export_defaults(), &defaults);
+    let mut public = RuleIndex::default();
+    public.upsert(&se);
+    assert!(!public.has_restricted_entries());
+}

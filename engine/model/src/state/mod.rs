@@ -87,7 +87,7 @@ use imbl::OrdMap;
 use crate::canon;
 pub use crate::keys::HKey;
 use crate::model::{Config, Endpoint, EndpointShape, Hostname, Service};
-use crate::rules::{RuleIndex, RuleTouch};
+use crate::rules::{ExportDefaults, RuleIndex, RuleTouch};
 
 use addr_index::AddrIndex;
 pub(crate) use apply::Rewrite;
@@ -487,6 +487,22 @@ impl ModelState {
         &self.rules
     }
 
+    /// This state with its rules parsed anew under the mesh's `exportTo`
+    /// `defaults` (the server's flags: a restored or replayed state must read
+    /// its objects as the server does). O(1) when they are the ones in use,
+    /// else O(configs).
+    pub fn with_export_defaults(&self, defaults: &ExportDefaults) -> ModelState {
+        if self.rules.export_defaults() == defaults {
+            return self.clone();
+        }
+        let mut out = self.clone();
+        out.rules = RuleIndex::with_defaults(defaults.clone());
+        for (_, w) in &self.raw_configs {
+            out.rules.upsert(&w.value);
+        }
+        out
+    }
+
     /// The raw service definitions, by `(key, source)`.
     pub fn raw_services(&self) -> impl Iterator<Item = (&ServiceSlot, &Written<Service>)> + '_ {
         self.raw_services.iter()
@@ -682,7 +698,10 @@ impl ModelState {
     /// indexes and hash are derived anew. For tests (incremental maintenance must
     /// equal this) and debug tools; O(entities · log entities).
     pub fn rebuild(&self) -> ModelState {
-        let mut fresh = ModelState::default();
+        let mut fresh = ModelState {
+            rules: RuleIndex::with_defaults(self.rules.export_defaults().clone()),
+            ..ModelState::default()
+        };
         let mut sink = TouchLog::default();
         for (source, g) in &self.sources {
             fresh.set_source_gen(source.clone(), *g);

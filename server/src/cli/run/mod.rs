@@ -62,5 +62,14 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
         watch = ?s.watch, kubeconfig = ?s.kubeconfig, eureka = s.eureka.as_ref().map_or("", |e| e.base_url.as_str()),
         bind_outbound = s.gen_opts.bind_outbound, "deltapilot running"
     );
+    if !s.gen_opts.export_defaults.service.is_empty() {
+        // Istio applies it to every service; the model knows `exportTo` only
+        // on ServiceEntries, so the rest stays public, and says so.
+        tracing::warn!(
+            default_service_export_to = ?s.gen_opts.export_defaults.service,
+            "--default-service-export-to applies to ServiceEntries only: services of other \
+             registries (Kubernetes Services, Eureka) stay visible to every namespace"
+        );
+    }
     wiring::run_until_stopped(tasks, shutdown_tx, s.drain_grace).await
 }

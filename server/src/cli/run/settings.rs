@@ -19,6 +19,7 @@ use clap::{ArgMatches, FromArgMatches};
 use deltapilot_adapters::eureka::EurekaOptions;
 use deltapilot_engine::checkpoint::CheckpointPolicy;
 use deltapilot_log::{LogOptions, LogUri, parse_uri};
+use deltapilot_model::rules::ExportDefaults;
 use deltapilot_server::conn::{ConnLimits, XdsConnOptions};
 use deltapilot_server::xds::Limits;
 use deltapilot_xds::generate::GenOptions;
@@ -92,6 +93,37 @@ pub(crate) struct RunConfig {
     /// [default: istio-system].
     #[arg(long, env = "DELTAPILOT_ROOT_NAMESPACE", value_name = "NAMESPACE")]
     root_namespace: Option<String>,
+    /// `exportTo` of the ServiceEntries that set none, as Istio's MeshConfig
+    /// `defaultServiceExportTo` (`*`, `.`, `~` or namespaces; comma-separated)
+    /// [default: public].
+    #[arg(
+        long,
+        env = "DELTAPILOT_DEFAULT_SERVICE_EXPORT_TO",
+        value_name = "NS",
+        value_delimiter = ','
+    )]
+    #[serde(default)]
+    default_service_export_to: Vec<String>,
+    /// `exportTo` of the VirtualServices that set none, as MeshConfig
+    /// `defaultVirtualServiceExportTo` [default: public].
+    #[arg(
+        long,
+        env = "DELTAPILOT_DEFAULT_VIRTUAL_SERVICE_EXPORT_TO",
+        value_name = "NS",
+        value_delimiter = ','
+    )]
+    #[serde(default)]
+    default_virtual_service_export_to: Vec<String>,
+    /// `exportTo` of the DestinationRules that set none, as MeshConfig
+    /// `defaultDestinationRuleExportTo` [default: public].
+    #[arg(
+        long,
+        env = "DELTAPILOT_DEFAULT_DESTINATION_RULE_EXPORT_TO",
+        value_name = "NS",
+        value_delimiter = ','
+    )]
+    #[serde(default)]
+    default_destination_rule_export_to: Vec<String>,
     /// Most resource names one xDS stream may subscribe to [default: 100000].
     #[arg(long, env = "DELTAPILOT_MAX_NAMES_PER_STREAM")]
     max_names_per_stream: Option<usize>,
@@ -439,6 +471,17 @@ impl RunConfig {
                 .unwrap_or(defaults.outbound_address),
             bind_outbound: self.bind_outbound.unwrap_or(false),
             root_namespace: self.root_namespace.unwrap_or(defaults.root_namespace),
+            export_defaults: ExportDefaults {
+                service: export_list("default-service-export-to", self.default_service_export_to)?,
+                virtual_service: export_list(
+                    "default-virtual-service-export-to",
+                    self.default_virtual_service_export_to,
+                )?,
+                destination_rule: export_list(
+                    "default-destination-rule-export-to",
+                    self.default_destination_rule_export_to,
+                )?,
+            },
             ..defaults
         };
         let drain_grace = Duration::from_secs(self.drain_grace_secs.unwrap_or(10));
@@ -609,6 +652,29 @@ impl Settings {
 
 /// The log to serve: `--log` (or the config file's `log`), else the embedded log
 /// in `DATA_DIR/log`. A bad URI is refused with the reason, before anything starts.
+/// A `--default-*-export-to` list, trimmed: each entry `*`, `.`, `~` or a
+/// namespace name (a DNS label), as Istio's MeshConfig takes them.
+fn export_list(flag: &str, given: Vec<String>) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::with_capacity(given.len());
+    for e in given {
+        let e = e.trim().to_string();
+        let label = !e.is_empty()
+            && e.len() <= 63
+            && e.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !e.starts_with('-')
+            && !e.ends_with('-');
+        if !(label || ["*", ".", "~"].contains(&e.as_str())) {
+            bail!(
+                "--{flag} {e:?}: not `*`, `.`, `~` or a namespace name (lower-case letters, \
+                 digits and `-`, at most 63)"
+            );
+        }
+        out.push(e);
+    }
+    Ok(out)
+}
+
 fn log_setting(given: Option<String>, data_dir: &Path) -> anyhow::Result<LogSetting> {
     match given {
         Some(text) => {
