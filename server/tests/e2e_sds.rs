@@ -182,24 +182,24 @@ fn run(api: &str) {
             xds_port,
             envoy_admin,
             &[
-                (p_k8s, "k8s-cert"),
-                (p_plain, "plain-cert"),
-                (p_absent, "absent"),
+                (p_k8s, "kubernetes://k8s-cert"),
+                (p_plain, "kubernetes://plain-cert"),
+                (p_absent, "kubernetes://absent"),
             ],
         ),
     )
     .expect("write bootstrap");
     let envoy = Envoy::start_bootstrap(dir, &boot, envoy_admin);
 
-    serves(p_k8s, &k8s.join("tls.crt"), "k8s-cert");
-    serves(p_plain, &plain.join("tls.crt"), "plain-cert");
+    serves(p_k8s, &k8s.join("tls.crt"), "kubernetes://k8s-cert");
+    serves(p_plain, &plain.join("tls.crt"), "kubernetes://plain-cert");
 
     // Kubernetes' symlink swap: the new certificate is served, the old one
     // no longer verifies.
     let old_k8s = dir.join("old-k8s.crt");
     std::fs::copy(k8s.join("tls.crt"), &old_k8s).expect("keep old");
     k8s_rotate(&k8s, "..2026_12_02_b");
-    serves(p_k8s, &k8s.join("tls.crt"), "k8s-cert");
+    serves(p_k8s, &k8s.join("tls.crt"), "kubernetes://k8s-cert");
     assert!(
         curl(p_k8s, &old_k8s).is_err(),
         "the old certificate is gone"
@@ -209,7 +209,7 @@ fn run(api: &str) {
     let old_plain = dir.join("old-plain.crt");
     std::fs::copy(plain.join("tls.crt"), &old_plain).expect("keep old");
     plain_rotate(&plain, &dir.join("scratch"));
-    serves(p_plain, &plain.join("tls.crt"), "plain-cert");
+    serves(p_plain, &plain.join("tls.crt"), "kubernetes://plain-cert");
     assert!(
         curl(p_plain, &old_plain).is_err(),
         "the old certificate is gone"
@@ -221,7 +221,7 @@ fn run(api: &str) {
         let v = metric(
             &m,
             "deltapilot_credential_problems",
-            &["name=\"absent\"", "state=\"missing\""],
+            &["name=\"kubernetes://absent\"", "state=\"missing\""],
         );
         if v == 1.0 {
             Ok(())
@@ -233,11 +233,11 @@ fn run(api: &str) {
         http_get(dp.admin(), "/debug/credentials", "localhost").expect("debug credentials");
     assert_eq!(code, 200, "{report}");
     assert!(
-        report.contains("\"absent\"") && report.contains("missing"),
+        report.contains("\"kubernetes://absent\"") && report.contains("missing"),
         "{report}"
     );
     assert!(
-        report.contains("\"k8s-cert\"") && report.contains("loaded"),
+        report.contains("\"kubernetes://k8s-cert\"") && report.contains("loaded"),
         "{report}"
     );
     for (path, what) in [

@@ -54,7 +54,10 @@ mod wire;
 
 use std::sync::Arc;
 
-pub use gateway::{GatewayResources, ca_secret_name, gateway_resources, gateway_touched};
+pub use gateway::{
+    GatewayResources, SECRET_PREFIX, ca_secret_name, gateway_resources, gateway_touched,
+    secret_name,
+};
 pub use incremental::Generator;
 pub use l4::problems as l4_route_problems;
 pub use policy::hash_policies;

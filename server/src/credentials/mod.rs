@@ -1,8 +1,9 @@
 //! Gateway credentials served over SDS: `--credentials-dir DIR`, where
 //! `DIR/NAME/tls.crt` and `DIR/NAME/tls.key` (and `ca.crt`, for MUTUAL) are the
 //! layout of a mounted Kubernetes TLS Secret. A Gateway server's
-//! `credentialName: NAME` makes its listener ask for secret `NAME` (and
-//! `NAME-cacert` for the CA), which the proxy fetches on its ADS stream.
+//! `credentialName: NAME` makes its listener ask for secret `kubernetes://NAME`
+//! (and `kubernetes://NAME-cacert` for the CA), as Istio names them, which the
+//! proxy fetches on its ADS stream.
 //!
 //! - [`CredentialStore`]: the secrets read from the directory, published as an
 //!   immutable [`SecretSet`] on a watch channel, with what is wrong with each
@@ -35,6 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use deltapilot_model::rules::valid_credential;
+use deltapilot_xds::generate::{SECRET_PREFIX, ca_secret_name, secret_name};
 use deltapilot_xds::{Resource, ResourceMap, content_version};
 use serde::Serialize;
 use tokio::sync::watch as channel;
@@ -58,7 +60,7 @@ pub const CA_SUFFIX: &str = "-cacert";
 /// Every secret currently served, immutable; a new value on each change.
 #[derive(Debug, Clone, Default)]
 pub struct SecretSet {
-    /// Secrets by name (`NAME`, `NAME-cacert`), encoded.
+    /// Secrets by name (`kubernetes://NAME`, `kubernetes://NAME-cacert`), encoded.
     pub secrets: ResourceMap,
     /// Increases with every published change.
     pub seq: u64,
@@ -84,7 +86,7 @@ pub struct CredentialReport {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Directory name → why its last read failed.
+    /// Secret name → why its credential directory's last read failed.
     errors: BTreeMap<Arc<str>, String>,
     /// A problem with the directory as a whole.
     scan_error: Option<String>,
@@ -161,9 +163,9 @@ impl CredentialStore {
                             dir.display()
                         ));
                     }
-                    for name in names {
-                        let ca_name: Arc<str> = Arc::from(format!("{name}{CA_SUFFIX}"));
-                        match load::load_dir(&dir.join(&*name)) {
+                    for dir_name in names {
+                        let (name, ca_name) = (secret_name(&dir_name), ca_secret_name(&dir_name));
+                        match load::load_dir(&dir.join(&*dir_name)) {
                             Ok(pem) => {
                                 put(
                                     &mut next,
@@ -310,6 +312,13 @@ impl CredentialStore {
 fn missing_reason(dir: Option<&Path>, name: &str) -> String {
     let Some(dir) = dir else {
         return "no --credentials-dir is set".to_string();
+    };
+    let Some(name) = name.strip_prefix(SECRET_PREFIX) else {
+        return format!(
+            "not a secret deltapilot serves: credentials are named `{SECRET_PREFIX}NAME` \
+             (`{SECRET_PREFIX}NAME{CA_SUFFIX}` for a CA), NAME a directory of {}",
+            dir.display()
+        );
     };
     match name.strip_suffix(CA_SUFFIX) {
         Some(base) => format!(

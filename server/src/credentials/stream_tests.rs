@@ -37,11 +37,11 @@ fn delta_serves_explicit_names_and_forgets_on_unsubscribe() {
         s.next(&store.current()).is_none(),
         "a wildcard asks for nothing"
     );
-    s.on_request(&delta(&["a", "missing"], &[], ""))
+    s.on_request(&delta(&["kubernetes://a", "kubernetes://missing"], &[], ""))
         .expect("ok");
     let (out, n) = s.next(&store.current()).expect("a is due");
     assert_eq!(n, 1);
-    assert_eq!(&*out.resources[0].name, "a");
+    assert_eq!(&*out.resources[0].name, "kubernetes://a");
     assert!(out.nonce.starts_with('s'));
     assert!(s.next(&store.current()).is_none(), "one in flight");
     let o = s.on_request(&delta(&[], &[], &out.nonce)).expect("ack");
@@ -53,9 +53,11 @@ fn delta_serves_explicit_names_and_forgets_on_unsubscribe() {
     let (out, _) = s.next(&store.current()).expect("rotated");
     s.on_request(&delta(&[], &[], &out.nonce)).expect("ack");
     // Unsubscribe, then subscribe again: answered again.
-    s.on_request(&delta(&[], &["a"], "")).expect("ok");
+    s.on_request(&delta(&[], &["kubernetes://a"], ""))
+        .expect("ok");
     assert!(s.next(&store.current()).is_none());
-    s.on_request(&delta(&["a"], &[], "")).expect("ok");
+    s.on_request(&delta(&["kubernetes://a"], &[], ""))
+        .expect("ok");
     assert!(
         s.next(&store.current()).is_some(),
         "a resubscribe is answered"
@@ -63,13 +65,13 @@ fn delta_serves_explicit_names_and_forgets_on_unsubscribe() {
     let (report, _) = store.report();
     let missing = report
         .iter()
-        .find(|r| r.name == "missing")
+        .find(|r| r.name == "kubernetes://missing")
         .expect("missing");
     assert_eq!(missing.state, "missing");
     drop(s);
     let (report, _) = store.report();
     assert!(
-        report.iter().all(|r| r.name != "missing"),
+        report.iter().all(|r| r.name != "kubernetes://missing"),
         "released on drop"
     );
 }
@@ -77,11 +79,17 @@ fn delta_serves_explicit_names_and_forgets_on_unsubscribe() {
 #[test]
 fn delta_reconnect_with_current_versions_sends_nothing() {
     let (_tmp, store) = store_with(&["a"]);
-    let version = store.current().secrets.get("a").expect("a").version.clone();
+    let version = store
+        .current()
+        .secrets
+        .get("kubernetes://a")
+        .expect("a")
+        .version
+        .clone();
     let mut s = DeltaSecrets::new(store.clone());
-    let mut req = delta(&["a"], &[], "");
+    let mut req = delta(&["kubernetes://a"], &[], "");
     req.initial_resource_versions = vec![VersionEntry {
-        name: Bytes::from_static(b"a"),
+        name: Bytes::from_static(b"kubernetes://a"),
         version: Bytes::from(version.to_string()),
     }];
     s.on_request(&req).expect("ok");
@@ -98,13 +106,15 @@ fn sotw_sends_the_subscribed_state_when_it_changes() {
         response_nonce: nonce.to_string(),
         ..Default::default()
     };
-    s.on_request(&req(&["a"], "")).expect("ok");
+    s.on_request(&req(&["kubernetes://a"], "")).expect("ok");
     let (out, n) = s.next(&store.current()).expect("due");
     assert_eq!(n, 1);
-    s.on_request(&req(&["a", "b"], &out.nonce)).expect("ack");
+    s.on_request(&req(&["kubernetes://a", "kubernetes://b"], &out.nonce))
+        .expect("ack");
     let (out, n) = s.next(&store.current()).expect("b added");
     assert_eq!(n, 2);
-    s.on_request(&req(&["a", "b"], &out.nonce)).expect("ack");
+    s.on_request(&req(&["kubernetes://a", "kubernetes://b"], &out.nonce))
+        .expect("ack");
     assert!(s.next(&store.current()).is_none());
     super::super::tests::make_cert(&tmp.path().join("b"), "b");
     store.rescan();

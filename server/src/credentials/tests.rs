@@ -16,8 +16,16 @@ fn loads_pairs_keeps_the_last_good_one_and_reports_by_name() {
     let names: Vec<&str> = set.secrets.keys().map(|k| &**k).collect::<Vec<_>>();
     let mut names = names;
     names.sort();
-    assert_eq!(names, ["a", "b", "b-cacert"]);
-    let a_version = set.secrets.get("a").expect("a").version.clone();
+    assert_eq!(
+        names,
+        ["kubernetes://a", "kubernetes://b", "kubernetes://b-cacert"]
+    );
+    let a_version = set
+        .secrets
+        .get("kubernetes://a")
+        .expect("a")
+        .version
+        .clone();
 
     // A key that does not belong to the certificate: refused, the last good
     // pair stays served, and the name is reported.
@@ -26,11 +34,19 @@ fn loads_pairs_keeps_the_last_good_one_and_reports_by_name() {
     std::fs::copy(elsewhere.path().join("tls.key"), dir.join("a/tls.key")).expect("copy");
     assert!(!store.rescan(), "nothing served changes");
     assert_eq!(
-        store.current().secrets.get("a").expect("a").version,
+        store
+            .current()
+            .secrets
+            .get("kubernetes://a")
+            .expect("a")
+            .version,
         a_version
     );
     let (report, _) = store.report();
-    let a = report.iter().find(|r| r.name == "a").expect("a reported");
+    let a = report
+        .iter()
+        .find(|r| r.name == "kubernetes://a")
+        .expect("a reported");
     assert_eq!(a.state, "error");
     let why = a.reason.as_deref().expect("reason");
     assert!(why.contains("does not belong"), "{why}");
@@ -40,19 +56,27 @@ fn loads_pairs_keeps_the_last_good_one_and_reports_by_name() {
     );
 
     // Asked for but absent: missing, by name.
-    store.request(&Arc::from("nope"));
+    store.request(&Arc::from("kubernetes://nope"));
     let (report, _) = store.report();
-    let nope = report.iter().find(|r| r.name == "nope").expect("nope");
+    let nope = report
+        .iter()
+        .find(|r| r.name == "kubernetes://nope")
+        .expect("nope");
     assert_eq!((nope.state, nope.subscribers), ("missing", 1));
-    store.release("nope");
+    store.release("kubernetes://nope");
     let (report, _) = store.report();
-    assert!(report.iter().all(|r| r.name != "nope"));
+    assert!(report.iter().all(|r| r.name != "kubernetes://nope"));
 
     // A matching pair again: served, with a new version.
     make_cert(&dir.join("a"), "a.example.com");
     assert!(store.rescan());
     assert_ne!(
-        store.current().secrets.get("a").expect("a").version,
+        store
+            .current()
+            .secrets
+            .get("kubernetes://a")
+            .expect("a")
+            .version,
         a_version
     );
 }

@@ -9,8 +9,10 @@
 //!   Gateway's own) or `*` (any); no `ns/` means any. `host` is an FQDN, a
 //!   wildcard (`*.example.com`) or `*`;
 //! - `tls.mode`: `SIMPLE` and `MUTUAL` terminate with `credentialName` (served
-//!   over SDS as secrets `<credentialName>` and, for MUTUAL, the CA as
-//!   `<credentialName>-cacert`); `PASSTHROUGH` forwards by SNI;
+//!   over SDS as secrets `kubernetes://<credentialName>` and, for MUTUAL, the
+//!   CA as `kubernetes://<credentialName>-cacert`, as Istio names them; a
+//!   `credentialName` written `kubernetes://NAME` is `NAME`); `PASSTHROUGH`
+//!   forwards by SNI;
 //!   `ISTIO_MUTUAL`, `OPTIONAL_MUTUAL` and `AUTO_PASSTHROUGH` are reported
 //!   (`DP1204`) and the server is dropped;
 //! - `tls.httpsRedirect` on a plain HTTP server: every request answers 301 to
@@ -143,7 +145,7 @@ pub enum ServerMode {
         /// Secret name of the certificate and key.
         credential: Arc<str>,
         /// MUTUAL: clients must present a certificate signed by the CA secret
-        /// `<credential>-cacert`.
+        /// `kubernetes://<credential>-cacert`.
         mutual: bool,
         /// Accepted client SANs (MUTUAL).
         subject_alt_names: Vec<String>,
@@ -309,7 +311,10 @@ fn check_server(
         ("TCP", None | Some("")) => ServerMode::Tcp,
         ("HTTPS", Some(m @ ("SIMPLE" | "MUTUAL"))) => {
             let t = tls?;
-            let Some(cred) = t.credential_name.as_deref().filter(|c| valid_credential(c)) else {
+            // Istio keeps an explicit `kubernetes://` type: the same secret.
+            let named = (t.credential_name.as_deref())
+                .map(|c| c.strip_prefix("kubernetes://").unwrap_or(c));
+            let Some(cred) = named.filter(|c| valid_credential(c)) else {
                 problems.push(Problem::error(
                     "DP1205",
                     at("tls.credentialName"),

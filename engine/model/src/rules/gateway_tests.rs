@@ -48,7 +48,7 @@ const INGRESS: &str = r#"{
      "tls": {"mode": "SIMPLE", "credentialName": "a-cert"}},
     {"port": {"number": 8443, "name": "mtls", "protocol": "HTTPS"},
      "hosts": ["*"],
-     "tls": {"mode": "MUTUAL", "credentialName": "m", "subjectAltNames": ["spiffe://x"]}},
+     "tls": {"mode": "MUTUAL", "credentialName": "kubernetes://m", "subjectAltNames": ["spiffe://x"]}},
     {"port": {"number": 9443, "protocol": "TLS"}, "hosts": ["*"],
      "tls": {"mode": "PASSTHROUGH"}}
   ]
@@ -93,7 +93,10 @@ fn servers_are_checked_into_modes_hosts_and_credentials() {
             subject_alt_names: vec![]
         }
     );
-    assert!(matches!(&s[2].mode, ServerMode::Https { mutual: true, .. }));
+    assert!(
+        matches!(&s[2].mode, ServerMode::Https { mutual: true, credential, .. } if &**credential == "m"),
+        "Istio's explicit `kubernetes://` type names the same credential"
+    );
     assert_eq!(s[3].mode, ServerMode::Passthrough);
 }
 

@@ -26,7 +26,7 @@ use deltapilot_model::rules::ServerMode;
 use super::super::GenOptions;
 use super::super::common::{ads_config_source, encode, sidecar_listener_name, to_any};
 use super::super::lds::{HCM_FILTER, HttpFilters, hcm};
-use super::{Placed, PortServers, ca_secret_name};
+use super::{Placed, PortServers, ca_secret_name, secret_name};
 
 const TLS_INSPECTOR: &str = "envoy.filters.listener.tls_inspector";
 const TLS_SOCKET: &str = "envoy.transport_sockets.tls";
@@ -124,7 +124,7 @@ fn tls_chain(p: &Placed<'_>, filters: HttpFilters) -> FilterChain {
     };
     let ctx = DownstreamTlsContext {
         common_tls_context: Some(CommonTlsContext {
-            tls_certificate_sds_secret_configs: vec![sds(credential)],
+            tls_certificate_sds_secret_configs: vec![sds(&secret_name(credential))],
             alpn_protocols: vec!["h2".to_string(), "http/1.1".to_string()],
             validation_context_type: mutual.then(|| {
                 ValidationContextType::ValidationContextSdsSecretConfig(sds(&ca_secret_name(

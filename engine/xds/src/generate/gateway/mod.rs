@@ -11,8 +11,9 @@
 //!   chain and one route configuration `http.<port>`.
 //! - **HTTPS** (`SIMPLE`, `MUTUAL`) servers each get a filter chain matched on
 //!   their hosts as SNI (`*` matches any), terminating TLS with the SDS secret
-//!   `<credentialName>` (and, for `MUTUAL`, validating clients with the secret
-//!   `<credentialName>-cacert`), and a route configuration of their own,
+//!   `kubernetes://<credentialName>` (and, for `MUTUAL`, validating clients
+//!   with the secret `kubernetes://<credentialName>-cacert`; Istio's names),
+//!   and a route configuration of their own,
 //!   `https.<port>.<portName>.<gateway>.<namespace>`. A server whose SNI
 //!   names another server's on the port already uses is dropped (`DP2103`):
 //!   Envoy refuses two chains with one match.
@@ -112,9 +113,20 @@ pub fn gateway_touched(touched: &Touched) -> bool {
     touched.configs || !touched.services.is_empty() || !touched.rule_hosts.is_empty()
 }
 
-/// The name of the CA secret of a MUTUAL server with `credential`.
+/// The prefix Istio gives a `credentialName`'s SDS secret
+/// (`credentials.ToResourceName`): `kubernetes://NAME`.
+pub const SECRET_PREFIX: &str = "kubernetes://";
+
+/// The SDS secret of a SIMPLE or MUTUAL server with `credential`, as Istio
+/// names it.
+pub fn secret_name(credential: &str) -> Arc<str> {
+    Arc::from(format!("{SECRET_PREFIX}{credential}"))
+}
+
+/// The CA secret of a MUTUAL server with `credential`, as Istio names it
+/// (the credential's name with `-cacert`, then the prefix).
 pub fn ca_secret_name(credential: &str) -> Arc<str> {
-    Arc::from(format!("{credential}-cacert"))
+    Arc::from(format!("{SECRET_PREFIX}{credential}-cacert"))
 }
 
 /// One server kept for a port, with its Gateway.
@@ -248,7 +260,7 @@ pub fn gateway_resources<M: ModelRead + ?Sized>(
                 credential, mutual, ..
             } = &p.server.mode
             {
-                out.secret_names.insert(credential.clone());
+                out.secret_names.insert(secret_name(credential));
                 if *mutual {
                     out.secret_names.insert(ca_secret_name(credential));
                 }

@@ -24,10 +24,10 @@ const GW: &str = r#"{
      "hosts": ["a.example.com"], "tls": {"httpsRedirect": true}},
     {"port": {"number": 8443, "name": "https", "protocol": "HTTPS"},
      "hosts": ["a.example.com"],
-     "tls": {"mode": "SIMPLE", "credentialName": "a-cert"}},
+     "tls": {"mode": "SIMPLE", "credentialName": "kubernetes://a-cert"}},
     {"port": {"number": 8443, "name": "mtls", "protocol": "HTTPS"},
      "hosts": ["m.example.com"],
-     "tls": {"mode": "MUTUAL", "credentialName": "m-cert"}},
+     "tls": {"mode": "MUTUAL", "credentialName": "kubernetes://m-cert"}},
     {"port": {"number": 8443, "name": "again", "protocol": "HTTPS"},
      "hosts": ["m.example.com"],
      "tls": {"mode": "SIMPLE", "credentialName": "dup"}},
@@ -203,7 +203,10 @@ fn https_servers_terminate_with_sds_secrets_by_sni() {
     };
     let simple = tls(0);
     let c = simple.common_tls_context.expect("present");
-    assert_eq!(c.tls_certificate_sds_secret_configs[0].name, "a-cert");
+    assert_eq!(
+        c.tls_certificate_sds_secret_configs[0].name,
+        "kubernetes://a-cert"
+    );
     assert!(c.validation_context_type.is_none());
     let mutual = tls(1);
     assert_eq!(
@@ -216,7 +219,7 @@ fn https_servers_terminate_with_sds_secrets_by_sni() {
         .validation_context_type
     {
         Some(ValidationContextType::ValidationContextSdsSecretConfig(s)) => {
-            assert_eq!(s.name, "m-cert-cacert")
+            assert_eq!(s.name, "kubernetes://m-cert-cacert")
         }
         other => panic!("{other:?}"),
     }
@@ -225,7 +228,14 @@ fn https_servers_terminate_with_sds_secrets_by_sni() {
     let rc = route_config(&r, "https.8443.mtls.ingress.edge");
     assert_eq!(rc.virtual_hosts[0].name, "m.example.com:8443");
     let secrets: Vec<&str> = r.secret_names.iter().map(|s| &**s).collect();
-    assert_eq!(secrets, ["a-cert", "m-cert", "m-cert-cacert"]);
+    assert_eq!(
+        secrets,
+        [
+            "kubernetes://a-cert",
+            "kubernetes://m-cert",
+            "kubernetes://m-cert-cacert"
+        ]
+    );
     let codes: Vec<&str> = r.problems.iter().map(|(_, p)| p.code).collect();
     assert_eq!(codes, ["DP2103", "DP2101"], "{:?}", r.problems);
     // mTLS routes: m.example.com is met by VS b's wildcard.
