@@ -397,26 +397,23 @@ impl RuleIndex {
             .unwrap_or_default()
     }
 
-    /// The part of `ns`'s visibility class that routers of `ns` read: the
-    /// restricted DestinationRules exported to it, with their `#own`
-    /// markers. Istio looks up a gateway's DestinationRules from the router's
-    /// own namespace, while it binds VirtualServices by the Gateway's
-    /// namespace and shows gateways every host.
+    /// The part of `ns`'s class its routers read: the restricted
+    /// DestinationRules exported to it, with `#own` markers (Istio looks a
+    /// gateway's up from its namespace; VirtualServices bind by the Gateway's).
     pub fn destination_rules_visible_from(&self, ns: &str) -> Vec<Arc<str>> {
-        let is_dr = |k: &Arc<str>| {
+        let is_dr = |k: &&Arc<str>| {
             let base = k.strip_suffix(OWN_SUFFIX).unwrap_or(k);
             self.rules
                 .get(base)
                 .is_some_and(|r| r.is_destination_rule())
         };
         (self.exported_to.get(ns).into_iter().flatten())
-            .filter(|k| is_dr(k))
+            .filter(is_dr)
             .cloned()
             .collect()
     }
 
-    /// Every distinct non-empty [`RuleIndex::destination_rules_visible_from`]
-    /// of the namespaces some `exportTo` names, sorted.
+    /// Every distinct non-empty [`RuleIndex::destination_rules_visible_from`].
     pub fn destination_rule_classes(&self) -> BTreeSet<Arc<[Arc<str>]>> {
         (self.exported_to.keys())
             .map(|ns| self.destination_rules_visible_from(ns))
