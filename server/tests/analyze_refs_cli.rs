@@ -22,7 +22,9 @@ const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 const ROUTER_ID: &str = "router~10.1.9.8~ingress.istio-system~istio-system.svc.cluster.local";
 const WAIT: Duration = Duration::from_secs(30);
 
-const MESH: &str = "apiVersion: networking.istio.io/v1
+/// The services and the VirtualService routing to `billing.other.local`
+/// that both tests use.
+const ENTRIES: &str = "apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: hello, namespace: demo}
 spec:
@@ -43,6 +45,19 @@ spec:
   endpoints: [{address: 127.0.0.1}]
 ---
 apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: to-billing, namespace: demo}
+spec:
+  hosts: [hello.demo.local]
+  http:
+    - match: [{uri: {prefix: /pay}}]
+      route:
+        - destination: {host: billing.other.local}
+    - route:
+        - destination: {host: hello.demo.local}
+";
+
+const MESH: &str = "apiVersion: networking.istio.io/v1
 kind: Gateway
 metadata: {name: public, namespace: istio-system}
 spec:
@@ -58,18 +73,6 @@ spec:
   hosts: [hello.demo.local]
   gateways: [istio-system/public, demo/nowhere]
   http:
-    - route:
-        - destination: {host: hello.demo.local}
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {name: to-billing, namespace: demo}
-spec:
-  hosts: [hello.demo.local]
-  http:
-    - match: [{uri: {prefix: /pay}}]
-      route:
-        - destination: {host: billing.other.local}
     - route:
         - destination: {host: hello.demo.local}
 ---
@@ -186,6 +189,7 @@ fn references_between_rules_are_reported_for_files_and_servers() {
     let d = dir.path();
     let mesh = d.join("mesh");
     std::fs::create_dir_all(&mesh).expect("mesh dir");
+    std::fs::write(mesh.join("entries.yaml"), ENTRIES).expect("write entries");
     std::fs::write(mesh.join("mesh.yaml"), MESH).expect("write mesh");
 
     let files = dp(d, &["analyze", "-o", "json", "mesh"]);
@@ -233,16 +237,6 @@ fn references_between_rules_are_reported_for_files_and_servers() {
 /// (`--root-namespace mesh-root`) for the namespaces without their own.
 const SCOPED: &str = "apiVersion: networking.istio.io/v1
 kind: ServiceEntry
-metadata: {name: hello, namespace: demo}
-spec:
-  hosts: [hello.demo.local]
-  location: MESH_INTERNAL
-  resolution: STATIC
-  ports: [{number: 8080, name: http, protocol: HTTP}]
-  endpoints: [{address: 127.0.0.1}]
----
-apiVersion: networking.istio.io/v1
-kind: ServiceEntry
 metadata: {name: cart, namespace: shop}
 spec:
   hosts: [cart.shop.local]
@@ -250,28 +244,6 @@ spec:
   resolution: STATIC
   ports: [{number: 8080, name: http, protocol: HTTP}]
   endpoints: [{address: 127.0.0.1}]
----
-apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: billing, namespace: other}
-spec:
-  hosts: [billing.other.local]
-  location: MESH_INTERNAL
-  resolution: STATIC
-  ports: [{number: 8080, name: http, protocol: HTTP}]
-  endpoints: [{address: 127.0.0.1}]
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {name: to-billing, namespace: demo}
-spec:
-  hosts: [hello.demo.local]
-  http:
-    - match: [{uri: {prefix: /pay}}]
-      route:
-        - destination: {host: billing.other.local}
-    - route:
-        - destination: {host: hello.demo.local}
 ---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
@@ -347,6 +319,7 @@ fn sidecars_are_judged_where_they_apply_with_the_root_default() {
     let d = dir.path();
     let mesh = d.join("mesh");
     std::fs::create_dir_all(&mesh).expect("mesh dir");
+    std::fs::write(mesh.join("entries.yaml"), ENTRIES).expect("write entries");
     std::fs::write(mesh.join("mesh.yaml"), SCOPED).expect("write mesh");
 
     let files = dp(
