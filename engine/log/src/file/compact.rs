@@ -42,8 +42,11 @@
 //! distinct keys; segment bytes are read one segment at a time, twice (plan, then
 //! rewrite), so memory is one segment plus the range's keys.
 //!
-//! What it does NOT do: compact the newest segment, run by itself (the caller
-//! decides when), or know which checkpoints exist.
+//! A rewritten segment keeps the original's modification time: retention by
+//! deletion (`retain.rs`) reads a segment's age from it.
+//!
+//! What it does NOT do: compact the newest segment, delete segments (`retain.rs`),
+//! run by itself (the caller decides when), or know which checkpoints exist.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -316,6 +319,16 @@ fn rewrite(
     {
         let mut f = File::create(&tmp).map_err(io_err("write compacted segment", &tmp))?;
         f.write_all(&out)
+            .map_err(io_err("write compacted segment", &tmp))?;
+        // The age retention judges a segment by (`retain.rs`) is its last append,
+        // not its last rewrite: a segment compacted again and again must still
+        // age out.
+        let appended = part
+            .file
+            .metadata()
+            .and_then(|m| m.modified())
+            .map_err(io_err("stat segment", &part.path))?;
+        f.set_modified(appended)
             .map_err(io_err("write compacted segment", &tmp))?;
         if durable {
             f.sync_all()
