@@ -141,6 +141,7 @@ mod compact;
 mod compact_plan;
 mod follow;
 mod format;
+mod marker;
 mod recovery;
 mod retain;
 mod sealed;
@@ -413,22 +414,10 @@ impl FileLog {
         admit: Arc<Admit>,
         policy: CompactPolicy,
     ) -> Result<CompactReport> {
-        if self.writer.is_none() {
-            return Err(Error::Compact {
-                path: self.dir().to_owned(),
-                reason: "the log was opened read-only; compaction needs the writer \
-                         (stop `deltapilot run`, or let it compact by policy)"
-                    .into(),
-            });
-        }
-        let (shared, lock) = (self.shared.clone(), self.compacting.clone());
-        let durable = self.opts.fsync != FsyncPolicy::Never;
-        blocking(move || {
-            let _one = lock
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            compact::compact(&shared, below, &*admit, policy, durable)
-        })
+        self.maintain(
+            "compaction needs the writer (stop `deltapilot run`, or let it compact by policy)",
+            move |shared, durable| compact::compact(shared, below, &*admit, policy, durable),
+        )
         .await
     }
 
@@ -437,10 +426,25 @@ impl FileLog {
     /// vouches that every reader it cares about resumes at or after `below`.
     /// Writer handles only; appends go on meanwhile, compactions wait.
     pub async fn delete_segments(&self, below: u64, policy: DeletePolicy) -> Result<DeleteReport> {
+        self.maintain(
+            "deleting segments needs the writer",
+            move |shared, durable| retain::delete(shared, below, policy, durable),
+        )
+        .await
+    }
+
+    /// Runs a compaction or a deletion (`work`, given the shared state and
+    /// whether to fsync) on the blocking pool, one at a time; refused, saying
+    /// `needs`, on a read-only handle.
+    async fn maintain<T: Send + 'static>(
+        &self,
+        needs: &str,
+        work: impl FnOnce(&Shared, bool) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
         if self.writer.is_none() {
             return Err(Error::Compact {
                 path: self.dir().to_owned(),
-                reason: "the log was opened read-only; deleting segments needs the writer".into(),
+                reason: format!("the log was opened read-only; {needs}"),
             });
         }
         let (shared, lock) = (self.shared.clone(), self.compacting.clone());
@@ -449,7 +453,7 @@ impl FileLog {
             let _one = lock
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            retain::delete(&shared, below, policy, durable)
+            work(&shared, durable)
         })
         .await
     }

@@ -6,8 +6,8 @@
 //! # The log's start
 //!
 //! Once segments are deleted the log starts above 0. The first offset is
-//! recorded in `DIR/START` (text, `start <offset>`, written atomically: temp file,
-//! fsync, rename, directory fsync) **before** any segment file is removed. A file
+//! recorded in `DIR/START` (text, `start <offset>`, written atomically, see
+//! `marker.rs`) **before** any segment file is removed. A file
 //! rather than the first segment's name alone, because the name cannot tell a
 //! segment deleted by retention from one an operator or a failing disk lost: with
 //! the file, a first segment above the recorded start is still refused at open
@@ -32,12 +32,11 @@
 //! What it does NOT do: decide which position is safe (the caller passes the
 //! position of its oldest checkpoint), or run by itself.
 
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use super::marker::Marker;
 use super::segment::{list_segments, segment_file_name};
 use super::shared::Shared;
 use super::writer::sync_dir;
@@ -45,8 +44,6 @@ use crate::{Error, Result};
 
 /// The file holding the log's first offset once segments were deleted.
 pub const START_FILE: &str = "START";
-/// Suffix of `START` while it is written.
-const TEMP_SUFFIX: &str = ".tmp";
 
 /// When a sealed segment lies outside the retention window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,36 +73,15 @@ fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error
     move |source| Error::Io { op, path, source }
 }
 
+/// The start's marker file.
+const START: Marker = Marker {
+    file: START_FILE,
+    word: "start",
+};
+
 /// The start recorded in `dir` (0 without a file).
 pub(crate) fn read_start(dir: &Path) -> Result<u64> {
-    let path = dir.join(START_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(io_err("read start", &path)(e)),
-    };
-    text.trim()
-        .strip_prefix("start ")
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| Error::InvalidLogDir {
-            path: dir.to_owned(),
-            reason: format!(
-                "{} holds {:?}, expected \"start <offset>\"",
-                path.display(),
-                text.trim()
-            ),
-        })
-}
-
-fn write_start(dir: &Path, start: u64) -> Result<()> {
-    let path = dir.join(START_FILE);
-    let tmp = dir.join(format!("{START_FILE}{TEMP_SUFFIX}"));
-    let mut f = File::create(&tmp).map_err(io_err("write start", &tmp))?;
-    f.write_all(format!("start {start}\n").as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(io_err("write start", &tmp))?;
-    std::fs::rename(&tmp, &path).map_err(io_err("rename start", &path))?;
-    sync_dir(dir)
+    START.read(dir)
 }
 
 /// The segment bases of `dir` at or above its recorded start, with that start;
@@ -201,7 +177,7 @@ pub(crate) fn delete(
         return Ok(report);
     }
 
-    write_start(&dir, report.start)?;
+    START.write(&dir, report.start)?;
     {
         let mut segs = shared.segments_mut();
         // The cut is the base of the first segment kept.
