@@ -19,15 +19,19 @@
 //!   below it are refused.
 //! - `log_segments`, `log_disk_bytes` — segment files of the embedded log and
 //!   their bytes, read at each scrape.
-//! - `log_oldest_offset` — the first offset still stored (0 until segments are
-//!   removed).
+//! - `log_oldest_offset` — the first offset still stored (0 until retention
+//!   deletes segments): reads and replays from below it are refused.
+//! - `log_retention_deleted_segments_total`, `log_retention_deleted_bytes_total`
+//!   — segment files, and their bytes, deleted by retention (`delete=true`).
+//! - `log_retention_failures_total{reason}` — deletions that failed, by the
+//!   same reasons as compactions.
 //!
 //! What it does NOT do: report a Kafka topic's size (the broker's own metrics do).
 
 use std::sync::atomic::AtomicU64;
 
 use deltapilot_log::Error as LogError;
-use deltapilot_log::file::{CompactReport, DiskUsage};
+use deltapilot_log::file::{CompactReport, DeleteReport, DiskUsage};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -93,6 +97,12 @@ pub struct LogStoreMetrics {
     pub disk_bytes: Gauge,
     /// See the module docs.
     pub oldest_offset: Gauge,
+    /// See the module docs.
+    pub deleted_segments: Counter,
+    /// See the module docs.
+    pub deleted_bytes: Counter,
+    /// See the module docs.
+    pub delete_failures: Family<Labels<1>, Counter>,
 }
 
 fn gauge_value(n: u64) -> i64 {
@@ -107,6 +117,9 @@ impl LogStoreMetrics {
         }
         for reason in CompactionFailure::ALL {
             let _ = self.failures.get_or_create(&[("reason", reason.as_str())]);
+            let _ = self
+                .delete_failures
+                .get_or_create(&[("reason", reason.as_str())]);
         }
         registry.register(
             "log_compactions",
@@ -153,6 +166,35 @@ impl LogStoreMetrics {
             "First offset the embedded log still stores",
             self.oldest_offset.clone(),
         );
+        registry.register(
+            "log_retention_deleted_segments",
+            "Segment files of the embedded log deleted by retention",
+            self.deleted_segments.clone(),
+        );
+        registry.register(
+            "log_retention_deleted_bytes",
+            "Bytes of the segment files deleted by retention",
+            self.deleted_bytes.clone(),
+        );
+        registry.register(
+            "log_retention_failures",
+            "Failed deletions of embedded-log segments, by reason",
+            self.delete_failures.clone(),
+        );
+    }
+
+    /// Records a deletion that succeeded (possibly of nothing).
+    pub fn deleted(&self, report: &DeleteReport) {
+        self.deleted_segments.inc_by(report.segments as u64);
+        self.deleted_bytes.inc_by(report.bytes);
+        self.oldest_offset.set(gauge_value(report.start));
+    }
+
+    /// Records a deletion that failed.
+    pub fn delete_failed(&self, why: CompactionFailure) {
+        self.delete_failures
+            .get_or_create(&[("reason", why.as_str())])
+            .inc();
     }
 
     /// Records a compaction that succeeded at Unix time `now_secs`.
@@ -214,5 +256,34 @@ mod tests {
         assert_eq!(m.reclaimed_bytes.get(), 6000);
         assert_eq!(m.horizon.get(), 40);
         assert!((m.last_compaction.get() - 1.5).abs() < f64::EPSILON);
+    }
+
+    #[test]
+    fn a_deletion_counts_segments_and_bytes_and_moves_the_oldest_offset() {
+        let m = LogStoreMetrics::default();
+        let report = DeleteReport {
+            start: 120,
+            segments: 3,
+            bytes: 12_288,
+        };
+        m.deleted(&report);
+        m.deleted(&DeleteReport {
+            start: 120,
+            ..Default::default()
+        });
+        m.delete_failed(CompactionFailure::Checkpoints);
+        assert_eq!(m.deleted_segments.get(), 3);
+        assert_eq!(m.deleted_bytes.get(), 12_288);
+        assert_eq!(m.oldest_offset.get(), 120);
+        assert_eq!(
+            m.delete_failures
+                .get_or_create(&[("reason", "checkpoints")])
+                .get(),
+            1
+        );
+        assert_eq!(
+            m.failures.get_or_create(&[("reason", "checkpoints")]).get(),
+            0
+        );
     }
 }

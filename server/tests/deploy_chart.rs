@@ -18,7 +18,7 @@ use std::process::Command;
 
 use deltapilot_adapters::kubernetes::{KubernetesOptions, WATCH_VERBS, watched_resources};
 use deploy_support::pod::{
-    check_probes, check_scrape, env_of, get_status, pod_non_root, start_rendered,
+    check_conn_age, check_probes, check_scrape, env_of, get_status, pod_non_root, start_rendered,
 };
 use deploy_support::{
     DATA_DIR, chart, has_env, has_flag, help, render, render_text, run_ok, tool, variants,
@@ -192,6 +192,17 @@ fn check_container(what: &str, c: &Container) {
                 assert_eq!(declared, Some(port), "{what}: port {named} != {name}");
             }
             "DELTAPILOT_DATA_DIR" => assert_eq!(value, DATA_DIR, "{what}"),
+            // The binary refuses an age of 0; a grace of 0 closes at once.
+            "DELTAPILOT_XDS_MAX_CONNECTION_AGE_SECS"
+            | "DELTAPILOT_XDS_MAX_CONNECTION_AGE_GRACE_SECS" => {
+                let n: u64 = value
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{what}: {name}={value}: {e}"));
+                assert!(
+                    n > 0 || name.ends_with("GRACE_SECS"),
+                    "{what}: {name}={value}"
+                );
+            }
             _ => {}
         }
     }
@@ -328,6 +339,7 @@ fn chart_lints_and_renders_into_valid_objects_that_match_the_binary() {
                 other => panic!("{name}: embedded mode with --log {uri}: {other:?}"),
             }
         }
+        check_conn_age(&name, &values, &env);
         assert_eq!(
             env.contains_key("DELTAPILOT_KUBECONFIG"),
             k8s && !kafka,
@@ -542,6 +554,11 @@ fn the_chart_defaults_are_the_binarys_and_unhonourable_settings_fail_the_render(
             && err.contains("sasl.password.file"),
         "{err}"
     );
+    let err = render_text(None, &["xds.maxConnectionAgeGraceSecs=5"]).expect_err("no age");
+    assert!(
+        err.contains("xds.maxConnectionAgeGraceSecs needs xds.maxConnectionAgeSecs"),
+        "{err}"
+    );
     let err = render_text(None, &["log.kafka.secretName=s"]).expect_err("embedded");
     assert!(err.contains("applies only to log.mode=kafka"), "{err}");
 }
@@ -697,7 +714,15 @@ fn the_rendered_server_environment_starts_the_binary_and_its_probes_answer() {
         &[
             "kubernetes.enabled=false",
             "extraEnv.DELTAPILOT_MAX_STREAMS=500",
+            "xds.maxConnectionAgeSecs=1800",
+            "xds.maxConnectionAgeGraceSecs=20",
         ],
+    );
+    let env = env_of(&server);
+    assert_eq!(
+        env.get("DELTAPILOT_XDS_MAX_CONNECTION_AGE_SECS")
+            .map(String::as_str),
+        Some("1800")
     );
     let (_child, admin, _) = start_rendered(dir.path(), &server);
     // Moved to loopback, and with no token, /debug/* is served as is.

@@ -17,6 +17,10 @@
 //!   directory it restores its checkpoint (it folds only the records after it:
 //!   `engine_events_applied_total`), answers `/readyz` 503 `catching_up` until it
 //!   has caught up, then 200, with the others' hash and position.
+//! - With `--xds-max-connection-age-secs` on the replicas (a test of its own),
+//!   an Envoy whose preferred replica was killed and restarted returns to it
+//!   once its aged connection to the fallback is recycled, with what it holds,
+//!   and traffic never fails.
 //!
 //! Kafka (`DELTAPILOT_KAFKA_BROKERS`) and Envoy (`DELTAPILOT_ENVOY`) are required:
 //! the test fails, never skips, without them.
@@ -322,5 +326,123 @@ fn envoys_fail_over_between_kafka_replicas_and_a_restarted_replica_catches_up() 
          all); {:?} in all",
         reconnected_at - killed_at,
         began.elapsed()
+    );
+}
+
+/// Seconds after which a replica sends an xDS connection a GOAWAY in
+/// [`envoys_return_to_their_restarted_preferred_replica`]: short, so that the
+/// return happens within the test's waits.
+const MAX_AGE_SECS: &str = "3";
+
+/// Point 1's last step with `--xds-max-connection-age-secs` on the replicas:
+/// after its preferred replica (priority 0 of its xds cluster) is killed and
+/// restarted, Envoy's aged connection to the fallback is recycled and it
+/// returns to the preferred one, which sends it nothing it holds, and traffic
+/// never fails.
+#[test]
+fn envoys_return_to_their_restarted_preferred_replica() {
+    let brokers = kafka_brokers();
+    tool("DELTAPILOT_ENVOY");
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos();
+    let log = format!(
+        "kafka://{brokers}/return-{}-{nanos}?partitions=1",
+        std::process::id()
+    );
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path();
+    let mesh = dir.join("mesh");
+    std::fs::create_dir(&mesh).expect("mesh dir");
+    let a = Backend::start("backend-a");
+    support::write_service_entry(&mesh, "hello.yaml", HOST, SVC_PORT, "HTTP", &[a.port]);
+    let _adapter = file_adapter(dir, &mesh, &log);
+    let ports = free_ports(6);
+    let mut replicas: Vec<Replica> = (0..2)
+        .map(|i| {
+            let mut r = Replica::new(dir, &format!("replica-{i}"), &log, ports[i], ports[2 + i]);
+            r.extra = [
+                "--xds-max-connection-age-secs",
+                MAX_AGE_SECS,
+                "--xds-max-connection-age-grace-secs",
+                "1",
+            ]
+            .map(String::from)
+            .to_vec();
+            r
+        })
+        .collect();
+    for r in &mut replicas {
+        r.spawn();
+    }
+    for r in &replicas {
+        r.readiness_until_ready(WAIT);
+    }
+    let order: Vec<(u16, u16)> = replicas
+        .iter()
+        .map(|r| (r.xds_port, r.admin_port))
+        .collect();
+    let text = bootstrap("envoy-0", ports[4], ports[5], &SVC_PORT.to_string(), &order);
+    let envoy = Envoy::boot(dir, "envoy-0.yaml", &text, ports[5]);
+    expect_backends(&ports[4..5], &["backend-a"]);
+    let on = |r: &Replica| -> Result<bool, String> {
+        Ok(r.proxies()?
+            .iter()
+            .any(|(id, synced)| id == "envoy-0" && *synced))
+    };
+    wait_for("envoy-0 on replica-0", WAIT, || match on(&replicas[0])? {
+        true => Ok(()),
+        false => Err(replicas[0]
+            .proxies()
+            .map(|p| format!("{p:?}"))
+            .unwrap_or_default()),
+    });
+
+    let traffic = Traffic::start(ports[4], HOST);
+    replicas[0].kill9();
+    wait_for("envoy-0 on replica-1", WAIT, || match on(&replicas[1])? {
+        true => Ok(()),
+        false => Err(replicas[1]
+            .proxies()
+            .map(|p| format!("{p:?}"))
+            .unwrap_or_default()),
+    });
+    replicas[0].spawn();
+    replicas[0].readiness_until_ready(WAIT);
+    let (r0, r1) = (&replicas[0], &replicas[1]);
+    wait_for("envoy-0 back on replica-0, off replica-1", WAIT, || {
+        let (back, still) = (on(r0)?, r1.proxies()?.iter().any(|(id, _)| id == "envoy-0"));
+        if back && !still {
+            Ok(())
+        } else {
+            Err(format!("on replica-0 {back}, on replica-1 {still}"))
+        }
+    });
+    let report = traffic.finish();
+    assert!(
+        report.failures.is_empty() && report.ok > 0,
+        "failed requests {:?} ({} ok)",
+        report.failures,
+        report.ok
+    );
+    // It came back with what it held, and the restarted replica, at the same
+    // state, resent none of it.
+    for t in TYPES {
+        let label = format!("type=\"{t}\"");
+        assert!(
+            r0.metric("deltapilot_xds_reconnect_known_resources_total", &[&label]) > 0.0,
+            "{t}: {}",
+            r0.metrics()
+        );
+    }
+    assert_eq!(
+        r0.metric("deltapilot_xds_reconnect_resent_resources_total", &[]),
+        0.0
+    );
+    assert!(
+        envoy.rejected_updates().is_empty(),
+        "{:?}",
+        envoy.rejected_updates()
     );
 }

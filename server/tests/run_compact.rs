@@ -10,35 +10,21 @@ mod support;
 
 use std::time::Duration;
 
-use replay_support::compact::write_churn_log;
-use replay_support::{Server, dp, get, json_lines, wait_for};
+use replay_support::compact::{self, churn_logs_and_full_hash};
+use replay_support::{Server, dp, get, wait_for};
 use support::metric;
 
 const EVENTS: u64 = 1_500;
 
 fn served_hash(s: &Server) -> String {
-    wait_for("the snapshot at the head", Duration::from_secs(30), || {
-        let (code, body) = get(s.admin, "/debug/snapshot")?;
-        let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
-        if code != 200 || v["position"].as_str() != Some(&EVENTS.to_string()) {
-            return Err(format!("{code} {body}"));
-        }
-        Ok(v["hash"].as_str().expect("hash").to_owned())
-    })
+    compact::served_hash(s, EVENTS)
 }
 
 #[tokio::test]
 async fn run_compacts_below_its_oldest_checkpoint_and_serves_the_same_state() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let d = tmp.path();
-    write_churn_log(&d.join("data/log"), EVENTS).await;
-    write_churn_log(&d.join("full"), EVENTS).await;
-    let o = dp(d, &["replay", "--log", "file://full", "--output", "json"]);
-    assert!(o.ok(), "{o:?}");
-    let full_hash = json_lines(&o.stdout).pop().expect("end")["end"]["hash"]
-        .as_str()
-        .expect("hash")
-        .to_owned();
+    let full_hash = churn_logs_and_full_hash(d, EVENTS).await;
 
     let args = [
         "--log",

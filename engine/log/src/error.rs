@@ -75,6 +75,18 @@ pub enum Error {
         head: String,
     },
 
+    /// A position below the oldest record the log still holds: retention deleted
+    /// the records before it, so nothing there can be read or replayed.
+    #[error(
+        "position {requested} is older than the log's retention: the records below {oldest} were deleted; the oldest position still available is {oldest}"
+    )]
+    BeforeRetention {
+        /// The requested position.
+        requested: String,
+        /// The log's start: its oldest readable position.
+        oldest: String,
+    },
+
     /// A record's bytes are not a valid event.
     #[error("record at {position} does not decode as an event: {reason}")]
     Decode {

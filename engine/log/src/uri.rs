@@ -6,7 +6,7 @@
 //!
 //! Backend options ride in the query string so one flag carries a whole log
 //! configuration: `file://./data?fsync=interval&fsync_interval_ms=5&segment_bytes=67108864`,
-//! `file://./data?compact=true&retention=7d`,
+//! `file://./data?compact=true&retention=7d`, `file://./data?delete=true&retention=7d&retention_bytes=10737418240`,
 //! `kafka://127.0.0.1:9092/events?partitions=6&append_timeout_ms=10000`.
 //!
 //! A `kafka://` query key with a dot is a librdkafka property (TLS, SASL, tuning),
@@ -106,6 +106,23 @@ pub fn parse(uri: &str) -> Result<(LogUri, LogOptions)> {
                         _ => return Err(bad(format!("compact={v:?}: expected true or false"))),
                     }
                 }
+                "delete" => {
+                    opts.file.retention.delete = match v {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(bad(format!("delete={v:?}: expected true or false"))),
+                    }
+                }
+                "retention_bytes" => {
+                    let n = parse_num::<u64>(k, v).map_err(bad)?;
+                    if n == 0 {
+                        return Err(bad(
+                            "retention_bytes must be above 0 (leave it out for no size window)"
+                                .into(),
+                        ));
+                    }
+                    opts.file.retention.retention_bytes = Some(n);
+                }
                 "retention" => {
                     opts.file.retention.tombstone_retention =
                         parse_retention(v).map_err(|why| bad(format!("retention={v:?}: {why}")))?;
@@ -113,7 +130,7 @@ pub fn parse(uri: &str) -> Result<(LogUri, LogOptions)> {
                 _ => {
                     return Err(bad(format!(
                         "unknown option {k:?} for file:// (known: fsync, fsync_interval_ms, \
-                         segment_bytes, compact, retention)"
+                         segment_bytes, compact, delete, retention, retention_bytes)"
                     )));
                 }
             }
@@ -246,10 +263,20 @@ mod tests {
 
         let (_, o) = parse("file://./d?compact=true&retention=12h").expect("parse");
         assert!(o.file.retention.compact);
+        assert!(!o.file.retention.delete);
         assert_eq!(
             o.file.retention.tombstone_retention,
             Duration::from_secs(12 * 3600)
         );
+
+        let (_, o) =
+            parse("file://./d?delete=true&retention=7d&retention_bytes=1048576").expect("parse");
+        assert!(o.file.retention.delete && !o.file.retention.compact);
+        assert_eq!(
+            o.file.retention.tombstone_retention,
+            Duration::from_secs(7 * 86_400)
+        );
+        assert_eq!(o.file.retention.retention_bytes, Some(1_048_576));
     }
 
     #[test]
@@ -304,6 +331,12 @@ mod tests {
             ("file://./d?fsync=sometimes", "fsync"),
             ("file://./d?colour=blue", "unknown option"),
             ("file://./d?compact=yes", "compact"),
+            (
+                "file://./d?delete=1",
+                "delete=\"1\": expected true or false",
+            ),
+            ("file://./d?retention_bytes=10GB", "not a valid number"),
+            ("file://./d?retention_bytes=0", "above 0"),
             ("file://./d?retention=7", "unit is required"),
             ("file://./d?retention=7w", "unknown unit"),
             ("file://./d?retention=d", "whole number"),

@@ -30,7 +30,10 @@ pub(crate) struct LogArgs {
     ///
     /// Backend options ride in a query string. `file://`: `fsync=always|interval|never`,
     /// `fsync_interval_ms=N`, `segment_bytes=N`, `compact=true|false`,
-    /// `retention=DURATION` (tombstones kept after compaction, e.g. `7d`). `kafka://` (several brokers separated
+    /// `delete=true|false` (a running server deletes old segments below its oldest
+    /// checkpoint), `retention=DURATION` (the window: tombstones kept after
+    /// compaction, and the age a segment is deleted at, e.g. `7d`),
+    /// `retention_bytes=N` (with delete: keep at least N bytes). `kafka://` (several brokers separated
     /// by commas): `partitions=N` (used when the topic is created),
     /// `append_timeout_ms=N`, `request_timeout_ms=N`, `config=FILE` (librdkafka
     /// `key=value` lines), and any librdkafka property (a key with a dot: TLS, SASL,

@@ -271,6 +271,29 @@ impl Source {
 }
 
 impl Session {
+    /// Where a replay of events starts without `--from`: a compacted log's
+    /// history starts at its horizon; once retention deleted the front of the
+    /// log, only from a checkpoint, so at the oldest one kept at or after the
+    /// start (where a checkpoint is needed anyway).
+    fn first_replayable(&self) -> Position {
+        let horizon = self.opened.log.horizon();
+        if self.opened.log.start().total() == 0 {
+            return horizon;
+        }
+        self.store
+            .as_ref()
+            .and_then(|s| s.list().ok())
+            .and_then(|files| {
+                files
+                    .iter()
+                    .map(|f| f.records)
+                    .filter(|&r| r >= horizon.total())
+                    .min()
+            })
+            // Deletion happens on the embedded log only: one partition.
+            .map_or(horizon, Position::single)
+    }
+
     /// Checks a position given as `flag`; with a corrupt log, positions past the
     /// readable part are clamped to its end (the replay then stops there and says
     /// so).
@@ -309,6 +332,13 @@ impl Session {
                 "replay: starting from checkpoint {} (position {})",
                 p.display(),
                 start.replayer.position()
+            ),
+            None if self.opened.log.start().total() > 0 => bail!(
+                "no usable checkpoint at or before {at}: the log starts at {} (retention \
+                 deleted the records below it), so the state can only be rebuilt from a \
+                 checkpoint taken at or after that position (the server's, in `checkpoints` \
+                 next to the log by default, or --checkpoints DIR; not --no-checkpoints)",
+                self.opened.log.start()
             ),
             None => eprintln!("replay: starting from the beginning of the log"),
         }
@@ -435,8 +465,7 @@ async fn events(args: ReplayArgs) -> anyhow::Result<()> {
         .await?;
     let from = match &args.from {
         Some(_) => session.position("--from", args.from.clone()).await?,
-        // A compacted log's history starts at its horizon.
-        None => session.opened.log.horizon(),
+        None => session.first_replayable(),
     };
     let to = session.position("--to", args.to.clone()).await?;
     if !to.covers(&from) {

@@ -163,3 +163,24 @@ pub fn get_status(addr: SocketAddr, path: &str) -> Option<u16> {
     s.read_to_string(&mut out).ok()?;
     out.split_whitespace().nth(1)?.parse().ok()
 }
+
+/// The connection age (and its grace, when given) reach the binary as its
+/// variables; with the age off, neither is set.
+pub fn check_conn_age(what: &str, values: &serde_yaml::Value, env: &BTreeMap<String, String>) {
+    let age = values["xds"]["maxConnectionAgeSecs"]
+        .as_u64()
+        .filter(|a| *a > 0);
+    let grace = values["xds"]["maxConnectionAgeGraceSecs"].as_u64();
+    assert_eq!(
+        (
+            env.get("DELTAPILOT_XDS_MAX_CONNECTION_AGE_SECS").cloned(),
+            env.get("DELTAPILOT_XDS_MAX_CONNECTION_AGE_GRACE_SECS")
+                .cloned()
+        ),
+        (
+            age.map(|a| a.to_string()),
+            age.and(grace).map(|g| g.to_string())
+        ),
+        "{what}: xds.maxConnectionAge*"
+    );
+}

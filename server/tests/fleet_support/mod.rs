@@ -26,6 +26,8 @@ pub struct Replica {
     log_uri: String,
     dir: PathBuf,
     starts: usize,
+    /// More `run` flags, given at every start.
+    pub extra: Vec<String>,
     pub proc: Option<Proc>,
 }
 
@@ -39,6 +41,7 @@ impl Replica {
             log_uri: log_uri.into(),
             dir: dir.into(),
             starts: 0,
+            extra: Vec::new(),
             proc: None,
         }
     }
@@ -59,6 +62,7 @@ impl Replica {
             .arg(&self.log_uri)
             .args(["--checkpoint-every-events", "1"])
             .args(["--checkpoint-every-secs", "1"])
+            .args(&self.extra)
             .env("RUST_LOG", "info");
         self.starts += 1;
         let log = self.dir.join(format!("{}-{}.log", self.name, self.starts));

@@ -63,3 +63,33 @@ pub async fn write_churn_log(dir: &Path, n: u64) {
         log.append(&batch).await.expect("append");
     }
 }
+
+/// Writes the churn log of `n` events twice, to `d/data/log` (for a server) and
+/// `d/full` (kept whole), and returns the snapshot hash a replay of the whole
+/// one ends at.
+pub async fn churn_logs_and_full_hash(d: &Path, n: u64) -> String {
+    write_churn_log(&d.join("data/log"), n).await;
+    write_churn_log(&d.join("full"), n).await;
+    let o = super::dp(d, &["replay", "--log", "file://full", "--output", "json"]);
+    assert!(o.ok(), "{o:?}");
+    super::json_lines(&o.stdout).pop().expect("end")["end"]["hash"]
+        .as_str()
+        .expect("hash")
+        .to_owned()
+}
+
+/// The hash `s` serves once its snapshot is at position `n` (polled).
+pub fn served_hash(s: &super::Server, n: u64) -> String {
+    super::wait_for(
+        "the snapshot at the head",
+        std::time::Duration::from_secs(30),
+        || {
+            let (code, body) = super::get(s.admin, "/debug/snapshot")?;
+            let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+            if code != 200 || v["position"].as_str() != Some(&n.to_string()) {
+                return Err(format!("{code} {body}"));
+            }
+            Ok(v["hash"].as_str().expect("hash").to_owned())
+        },
+    )
+}

@@ -113,6 +113,16 @@ capabilities:
     - name: DELTAPILOT_KUBECONFIG
       value: {{ include "deltapilot.kubeconfigPath" . }}
     {{- end }}
+    {{- if gt (int .Values.xds.maxConnectionAgeSecs) 0 }}
+    - name: DELTAPILOT_XDS_MAX_CONNECTION_AGE_SECS
+      value: {{ .Values.xds.maxConnectionAgeSecs | quote }}
+    {{- if not (kindIs "invalid" .Values.xds.maxConnectionAgeGraceSecs) }}
+    - name: DELTAPILOT_XDS_MAX_CONNECTION_AGE_GRACE_SECS
+      value: {{ .Values.xds.maxConnectionAgeGraceSecs | quote }}
+    {{- end }}
+    {{- else if not (kindIs "invalid" .Values.xds.maxConnectionAgeGraceSecs) }}
+    {{- fail "xds.maxConnectionAgeGraceSecs needs xds.maxConnectionAgeSecs (the grace follows the GOAWAY a maximum age sends)" }}
+    {{- end }}
     {{- with .Values.xds.tls }}
     {{- if .secretName }}
     - name: DELTAPILOT_XDS_TLS_CERT

@@ -170,6 +170,11 @@ async fn record_at<L: EventLog + ?Sized>(
     if offsets.len() <= p {
         offsets.resize(p + 1, 0);
     }
+    // Below the log's start the record was deleted by retention: nothing to
+    // compare (and a read there is refused).
+    if at.offset < log.start().offset(at.partition) {
+        return Ok(None);
+    }
     offsets[p] = at.offset;
     let recs = log.read(&Position::from_offsets(offsets), 1).await?;
     Ok(recs.into_iter().find(|r| r.pos == at).map(|r| r.bytes))
@@ -219,8 +224,9 @@ pub async fn verify<L: EventLog + ?Sized>(
     let horizon = log.horizon();
     if !cp.position.covers(&horizon) {
         return Ok(Err(format!(
-            "taken at position {}, below the log's compaction horizon {horizon}: the records \
-             after it were compacted, so resuming there would miss superseded writes",
+            "taken at position {}, below the log's compaction horizon {horizon} (or its start, \
+             once retention deleted segments): the records after it were compacted or deleted, \
+             so resuming there would miss writes",
             cp.position
         )));
     }

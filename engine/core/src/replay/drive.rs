@@ -28,12 +28,24 @@ use deltapilot_xds::generate::GenOptions;
 pub const READ_CHUNK: usize = 65536;
 
 /// Checks that `pos` lies within `log` (between its start and head in every
-/// partition, no partition it does not have); the error states the valid range.
+/// partition, no partition it does not have); the error states the valid range,
+/// or, below a start that retention moved, the oldest position still available.
 pub async fn check_position<L: EventLog + ?Sized>(log: &L, pos: &Position) -> Result<()> {
     let head = log.head().await?;
     let start = log.start();
     let partitions = head.partitions().max(start.partitions());
     let beyond = pos.offsets().iter().skip(partitions).any(|o| *o > 0);
+    let below_start = (0..partitions).any(|p| {
+        let p = u32::try_from(p).unwrap_or(u32::MAX);
+        pos.offset(p) < start.offset(p)
+    });
+    if below_start && !beyond && head.covers(pos) {
+        return Err(deltapilot_log::Error::BeforeRetention {
+            requested: pos.to_string(),
+            oldest: start.to_string(),
+        }
+        .into());
+    }
     let outside = (0..partitions).any(|p| {
         let p = u32::try_from(p).unwrap_or(u32::MAX);
         pos.offset(p) < start.offset(p) || pos.offset(p) > head.offset(p)

@@ -42,8 +42,11 @@
 //! distinct keys; segment bytes are read one segment at a time, twice (plan, then
 //! rewrite), so memory is one segment plus the range's keys.
 //!
-//! What it does NOT do: compact the newest segment, run by itself (the caller
-//! decides when), or know which checkpoints exist.
+//! A rewritten segment keeps the original's modification time: retention by
+//! deletion (`retain.rs`) reads a segment's age from it.
+//!
+//! What it does NOT do: compact the newest segment, delete segments (`retain.rs`),
+//! run by itself (the caller decides when), or know which checkpoints exist.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -52,6 +55,7 @@ use std::sync::Arc;
 
 use super::compact_plan::{Admit, CompactPolicy, Planner};
 use super::format::{self, RECORD_MAGIC, RECORD_MAGIC_MORE, SEGMENT_HEADER_LEN};
+use super::marker::Marker;
 use super::segment::{Segment, SparseIndex, read_exact_at};
 use super::shared::Shared;
 use super::writer::sync_dir;
@@ -59,8 +63,8 @@ use crate::{Error, RecordPos, Result};
 
 /// The file holding the horizon, in the log directory.
 pub const HORIZON_FILE: &str = "COMPACTED";
-/// Suffix of a segment being rewritten.
-const TEMP_SUFFIX: &str = ".compact";
+/// Suffix of a segment being rewritten (a marker being written ends so too).
+const TEMP_SUFFIX: &str = super::marker::TEMP_SUFFIX;
 
 /// What one compaction did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -86,36 +90,15 @@ fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error
     move |source| Error::Io { op, path, source }
 }
 
+/// The horizon's marker file.
+const HORIZON: Marker = Marker {
+    file: HORIZON_FILE,
+    word: "horizon",
+};
+
 /// The horizon recorded in `dir` (0 without a file).
 pub(crate) fn read_horizon(dir: &Path) -> Result<u64> {
-    let path = dir.join(HORIZON_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(io_err("read horizon", &path)(e)),
-    };
-    text.trim()
-        .strip_prefix("horizon ")
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| Error::InvalidLogDir {
-            path: dir.to_owned(),
-            reason: format!(
-                "{} holds {:?}, expected \"horizon <offset>\"",
-                path.display(),
-                text.trim()
-            ),
-        })
-}
-
-fn write_horizon(dir: &Path, horizon: u64) -> Result<()> {
-    let path = dir.join(HORIZON_FILE);
-    let tmp = dir.join(format!("{HORIZON_FILE}{TEMP_SUFFIX}"));
-    let mut f = File::create(&tmp).map_err(io_err("write horizon", &tmp))?;
-    f.write_all(format!("horizon {horizon}\n").as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(io_err("write horizon", &tmp))?;
-    std::fs::rename(&tmp, &path).map_err(io_err("rename horizon", &path))?;
-    sync_dir(dir)
+    HORIZON.read(dir)
 }
 
 /// Removes what a compaction killed midway left behind (writer open only).
@@ -236,7 +219,7 @@ pub(crate) fn compact(
     report.records_after = keep.iter().filter(|k| **k).count() as u64;
 
     if range_end > report.horizon {
-        write_horizon(&dir, range_end)?;
+        HORIZON.write(&dir, range_end)?;
         report.horizon = range_end;
         shared.set_horizon(range_end);
     }
@@ -316,6 +299,16 @@ fn rewrite(
     {
         let mut f = File::create(&tmp).map_err(io_err("write compacted segment", &tmp))?;
         f.write_all(&out)
+            .map_err(io_err("write compacted segment", &tmp))?;
+        // The age retention judges a segment by (`retain.rs`) is its last append,
+        // not its last rewrite: a segment compacted again and again must still
+        // age out.
+        let appended = part
+            .file
+            .metadata()
+            .and_then(|m| m.modified())
+            .map_err(io_err("stat segment", &part.path))?;
+        f.set_modified(appended)
             .map_err(io_err("write compacted segment", &tmp))?;
         if durable {
             f.sync_all()

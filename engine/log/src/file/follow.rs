@@ -98,6 +98,8 @@ impl Follower {
             }
             let head = *self.rx.borrow_and_update();
             if self.next < head {
+                // Retention may have deleted what a slow follower had yet to read.
+                self.shared.check_position(&Position::single(self.next))?;
                 let (shared, next) = (self.shared.clone(), self.next);
                 let recs =
                     blocking(move || shared.read(next, FOLLOW_BATCH_MAX, FOLLOW_BATCH_BYTES))

@@ -6,6 +6,8 @@
 //! DIR/LOCK                       held (flock-style) by the one writer; holds its pid
 //! DIR/00000000000000000000.log   segment with records 0..N
 //! DIR/0000000000000000000N.log   next segment, named after its first offset
+//! DIR/COMPACTED                  the compaction horizon, once compacted (`compact.rs`)
+//! DIR/START                      the first offset, once segments were deleted (`retain.rs`)
 //! ```
 //!
 //! A segment starts with a 16-byte header (magic with format version, base offset)
@@ -52,8 +54,8 @@
 //! writer never appends to it again) and its records must run from its base to the
 //! next segment's base, both known from the file names. So open
 //!
-//! 1. lists the directory: a bad segment name, or a first segment not at offset 0,
-//!    fails the open, as before;
+//! 1. lists the directory: a bad segment name, or a first segment not at the log's
+//!    start (0, or what `DIR/START` records), fails the open, as before;
 //! 2. checks each sealed segment cheaply: its header, and its last record (found
 //!    by reading the last 64 KiB): it must pass every check, end the file and carry
 //!    offset `next base - 1`. That catches a missing segment in between, a segment
@@ -125,6 +127,13 @@
 //! `compact_plan.rs`): offsets stay, dropped records leave gaps, and
 //! [`FileLog::horizon_offset`] says from where state is exact again.
 //!
+//! # Retention by deletion
+//!
+//! [`FileLog::delete_segments`] deletes whole sealed segments at the front that lie
+//! below a position the caller vouches for and outside the retention window (see
+//! `retain.rs`). The log then starts above 0 ([`FileLog::start_offset`]); a read
+//! or follow below the start fails with [`Error::BeforeRetention`], naming it.
+//!
 //! What it does NOT do: decide when to compact or which position is safe (the
 //! caller does), several partitions, or replication.
 
@@ -132,7 +141,9 @@ mod compact;
 mod compact_plan;
 mod follow;
 mod format;
+mod marker;
 mod recovery;
+mod retain;
 mod sealed;
 mod segment;
 mod shared;
@@ -153,6 +164,7 @@ use futures::stream::BoxStream;
 pub use compact::{CompactReport, HORIZON_FILE};
 pub use compact_plan::{Admit, CompactPolicy};
 pub use recovery::Recovery;
+pub use retain::{DeletePolicy, DeleteReport, START_FILE};
 
 use self::follow::blocking;
 use self::format::MAX_RECORD_BYTES;
@@ -217,10 +229,17 @@ impl Default for FileLogOptions {
 pub struct RetentionPolicy {
     /// Compact sealed segments below the safe position (`compact=true`).
     pub compact: bool,
-    /// How long a tombstone (a delete that is its entity's last write) outlives
-    /// compaction (`retention=`): readers resuming inside a compacted range within
-    /// this window still see the delete.
+    /// Delete whole sealed segments below the safe position once they are outside
+    /// the retention window (`delete=true`).
+    pub delete: bool,
+    /// The retention window in time (`retention=`): how long a tombstone (a
+    /// delete that is its entity's last write) outlives compaction, so that
+    /// readers resuming inside a compacted range within this window still see the
+    /// delete; and, with `delete`, the age past which a sealed segment may go.
     pub tombstone_retention: Duration,
+    /// The retention window in bytes (`retention_bytes=`), with `delete`: a
+    /// sealed segment may also go once the segments after it hold this many.
+    pub retention_bytes: Option<u64>,
 }
 
 impl RetentionPolicy {
@@ -233,7 +252,9 @@ impl Default for RetentionPolicy {
     fn default() -> Self {
         Self {
             compact: false,
+            delete: false,
             tombstone_retention: Self::DEFAULT_TOMBSTONE_RETENTION,
+            retention_bytes: None,
         }
     }
 }
@@ -263,7 +284,7 @@ pub struct FileLog {
     pub(crate) health: Arc<LogHealth>,
     /// The options it was opened with (defaults for a read-only handle).
     opts: FileLogOptions,
-    /// Serialises compactions.
+    /// Serialises compactions and deletions.
     compacting: Arc<Mutex<()>>,
 }
 
@@ -293,8 +314,9 @@ impl FileLog {
         let lock = take_lock(dir)?;
         let durable = opts.fsync != FsyncPolicy::Never;
         compact::remove_leftovers(dir)?;
-        let (segments, recovery) = recovery::open_for_write(dir, durable)?;
+        let (segments, recovery, start) = recovery::open_for_write(dir, durable)?;
         let shared = Arc::new(Shared::new(dir.to_owned(), false, segments));
+        shared.set_start(start);
         shared.load_horizon()?;
         let writer = Writer::new(shared.clone(), opts.fsync, opts.segment_bytes, lock)?;
         Ok(Self {
@@ -364,6 +386,12 @@ impl FileLog {
         self.shared.horizon()
     }
 
+    /// The first offset the log still holds: 0 until retention deleted segments
+    /// (see [`FileLog::delete_segments`]).
+    pub fn start_offset(&self) -> u64 {
+        self.shared.start()
+    }
+
     /// What the log holds on disk now: its segments, their verified bytes, and
     /// the oldest offset still stored. Cheap (a read lock over the segment list),
     /// so `/metrics` reads it on every scrape.
@@ -386,12 +414,37 @@ impl FileLog {
         admit: Arc<Admit>,
         policy: CompactPolicy,
     ) -> Result<CompactReport> {
+        self.maintain(
+            "compaction needs the writer (stop `deltapilot run`, or let it compact by policy)",
+            move |shared, durable| compact::compact(shared, below, &*admit, policy, durable),
+        )
+        .await
+    }
+
+    /// Deletes the sealed segments at the front whose records all lie below
+    /// `below` and that are outside `policy`'s window (see `retain.rs`): the caller
+    /// vouches that every reader it cares about resumes at or after `below`.
+    /// Writer handles only; appends go on meanwhile, compactions wait.
+    pub async fn delete_segments(&self, below: u64, policy: DeletePolicy) -> Result<DeleteReport> {
+        self.maintain(
+            "deleting segments needs the writer",
+            move |shared, durable| retain::delete(shared, below, policy, durable),
+        )
+        .await
+    }
+
+    /// Runs a compaction or a deletion (`work`, given the shared state and
+    /// whether to fsync) on the blocking pool, one at a time; refused, saying
+    /// `needs`, on a read-only handle.
+    async fn maintain<T: Send + 'static>(
+        &self,
+        needs: &str,
+        work: impl FnOnce(&Shared, bool) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
         if self.writer.is_none() {
             return Err(Error::Compact {
                 path: self.dir().to_owned(),
-                reason: "the log was opened read-only; compaction needs the writer \
-                         (stop `deltapilot run`, or let it compact by policy)"
-                    .into(),
+                reason: format!("the log was opened read-only; {needs}"),
             });
         }
         let (shared, lock) = (self.shared.clone(), self.compacting.clone());
@@ -400,7 +453,7 @@ impl FileLog {
             let _one = lock
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            compact::compact(&shared, below, &*admit, policy, durable)
+            work(&shared, durable)
         })
         .await
     }
@@ -543,11 +596,13 @@ impl EventLog for FileLog {
     }
 
     fn start(&self) -> Position {
-        Position::single(0)
+        Position::single(self.shared.start())
     }
 
+    /// The compaction horizon, or the start once retention deleted past it:
+    /// below the start nothing can be resumed at all.
     fn horizon(&self) -> Position {
-        Position::single(self.shared.horizon())
+        Position::single(self.shared.horizon().max(self.shared.start()))
     }
 
     fn max_event_bytes(&self) -> usize {

@@ -15,10 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::format::{self, Flaw, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
+use super::retain::{START_FILE, list_from_start, remove_below_start};
 use super::sealed::open_sealed;
-use super::segment::{
-    Segment, Segments, SparseIndex, list_segments, read_exact_at, segment_file_name,
-};
+use super::segment::{Segment, Segments, SparseIndex, read_exact_at, segment_file_name};
 use super::shared::Shared;
 use super::writer::create_segment;
 use crate::{Error, Result};
@@ -300,10 +299,26 @@ fn gap(prev: &Segment, next_base: u64, dir: &Path) -> Error {
 }
 
 /// Opens every segment in `dir` for appending, verifies it, and cuts a torn tail
-/// off the last one. Creates the first segment of an empty log.
-pub(crate) fn open_for_write(dir: &Path, durable: bool) -> Result<(Segments, Option<Recovery>)> {
-    let bases = list_segments(dir)?;
+/// off the last one. Creates the first segment of an empty log. Also returns the
+/// log's start (see `retain.rs`), after removing what an interrupted deletion
+/// left below it.
+pub(crate) fn open_for_write(
+    dir: &Path,
+    durable: bool,
+) -> Result<(Segments, Option<Recovery>, u64)> {
+    let (start, bases, below) = list_from_start(dir)?;
+    remove_below_start(dir, start, &below, &bases)?;
     if bases.is_empty() {
+        if start > 0 {
+            return Err(Error::InvalidLogDir {
+                path: dir.to_owned(),
+                reason: format!(
+                    "{} says the log starts at offset {start}, but no segment at or above it \
+                     exists: the segments were lost",
+                    dir.join(START_FILE).display()
+                ),
+            });
+        }
         let (path, file) = create_segment(dir, 0, durable)?;
         let seg = Segment {
             end_byte: SEGMENT_HEADER_LEN,
@@ -315,9 +330,10 @@ pub(crate) fn open_for_write(dir: &Path, durable: bool) -> Result<(Segments, Opt
                 head: 0,
             },
             None,
+            0,
         ));
     }
-    check_first_base(dir, bases[0])?;
+    check_first_base(dir, bases[0], start)?;
     let mut list: Vec<Segment> = Vec::with_capacity(bases.len());
     let mut recovery = None;
     for (i, &base) in bases.iter().enumerate() {
@@ -360,18 +376,27 @@ pub(crate) fn open_for_write(dir: &Path, durable: bool) -> Result<(Segments, Opt
         list.push(seg);
     }
     let head = list.last().map_or(0, |s| s.end_offset);
-    Ok((Segments { list, head }, recovery))
+    Ok((Segments { list, head }, recovery, start))
 }
 
-fn check_first_base(dir: &Path, base: u64) -> Result<()> {
-    if base == 0 {
+/// Checks that the first segment starts where the log does: at 0, or at the
+/// start `DIR/START` records once retention deleted segments.
+fn check_first_base(dir: &Path, base: u64, start: u64) -> Result<()> {
+    if base == start {
         return Ok(());
     }
+    let reason = if start == 0 {
+        format!("the first segment starts at offset {base}, not 0: earlier segments are missing")
+    } else {
+        format!(
+            "the first segment starts at offset {base}, but the log starts at {start} ({}): \
+             segments {start}..{base} are missing",
+            dir.join(START_FILE).display()
+        )
+    };
     Err(Error::InvalidLogDir {
         path: dir.to_owned(),
-        reason: format!(
-            "the first segment starts at offset {base}, not 0: earlier segments are missing"
-        ),
+        reason,
     })
 }
 
@@ -425,8 +450,24 @@ struct Tail {
 /// last record check out (`sealed.rs`); reads verify the rest.
 pub(crate) fn refresh(shared: &Shared) -> Result<()> {
     let _serial = shared.refresh_guard();
+    // A segment listed and then deleted by the writer's retention before it was
+    // opened: look again (the writer records the new start before deleting).
+    let mut tries = 0;
+    loop {
+        match refresh_once(shared) {
+            Err(Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound && tries < 3 =>
+            {
+                tries += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn refresh_once(shared: &Shared) -> Result<()> {
     let dir = shared.dir();
-    let bases = list_segments(dir)?;
+    let (start, bases, _below) = list_from_start(dir)?;
     let tail = shared.segments().list.last().map(|s| Tail {
         base: s.base,
         path: s.path.clone(),
@@ -434,6 +475,9 @@ pub(crate) fn refresh(shared: &Shared) -> Result<()> {
         end: (s.end_byte, s.end_offset),
         index: s.index.continuation(),
     });
+    // Retention deleted even the newest segment this view knew: start over
+    // from the log's start.
+    let tail = tail.filter(|t| t.base >= start);
     let newer: Vec<u64> = match &tail {
         Some(t) => bases.into_iter().filter(|&b| b > t.base).collect(),
         None => bases,
@@ -441,7 +485,7 @@ pub(crate) fn refresh(shared: &Shared) -> Result<()> {
     if tail.is_none()
         && let Some(&first) = newer.first()
     {
-        check_first_base(dir, first)?;
+        check_first_base(dir, first, start)?;
     }
 
     // The last known segment: listed before it is stat'ed, so if a newer segment
@@ -535,6 +579,10 @@ pub(crate) fn refresh(shared: &Shared) -> Result<()> {
 
     let head = {
         let mut segs = shared.segments_mut();
+        // Segments retention deleted (their open files still read, but the log
+        // no longer holds them).
+        let gone = segs.list.partition_point(|s| s.base < start);
+        segs.list.drain(..gone);
         if let Some(((byte, off), index)) = updated_tail
             && let Some(last) = segs.list.last_mut()
         {
@@ -545,6 +593,7 @@ pub(crate) fn refresh(shared: &Shared) -> Result<()> {
         segs.list.extend(added);
         segs.list.last().map_or(0, |s| s.end_offset)
     };
+    shared.set_start(start);
     shared.publish(head);
     Ok(())
 }

@@ -30,6 +30,9 @@ pub(crate) struct Shared {
     refresh: Mutex<()>,
     /// The compaction horizon (see `compact.rs`): state is exact from here on.
     horizon: AtomicU64,
+    /// The first offset still stored (see `retain.rs`): 0 until segments are
+    /// deleted.
+    start: AtomicU64,
 }
 
 impl Shared {
@@ -44,7 +47,18 @@ impl Shared {
             closed: AtomicBool::new(false),
             refresh: Mutex::new(()),
             horizon: AtomicU64::new(0),
+            start: AtomicU64::new(0),
         }
+    }
+
+    /// The first offset still stored: positions below it were deleted.
+    pub(crate) fn start(&self) -> u64 {
+        self.start.load(Ordering::Acquire)
+    }
+
+    /// Raises the start (it never goes down).
+    pub(crate) fn set_start(&self, start: u64) {
+        self.start.fetch_max(start, Ordering::AcqRel);
     }
 
     /// The compaction horizon: positions below it are inside a compacted range.
@@ -136,11 +150,18 @@ impl Shared {
     pub(crate) fn check_position(&self, from: &Position) -> Result<u64> {
         let head = self.head();
         let off = from.offset(0);
+        let start = self.start();
         if from.partitions() > 1 || off > head {
             return Err(Error::PositionOutOfRange {
                 requested: from.to_string(),
-                start: "0".into(),
+                start: start.to_string(),
                 head: head.to_string(),
+            });
+        }
+        if off < start {
+            return Err(Error::BeforeRetention {
+                requested: from.to_string(),
+                oldest: start.to_string(),
             });
         }
         Ok(off)

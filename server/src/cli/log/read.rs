@@ -189,10 +189,19 @@ pub(super) async fn tail(target: &LogTarget, args: TailArgs) -> anyhow::Result<(
 }
 
 /// Runs `log head`: prints the head position (one past the last record, per
-/// partition), e.g. `42` or `0:42,1:17`.
+/// partition), e.g. `42` or `0:42,1:17`. When retention deleted the front of
+/// the log, stderr says where it now starts (stdout stays the head alone, for
+/// scripts).
 pub(super) async fn head(target: &LogTarget) -> anyhow::Result<()> {
     let log = open_log(target, Access::ReadOnly).await?;
     let head = log.head().await.context("asking the log for its head")?;
+    let start = log.start();
+    if start.total() > 0 {
+        eprintln!(
+            "the log starts at {start}: retention deleted the records below it; the oldest \
+             position still available is {start}"
+        );
+    }
     // Not `println!`, which panics when stdout is closed (`deltapilot log head | true`).
     match writeln!(std::io::stdout(), "{head}") {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing to stdout"),
@@ -223,6 +232,13 @@ fn resolve(log: &Log, head: &Position, from: StartAt) -> anyhow::Result<Position
         StartAt::At(pos) => pos,
     };
     let partitions = head.partitions().max(start.partitions());
+    if partitions == 1 && pos.partitions() <= 1 && pos.offset(0) < start.offset(0) {
+        return Err(LogError::BeforeRetention {
+            requested: pos.to_string(),
+            oldest: start.to_string(),
+        })
+        .context(format!("--from {pos}"));
+    }
     let beyond = pos.offsets().iter().skip(partitions).any(|o| *o > 0);
     let outside = (0..partitions).any(|p| {
         let p = u32::try_from(p).unwrap_or(u32::MAX);

@@ -1,13 +1,16 @@
 //! `run`'s checkpoints: restoring the engine from the newest usable checkpoint at
 //! start, and the task that writes `DATA_DIR/checkpoints/*.dpc` while it runs.
 //!
-//! With `--log file://DIR?compact=true` it also compacts the embedded log while
-//! running ([`Checkpoints::compact_while_running`]): the log must not know about
+//! With `--log file://DIR?compact=true` (or `delete=true`) it also compacts (or
+//! deletes segments of) the embedded log while running
+//! ([`Checkpoints::retain_while_running`]): the log must not know about
 //! checkpoints, so this is where the safe position comes from. It is the
 //! position of the **oldest** checkpoint kept: a restart restores the newest
 //! usable one, and falls back to older ones when that is damaged, so every one of
-//! them must lie at or above the compacted range (a checkpoint below it is not
-//! restored, see `checkpoint::verify`).
+//! them must lie at or above the compacted or deleted range (a checkpoint below
+//! it is not restored, see `checkpoint::verify`). For deletion this matters more
+//! than for compaction: below the log's start the state exists only in the
+//! checkpoints.
 //!
 //! What it does NOT do: encode, verify or prune checkpoints (the engine's
 //! `checkpoint` module does), or decide when to write them (that is the
@@ -21,6 +24,7 @@ use deltapilot_engine::checkpoint::{
     CheckpointStore, load_verified, run_counted,
 };
 use deltapilot_engine::runner::Engine;
+use deltapilot_log::file::{DeletePolicy, RetentionPolicy};
 use deltapilot_log::{EventLog, Log, Position};
 use deltapilot_server::log_metrics::CompactionFailure;
 use deltapilot_server::metrics::Metrics;
@@ -73,15 +77,16 @@ impl Checkpoints {
         Some(cp)
     }
 
-    /// Compacts the embedded log below the oldest kept checkpoint, once per
-    /// checkpoint interval, until `shutdown`. A failed compaction is logged and
-    /// retried at the next interval (the log stays as it was: see
-    /// `engine/log/src/file/compact.rs`). Each attempt is counted in
-    /// `metrics.log_store` (see `log_metrics`).
-    pub(crate) fn compact_while_running(
+    /// Applies the embedded log's retention below the oldest kept checkpoint,
+    /// once per checkpoint interval, until `shutdown`: deletes the segments
+    /// outside the window (`delete=true`), then compacts the sealed ones left
+    /// (`compact=true`). A failure is logged and retried at the next interval (the
+    /// log stays as it was: see `engine/log/src/file/{compact,retain}.rs`). Each
+    /// attempt is counted in `metrics.log_store` (see `log_metrics`).
+    pub(crate) fn retain_while_running(
         &self,
         log: Arc<Log>,
-        retention: std::time::Duration,
+        retention: RetentionPolicy,
         metrics: Arc<Metrics>,
         mut shutdown: watch::Receiver<bool>,
     ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static {
@@ -90,7 +95,7 @@ impl Checkpoints {
             let Log::File(file) = &*log else {
                 return Ok(());
             };
-            let mut done_below = 0;
+            let mut compacted_below = 0;
             loop {
                 tokio::select! {
                     _ = shutdown.changed() => return Ok(()),
@@ -99,28 +104,28 @@ impl Checkpoints {
                 if *shutdown.borrow() {
                     return Ok(());
                 }
-                let listed = {
-                    let store = store.clone();
-                    tokio::task::spawn_blocking(move || store.list()).await
-                };
-                let below = match listed {
-                    Ok(Ok(files)) => files.iter().map(|f| f.records).min(),
-                    Ok(Err(e)) => {
-                        metrics.log_store.failed(CompactionFailure::Checkpoints);
-                        tracing::warn!(error = %e, "compaction: cannot list checkpoints; not compacting");
-                        None
-                    }
-                    Err(e) => {
-                        metrics.log_store.failed(CompactionFailure::Checkpoints);
-                        tracing::warn!(error = %e, "compaction: listing checkpoints failed");
-                        None
-                    }
-                };
-                let Some(below) = below.filter(|&b| b > done_below) else {
+                let Some(below) = oldest_checkpoint(&store, &metrics, retention).await else {
                     continue;
                 };
+                if retention.delete {
+                    let policy = DeletePolicy {
+                        max_age: retention.tombstone_retention,
+                        max_bytes: retention.retention_bytes,
+                        now: std::time::SystemTime::now(),
+                    };
+                    match file.delete_segments(below, policy).await {
+                        Ok(report) => metrics.log_store.deleted(&report),
+                        Err(e) => {
+                            metrics.log_store.delete_failed(CompactionFailure::of(&e));
+                            tracing::warn!(error = %e, below, "deleting segments of the embedded log failed; retrying at the next interval");
+                        }
+                    }
+                }
+                if !retention.compact || below <= compacted_below {
+                    continue;
+                }
                 let policy = deltapilot_log::file::CompactPolicy {
-                    tombstone_retention: retention,
+                    tombstone_retention: retention.tombstone_retention,
                     now_unix_micros: crate::cli::log::compact::now_unix_micros(),
                 };
                 match file
@@ -128,7 +133,7 @@ impl Checkpoints {
                     .await
                 {
                     Ok(report) => {
-                        done_below = below;
+                        compacted_below = below;
                         let now = std::time::SystemTime::now()
                             .duration_since(std::time::UNIX_EPOCH)
                             .map_or(0.0, |d| d.as_secs_f64());
@@ -168,13 +173,46 @@ impl Checkpoints {
     }
 }
 
+/// The position of the oldest kept checkpoint: what retention may remove lies
+/// below it. `None` (counted as a failure of each policy that is on) when the
+/// checkpoints cannot be listed, or there is none yet.
+async fn oldest_checkpoint(
+    store: &CheckpointStore,
+    metrics: &Metrics,
+    retention: RetentionPolicy,
+) -> Option<u64> {
+    let listed = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || store.list()).await
+    };
+    let error = match listed {
+        Ok(Ok(files)) => return files.iter().map(|f| f.records).min(),
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    };
+    if retention.compact {
+        metrics.log_store.failed(CompactionFailure::Checkpoints);
+    }
+    if retention.delete {
+        metrics
+            .log_store
+            .delete_failed(CompactionFailure::Checkpoints);
+    }
+    tracing::warn!(error = %error, "retention: cannot list checkpoints; nothing deleted or compacted");
+    None
+}
+
 /// The engine, restored from the newest usable checkpoint when checkpoints are on,
 /// and the position it folds on from: the checkpoint's, else the start of the log.
+///
+/// Refuses to start when retention deleted the front of the log and no
+/// checkpoint at or above its start could be restored: folding what is left
+/// would serve a state that is missing everything written before it.
 pub(crate) async fn start_engine(
     opts: &GenOptions,
     log: &Log,
     checkpoints: Option<&Checkpoints>,
-) -> (Engine, Position) {
+) -> anyhow::Result<(Engine, Position)> {
     let restored = match checkpoints {
         Some(c) => c.restore(log).await,
         None => None,
@@ -188,5 +226,14 @@ pub(crate) async fn start_engine(
     } else {
         log.start()
     };
-    (engine, from)
+    if from.total() > 0 && engine.position().total() == 0 {
+        anyhow::bail!(
+            "the embedded log starts at {from}: retention deleted the records below it, and \
+             their state lives on only in the checkpoints, but no checkpoint at or above \
+             {from} could be restored (see the warnings above); restore DATA_DIR/checkpoints \
+             from a backup, or start on a new log directory (the adapters' start-up resync \
+             rebuilds the registries' current state)"
+        );
+    }
+    Ok((engine, from))
 }

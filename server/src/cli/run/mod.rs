@@ -47,7 +47,7 @@ pub(crate) async fn main(args: RunArgs) -> anyhow::Result<()> {
     let log = wiring::open_log(&s.log).await?;
     let (shutdown_tx, shutdown) = watch::channel(false);
     let checkpoints = s.checkpoints.map(|p| Checkpoints::new(&s.data_dir, p));
-    let (engine, from) = checkpoints::start_engine(&s.gen_opts, &log, checkpoints.as_ref()).await;
+    let (engine, from) = checkpoints::start_engine(&s.gen_opts, &log, checkpoints.as_ref()).await?;
     let parts = Parts {
         adapters,
         listeners,

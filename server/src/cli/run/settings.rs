@@ -497,6 +497,14 @@ impl RunConfig {
                 log.text
             );
         }
+        if checkpoints.is_none() && log.options.file.retention.delete {
+            bail!(
+                "--log {}: delete=true deletes segments below the oldest checkpoint, and the \
+                 state they held lives on only in the checkpoints, but checkpoints are off \
+                 (--checkpoint-every-events 0); turn them on or drop delete=true",
+                log.text
+            );
+        }
         let admin_guard = super::security::admin_guard(
             admin_addr,
             self.debug_endpoints,

@@ -255,11 +255,11 @@ pub(super) fn spawn_all(s: &Settings, parts: Parts, shutdown: &watch::Receiver<b
             options,
             ..
         } = &s.log
-            && options.file.retention.compact
+            && (options.file.retention.compact || options.file.retention.delete)
         {
-            tasks.spawn(checkpoints.compact_while_running(
+            tasks.spawn(checkpoints.retain_while_running(
                 log.clone(),
-                options.file.retention.tombstone_retention,
+                options.file.retention,
                 metrics.clone(),
                 shutdown.clone(),
             ));
