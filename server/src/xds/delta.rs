@@ -486,7 +486,8 @@ impl DeltaStream {
                 // A namespace: every resource in it is answered as a newly
                 // subscribed name would be, and an empty one with an empty
                 // response (see `owes_answer`).
-                for n in TypeState::in_namespace(view, &name) {
+                let exact = view.get(&name).map(|r| &r.name);
+                for n in TypeState::in_namespace(view, &name).chain(exact) {
                     if !(first && s.reported_on_reconnect.contains_key(n)) {
                         s.forced.insert(n.clone());
                     }
