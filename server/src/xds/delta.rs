@@ -357,13 +357,15 @@ impl DeltaStream {
                     wildcard: s.wildcard,
                     names: &s.names,
                 };
-                s.acks.type_status(
+                let mut status = s.acks.type_status(
                     *t,
                     subscription,
                     s.held.len(),
                     s.in_flight.as_ref().map(|f| f.nonce.as_str()),
                     s.has_pending(),
-                )
+                );
+                status.route_delivery = self.limits.route_delivery;
+                status
             })
             .collect()
     }

@@ -200,3 +200,41 @@ fn inline_delivery_sends_the_inline_configuration_and_no_virtual_host() {
     let p = st.next_response(&s).expect("an empty answer");
     assert!(p.out.resources.is_empty(), "{:?}", names(&p));
 }
+
+/// `/debug/syncz` judges a VHDS stream by the maps it is sent from: a rule
+/// edit is a change behind for its virtual hosts (found through the
+/// namespace), and once the stream has sent it every type is synced (the
+/// unchanged VHDS route configuration included).
+#[test]
+fn syncz_judges_a_vhds_stream_against_its_own_maps() {
+    use crate::admin::syncz::{Sync, syncz};
+    use crate::xds::registry::StreamStatus;
+    let s = base();
+    let mut st = synced(&s);
+    let s2 = next(
+        &s,
+        &[
+            (Route, "8080", Some("inline-8080-a-b2")),
+            (VirtualHost, "8080/b:8080", Some("vh-b2")),
+        ],
+    );
+    let status = |st: &DeltaStream| StreamStatus {
+        stream: 1,
+        api: "delta",
+        service: "ads",
+        proxy: None,
+        connected_at: std::time::SystemTime::now(),
+        seq: st.seq(),
+        types: st.type_statuses(),
+    };
+    let view = syncz(&[status(&st)], &s2);
+    let vhds = &view.proxies[0].types["vhds"];
+    assert_eq!(vhds.behind.changes, Some(1), "{vhds:?}");
+    let p = st.next_response(&s2).expect("the virtual host");
+    ack(&mut st, &p);
+    let view = syncz(&[status(&st)], &s2);
+    for t in ["rds", "vhds"] {
+        let v = &view.proxies[0].types[t];
+        assert!(matches!(v.status, Sync::Synced), "{t}: {v:?}");
+    }
+}
