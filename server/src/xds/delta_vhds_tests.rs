@@ -91,17 +91,25 @@ fn a_namespace_brings_every_virtual_host_of_its_route_configuration() {
     assert!(st.next_response(&s).is_none());
 }
 
+/// What the generator makes of a rule edit of host `b`: a new inline
+/// configuration `8080` and a new virtual host `8080/b:8080`.
+fn rule_edit(s: &Snapshot) -> Snapshot {
+    next(
+        s,
+        &[
+            (Route, "8080", Some("inline-8080-a-b2")),
+            (VirtualHost, "8080/b:8080", Some("vh-b2")),
+        ],
+    )
+}
+
 #[test]
 fn a_rule_edit_sends_the_virtual_host_and_not_the_route_configuration() {
     let s = base();
     let mut st = synced(&s);
     let s2 = next(
-        &s,
-        &[
-            (Route, "8080", Some("inline-8080-a-b2")),
-            (VirtualHost, "8080/b:8080", Some("vh-b2")),
-            (VirtualHost, "9090/c:9090", Some("vh-c2")),
-        ],
+        &rule_edit(&s),
+        &[(VirtualHost, "9090/c:9090", Some("vh-c2"))],
     );
     let p = st.next_response(&s2).expect("the virtual host");
     assert_eq!(
@@ -211,13 +219,7 @@ fn syncz_judges_a_vhds_stream_against_its_own_maps() {
     use crate::xds::registry::StreamStatus;
     let s = base();
     let mut st = synced(&s);
-    let s2 = next(
-        &s,
-        &[
-            (Route, "8080", Some("inline-8080-a-b2")),
-            (VirtualHost, "8080/b:8080", Some("vh-b2")),
-        ],
-    );
+    let s2 = rule_edit(&s);
     let status = |st: &DeltaStream| StreamStatus {
         stream: 1,
         api: "delta",
