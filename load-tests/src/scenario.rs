@@ -169,6 +169,10 @@ pub struct ServerSpec {
     pub checkpoint_every_secs: Option<u64>,
     /// `--checkpoint-keep` of the spawned server (default: the server's).
     pub checkpoint_keep: Option<usize>,
+    /// `--route-delivery` of the spawned server (`inline` or `vhds`;
+    /// default: the server's). With `vhds`, delta proxies subscribe to the
+    /// virtual hosts of each route configuration that points at VHDS.
+    pub route_delivery: Option<String>,
     /// Sample memory, log and checkpoint sizes every this many seconds during
     /// churn, for the soak figures (0: no soak figures).
     pub soak_sample_secs: u64,
@@ -264,6 +268,7 @@ impl Default for ServerSpec {
             log_options: String::new(),
             checkpoint_every_secs: None,
             checkpoint_keep: None,
+            route_delivery: None,
             soak_sample_secs: 0,
             soak_warmup_fraction: 0.34,
         }
@@ -290,6 +295,12 @@ impl Scenario {
         }
         if self.mesh.namespaces == 0 {
             bail!("mesh.namespaces must be at least 1");
+        }
+        if let Some(how) = &self.server.route_delivery
+            && how != "inline"
+            && how != "vhds"
+        {
+            bail!("server.route-delivery must be `inline` or `vhds`, not `{how}`");
         }
         if self.mesh.services > 1_000_000 || self.mesh.endpoints_per_service > 10_000 {
             bail!("mesh is too large (at most 1,000,000 services of 10,000 endpoints)");
@@ -374,6 +385,23 @@ mod tests {
         assert!(n >= 9, "found {n} scenarios");
         let rc = Scenario::load(&dir.join("rule-change.yaml")).expect("rule-change");
         assert!(rc.mesh.rules > 0 && rc.churn.mix.rule_shift > 0 && rc.churn.mix.flap == 0);
+        // The A/B pair differs in the route delivery only.
+        let vhds = Scenario::load(&dir.join("rule-change-vhds.yaml")).expect("vhds");
+        assert_eq!(vhds.server.route_delivery.as_deref(), Some("vhds"));
+        assert_eq!(
+            (
+                vhds.proxies,
+                vhds.duration_secs,
+                vhds.mesh.rules,
+                vhds.churn.rate
+            ),
+            (rc.proxies, rc.duration_secs, rc.mesh.rules, rc.churn.rate)
+        );
+        let bad = "server: {route-delivery: sideways}\n";
+        let e = serde_yaml::from_str::<Scenario>(bad)
+            .expect("parse")
+            .validate();
+        assert!(format!("{:#}", e.expect_err("refused")).contains("route-delivery"));
     }
 
     #[test]

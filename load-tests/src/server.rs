@@ -158,6 +158,9 @@ impl Spawned {
         if let Some(keep) = spec.checkpoint_keep {
             cmd.arg("--checkpoint-keep").arg(keep.to_string());
         }
+        if let Some(how) = &spec.route_delivery {
+            cmd.arg("--route-delivery").arg(how);
+        }
         let child = cmd
             .arg("--stall-timeout-secs")
             .arg(spec.stall_timeout_secs.to_string())

@@ -102,13 +102,13 @@ async fn delta_fleet_converges_on_every_change_with_no_nack() {
     }
 }
 
-/// VirtualService weight shifts among endpoint flaps: every proxy converges on
-/// every shift (its marker in the route configuration it ACKed), and the report
-/// gives the size of the pushed route configuration.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rule_shifts_converge_and_report_the_route_cost() {
+/// VirtualService weight shifts among endpoint flaps, with the server's
+/// `--route-delivery` `delivery`: every proxy converges on every shift (its
+/// marker in the route configuration, or virtual host, it ACKed). Returns
+/// the report's pushed route bytes per push.
+async fn rule_shifts(name: &str, delivery: &str) -> f64 {
     let mut sc = smoke();
-    sc.name = "smoke-rules".into();
+    sc.name = name.into();
     sc.proxies = 20;
     sc.duration_secs = 3;
     sc.mesh.rules = 4;
@@ -118,6 +118,7 @@ async fn rule_shifts_converge_and_report_the_route_cost() {
     sc.churn.mix.service_add = 0;
     sc.churn.mix.service_remove = 1;
     sc.churn.mix.rule_shift = 3;
+    sc.server.route_delivery = Some(delivery.into());
     let r = spawned(sc, None).await;
     assert_all_converged(&r);
     let shifts = r
@@ -139,6 +140,25 @@ async fn rule_shifts_converge_and_report_the_route_cost() {
         route > 0.0 && r.bytes_per_route_ratio.is_some(),
         "{}",
         r.table()
+    );
+    route
+}
+
+/// Inline, a shift resends the port's route configuration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_shifts_converge_and_report_the_route_cost() {
+    rule_shifts("smoke-rules", "inline").await;
+}
+
+/// Over VHDS the proxies follow the shifts through virtual hosts, each a
+/// fraction of the route configuration inline delivery pushes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_shifts_over_vhds_converge_and_push_less_route_bytes() {
+    let inline = rule_shifts("smoke-rules-inline", "inline").await;
+    let vhds = rule_shifts("smoke-rules-vhds", "vhds").await;
+    assert!(
+        vhds < inline,
+        "route bytes per push: {vhds} over VHDS, {inline} inline"
     );
 }
 

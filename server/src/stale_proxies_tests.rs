@@ -23,6 +23,7 @@ fn mk_type(in_flight: bool, pending: bool, nacked: bool) -> TypeStatus {
         pending,
         nacks: u64::from(nacked),
         last_nack: nacked.then(|| "bad".to_string()),
+        route_delivery: Default::default(),
     }
 }
 

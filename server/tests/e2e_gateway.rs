@@ -151,6 +151,7 @@ async fn a_gateway_publishes_by_path_redirects_and_terminates_https() {
             sidecar_listeners: gw.listeners,
             grpc_listeners: ResourceMap::new(),
             routes: gw.routes,
+            ..Default::default()
         },
         ..Default::default()
     });

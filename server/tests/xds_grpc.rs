@@ -40,6 +40,7 @@ fn next(prev: &Snapshot, edits: &[(ResourceType, &str, Option<&str>)]) -> Snapsh
             ResourceType::Endpoint => &mut s.resources.endpoints,
             ResourceType::Listener => &mut s.resources.sidecar_listeners,
             ResourceType::Route => &mut s.resources.routes,
+            ResourceType::VirtualHost => &mut s.resources.virtual_hosts,
             ResourceType::Secret => unreachable!("secrets are not in snapshots"),
         };
         let n: Arc<str> = Arc::from(*name);

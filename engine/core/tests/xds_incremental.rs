@@ -534,6 +534,7 @@ fn check(ops: &[Op], batch_sizes: &[usize]) -> Result<(), TestCaseError> {
                 prop_assert_eq!(full, quick, "{:?} {:?}", pt, t);
             }
         }
+        assert_vhds_views(&set, &next, &changes);
         state = next_state;
         set = next;
     }

@@ -15,7 +15,9 @@
 //! - `lds`: sidecar outbound listeners `0.0.0.0_<port>` and proxyless gRPC
 //!   `api_listener`s `<hostname>:<port>`;
 //! - `rds`: route configuration `<port>` per HTTP port (sidecars) and
-//!   `<hostname>:<port>` per HTTP service port (proxyless gRPC).
+//!   `<hostname>:<port>` per HTTP service port (proxyless gRPC);
+//! - `vhds`: the same `<port>` configurations pointing at VHDS, and their
+//!   virtual hosts `<port>/<hostname>:<port>`, for delta Envoys.
 //!
 //! Served ports: UDP ports are not proxied and produce nothing; `Passthrough`
 //! services produce nothing (an ORIGINAL_DST cluster behind a directly bound
@@ -68,7 +70,7 @@ pub use vs_routes::route_problems;
 use deltapilot_model::state::{ModelState, Touched};
 use deltapilot_model::{Port, Protocol, Resolution, Service};
 
-use super::{ChangeSet, ResourceSet, ResourceType};
+use super::{ChangeSet, ResourceKind, ResourceSet, ResourceType};
 
 /// Settings that shape generated resources.
 #[derive(Debug, Clone)]
@@ -155,29 +157,13 @@ pub fn regenerate(
 }
 
 /// Every name whose bytes differ between two sets (O(resources)), per type;
-/// listener changes cover both listener flavours.
+/// a type's changes cover every map of it (both listener and cluster
+/// flavours, inline and VHDS route configurations).
 pub fn changes_between(prev: &ResourceSet, next: &ResourceSet) -> ChangeSet {
     let mut cs = ChangeSet::default();
-    let pairs = [
-        (ResourceType::Cluster, &prev.clusters, &next.clusters),
-        (
-            ResourceType::Cluster,
-            &prev.grpc_clusters,
-            &next.grpc_clusters,
-        ),
-        (ResourceType::Endpoint, &prev.endpoints, &next.endpoints),
-        (
-            ResourceType::Listener,
-            &prev.sidecar_listeners,
-            &next.sidecar_listeners,
-        ),
-        (
-            ResourceType::Listener,
-            &prev.grpc_listeners,
-            &next.grpc_listeners,
-        ),
-        (ResourceType::Route, &prev.routes, &next.routes),
-    ];
+    let pairs = ResourceKind::ALL
+        .into_iter()
+        .map(|k| (k.resource_type(), k.map(prev), k.map(next)));
     for (t, a, b) in pairs {
         let c = cs.of_mut(t);
         for (name, r) in b.iter() {

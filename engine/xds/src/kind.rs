@@ -1,4 +1,4 @@
-//! [`ResourceKind`]: which of a [`ResourceSet`]'s six maps a resource lives in,
+//! [`ResourceKind`]: which of a [`ResourceSet`]'s eight maps a resource lives in,
 //! the one place that enumerates them (replay reports, checkpoint files, the
 //! snapshot hash and proxies' views all go through it).
 //!
@@ -27,17 +27,23 @@ pub enum ResourceKind {
     /// CDS for proxyless gRPC: the clusters with, on `GRPC` ports, only the
     /// policy gRPC's xDS client takes (see `generate::policy`).
     GrpcCluster = 6,
+    /// RDS as VHDS delivers it: port configurations without virtual hosts.
+    VhdsRoute = 7,
+    /// VHDS: the virtual hosts of the `VhdsRoute` configurations.
+    VirtualHost = 8,
 }
 
 impl ResourceKind {
     /// Every kind, in push order.
-    pub const ALL: [ResourceKind; 6] = [
+    pub const ALL: [ResourceKind; 8] = [
         ResourceKind::Cluster,
         ResourceKind::GrpcCluster,
         ResourceKind::Endpoint,
         ResourceKind::SidecarListener,
         ResourceKind::GrpcListener,
         ResourceKind::Route,
+        ResourceKind::VhdsRoute,
+        ResourceKind::VirtualHost,
     ];
 
     /// Its stable one-byte tag: written in checkpoint files and mixed into the
@@ -60,6 +66,8 @@ impl ResourceKind {
             ResourceKind::SidecarListener => &mut set.sidecar_listeners,
             ResourceKind::GrpcListener => &mut set.grpc_listeners,
             ResourceKind::Route => &mut set.routes,
+            ResourceKind::VhdsRoute => &mut set.vhds_routes,
+            ResourceKind::VirtualHost => &mut set.virtual_hosts,
         }
     }
 
@@ -69,7 +77,8 @@ impl ResourceKind {
             ResourceKind::Cluster | ResourceKind::GrpcCluster => ResourceType::Cluster,
             ResourceKind::Endpoint => ResourceType::Endpoint,
             ResourceKind::SidecarListener | ResourceKind::GrpcListener => ResourceType::Listener,
-            ResourceKind::Route => ResourceType::Route,
+            ResourceKind::Route | ResourceKind::VhdsRoute => ResourceType::Route,
+            ResourceKind::VirtualHost => ResourceType::VirtualHost,
         }
     }
 
@@ -82,6 +91,8 @@ impl ResourceKind {
             ResourceKind::SidecarListener => &set.sidecar_listeners,
             ResourceKind::GrpcListener => &set.grpc_listeners,
             ResourceKind::Route => &set.routes,
+            ResourceKind::VhdsRoute => &set.vhds_routes,
+            ResourceKind::VirtualHost => &set.virtual_hosts,
         }
     }
 
@@ -91,19 +102,21 @@ impl ResourceKind {
             ResourceType::Cluster => &[ResourceKind::Cluster, ResourceKind::GrpcCluster],
             ResourceType::Endpoint => &[ResourceKind::Endpoint],
             ResourceType::Listener => &[ResourceKind::SidecarListener, ResourceKind::GrpcListener],
-            ResourceType::Route => &[ResourceKind::Route],
+            ResourceType::Route => &[ResourceKind::Route, ResourceKind::VhdsRoute],
+            ResourceType::VirtualHost => &[ResourceKind::VirtualHost],
             ResourceType::Secret => &[],
         }
     }
 
     /// The proxy types whose view holds this kind: listeners and clusters come in
-    /// one flavour for Envoys and one for proxyless gRPC, everything else is
-    /// shared.
+    /// one flavour for Envoys and one for proxyless gRPC, VHDS is for Envoys
+    /// only, everything else is shared.
     pub fn views(self) -> &'static [ProxyType] {
         match self {
-            ResourceKind::SidecarListener | ResourceKind::Cluster => {
-                &[ProxyType::Sidecar, ProxyType::Router]
-            }
+            ResourceKind::SidecarListener
+            | ResourceKind::Cluster
+            | ResourceKind::VhdsRoute
+            | ResourceKind::VirtualHost => &[ProxyType::Sidecar, ProxyType::Router],
             ResourceKind::GrpcListener | ResourceKind::GrpcCluster => &[ProxyType::ProxylessGrpc],
             _ => &[
                 ProxyType::Sidecar,

@@ -19,6 +19,10 @@ pub enum ResourceType {
     Listener,
     /// RDS: `envoy.config.route.v3.RouteConfiguration`.
     Route,
+    /// VHDS: `envoy.config.route.v3.VirtualHost`, delta only (see
+    /// `docs/vhds.md`). After `Route`: Envoy subscribes to a route
+    /// configuration's virtual hosts only once it holds the configuration.
+    VirtualHost,
     /// SDS: `envoy.extensions.transport_sockets.tls.v3.Secret`. Not one of
     /// [`ResourceType::ALL`]: secrets never enter a snapshot (key material
     /// stays out of the fold, the log and replay); the server serves them
@@ -30,16 +34,21 @@ pub enum ResourceType {
 impl ResourceType {
     /// How many types there are, [`ResourceType::Secret`] included: the size
     /// of arrays indexed by [`ResourceType::index`] for every type.
-    pub const COUNT: usize = 5;
+    pub const COUNT: usize = 6;
 
     /// The snapshot's types, in push order ([`ResourceType::Secret`] is not
     /// one: see there).
-    pub const ALL: [ResourceType; 4] = [
+    pub const ALL: [ResourceType; 5] = [
         ResourceType::Cluster,
         ResourceType::Endpoint,
         ResourceType::Listener,
         ResourceType::Route,
+        ResourceType::VirtualHost,
     ];
+
+    /// How many types a snapshot holds: the size of arrays indexed by
+    /// [`ResourceType::index`] over [`ResourceType::ALL`].
+    pub const SNAPSHOT_COUNT: usize = Self::ALL.len();
 
     /// The v3 type URL.
     pub fn type_url(self) -> &'static str {
@@ -50,6 +59,7 @@ impl ResourceType {
             }
             ResourceType::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
             ResourceType::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+            ResourceType::VirtualHost => "type.googleapis.com/envoy.config.route.v3.VirtualHost",
             ResourceType::Secret => {
                 "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
             }
@@ -67,18 +77,19 @@ impl ResourceType {
         url == ResourceType::Secret.type_url().as_bytes()
     }
 
-    /// Short name (`cds`, `eds`, `lds`, `rds`) for metrics, CLI flags and debug views.
+    /// Short name (`cds`, `eds`, `lds`, `rds`, `vhds`) for metrics, CLI flags and debug views.
     pub fn short_name(self) -> &'static str {
         match self {
             ResourceType::Cluster => "cds",
             ResourceType::Endpoint => "eds",
             ResourceType::Listener => "lds",
             ResourceType::Route => "rds",
+            ResourceType::VirtualHost => "vhds",
             ResourceType::Secret => "sds",
         }
     }
 
-    /// Index into per-type arrays: `[T; 4]` over [`ResourceType::ALL`], or
+    /// Index into per-type arrays: `[T; SNAPSHOT_COUNT]` over [`ResourceType::ALL`], or
     /// `[T; ResourceType::COUNT]` (Secret is last).
     pub fn index(self) -> usize {
         self as usize
@@ -186,8 +197,14 @@ pub struct ResourceSet {
     pub sidecar_listeners: ResourceMap,
     /// LDS for proxyless gRPC clients.
     pub grpc_listeners: ResourceMap,
-    /// RDS: one RouteConfiguration per HTTP port.
+    /// RDS: one RouteConfiguration per HTTP port, virtual hosts inline.
     pub routes: ResourceMap,
+    /// RDS for delta Envoys served over VHDS: the same names as the port
+    /// configurations of `routes`, each with `vhds` (ADS) and no virtual host,
+    /// so a rule edit never changes them (see `generate::vhds`).
+    pub vhds_routes: ResourceMap,
+    /// VHDS: the virtual hosts of `vhds_routes`, `<port>/<host>:<port>`.
+    pub virtual_hosts: ResourceMap,
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use arc_swap::ArcSwap;
 use imbl::Vector;
 use tokio::sync::watch;
 
-use crate::view::{ViewKey, Views, resources_for};
+use crate::view::{RouteDelivery, ViewKey, Views, resources_for};
 use crate::{ChangeSet, ResourceMap, ResourceSet, ResourceType};
 use deltapilot_model::state::ModelState;
 use deltapilot_model::{Proxy, ProxyType};
@@ -64,6 +64,17 @@ impl Snapshot {
     /// no longer has falls back to the sidecars' default view).
     pub fn view(&self, key: &ViewKey, t: ResourceType) -> &ResourceMap {
         view_map(&self.views, &self.resources, key, t)
+    }
+
+    /// [`Snapshot::view`] as a stream delivering routes as `delivery` is
+    /// sent it (see [`delivered`](crate::view::delivered)).
+    pub fn delivered_view(
+        &self,
+        key: &ViewKey,
+        t: ResourceType,
+        delivery: RouteDelivery,
+    ) -> &ResourceMap {
+        crate::view::delivered(&self.resources, key, t, delivery, self.view(key, t))
     }
 
     /// What changed in the view under `key` after snapshot `since`, or `None`

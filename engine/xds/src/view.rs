@@ -62,11 +62,52 @@ pub fn resources_for(set: &ResourceSet, proxy_type: ProxyType, t: ResourceType) 
         },
         ResourceType::Endpoint => &set.endpoints,
         ResourceType::Route => &set.routes,
-        ResourceType::Secret => ResourceMap::empty(),
+        // Views deliver routes inline; VHDS is a stream's choice (see
+        // [`delivered`]).
+        ResourceType::VirtualHost | ResourceType::Secret => ResourceMap::empty(),
         ResourceType::Listener => match proxy_type {
             ProxyType::ProxylessGrpc => &set.grpc_listeners,
             ProxyType::Sidecar | ProxyType::Router => &set.sidecar_listeners,
         },
+    }
+}
+
+/// How a delta Envoy is sent its HTTP route configurations (the server's
+/// `--route-delivery`; see `docs/vhds.md`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RouteDelivery {
+    /// Virtual hosts inline in each route configuration: what every proxy
+    /// can take, and what SotW streams and proxyless clients always get.
+    #[default]
+    Inline,
+    /// Route configurations that point at VHDS, and their virtual hosts as
+    /// `VirtualHost` resources, so a rule edit resends one virtual host.
+    Vhds,
+}
+
+/// The resources of type `t` a stream delivering routes as `delivery` is
+/// sent from `view` (the map [`Snapshot::view`](crate::snapshot::Snapshot::view)
+/// gives for the proxy's key, which is always inline). VHDS applies to the
+/// default views of Envoys only: proxyless clients cannot take it, and
+/// Sidecar-scoped and Gateway views keep their own inline configurations
+/// (not split yet). Elsewhere the `VirtualHost` type is empty, so an Envoy
+/// asking for it gets nothing.
+pub fn delivered<'a>(
+    set: &'a ResourceSet,
+    key: &ViewKey,
+    t: ResourceType,
+    delivery: RouteDelivery,
+    view: &'a ResourceMap,
+) -> &'a ResourceMap {
+    let vhds = delivery == RouteDelivery::Vhds
+        && matches!(
+            key,
+            ViewKey::Default(ProxyType::Sidecar | ProxyType::Router)
+        );
+    match (t, vhds) {
+        (ResourceType::Route, true) => &set.vhds_routes,
+        (ResourceType::VirtualHost, true) => &set.virtual_hosts,
+        _ => view,
     }
 }
 

@@ -1,6 +1,6 @@
 //! The one rule the raw fan-out keeps from a real control plane: make-before-break
 //! order across types on each stream. A response of a later type (CDS → EDS →
-//! LDS → RDS) waits until every earlier-type response sent before it, or queued
+//! LDS → RDS → VHDS) waits until every earlier-type response sent before it, or queued
 //! ahead of it, is ACKed or NACKed, so a service add costs the replay the same
 //! round trips (CDS, its ACK, then the assignment and the route) that it costs any
 //! correct server. EDS never holds back listeners and routes (a real server
@@ -26,7 +26,7 @@ use deltapilot_xds::ResourceType;
 pub struct Msg {
     /// The encoded response, sent unchanged.
     pub bytes: Bytes,
-    /// Its make-before-break rank (CDS 0 … RDS 3); `None` for types outside the
+    /// Its make-before-break rank (CDS 0 … RDS 3, VHDS 4); `None` for types outside the
     /// ordering (secrets), which never wait and never hold anything back.
     rank: Option<u8>,
     /// The nonce a client's ACK or NACK echoes.
@@ -64,6 +64,7 @@ impl Msg {
             Some(ResourceType::Endpoint) => Some(EDS_RANK),
             Some(ResourceType::Listener) => Some(2),
             Some(ResourceType::Route) => Some(3),
+            Some(ResourceType::VirtualHost) => Some(4),
             _ => None,
         };
         Msg {

@@ -59,6 +59,25 @@ fn hcm_route(any: &Any, out: &mut Vec<String>) -> Result<(), prost::DecodeError>
     Ok(())
 }
 
+/// Whether an encoded RouteConfiguration delivers its virtual hosts over
+/// VHDS (its `vhds` field is set). Reads field keys only, skipping each
+/// field's body, so an inline configuration of thousands of virtual hosts
+/// is not decoded.
+pub fn route_has_vhds(value: &[u8]) -> Result<bool, prost::DecodeError> {
+    use prost::encoding::{DecodeContext, decode_key, skip_field};
+    /// `RouteConfiguration.vhds`' field number.
+    const VHDS: u32 = 9;
+    let mut buf = value;
+    while !buf.is_empty() {
+        let (tag, wire) = decode_key(&mut buf)?;
+        if tag == VHDS {
+            return Ok(true);
+        }
+        skip_field(wire, tag, &mut buf, DecodeContext::default())?;
+    }
+    Ok(false)
+}
+
 /// A Listener's name and the RDS route names its HTTP connection managers use.
 pub fn listener_routes(value: &[u8]) -> Result<(String, Vec<String>), prost::DecodeError> {
     let l = Listener::decode(value)?;

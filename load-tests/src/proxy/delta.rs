@@ -4,9 +4,11 @@
 //! It subscribes the way Envoy does: wildcard CDS (an empty first request); EDS for
 //! every cluster it received (unsubscribing removed ones); wildcard LDS once its
 //! first CDS response is ACKed; RDS for every route name its listeners' HTTP
-//! connection managers reference. Every response is ACKed (or NACKed, when told
-//! to) before any subscription change it causes. On reconnect it sends all four
-//! subscriptions at once with `initial_resource_versions`, as Envoy does.
+//! connection managers reference; VHDS for every route configuration that
+//! carries `vhds`, by its name (a namespace: the server pushes every
+//! `<route>/<virtual host>` in it). Every response is ACKed (or NACKed, when told
+//! to) before any subscription change it causes. On reconnect it sends every
+//! subscription at once with `initial_resource_versions`, as Envoy does.
 //!
 //! What it does NOT do: talk gRPC, sleep, or track convergence (the proxy loop in
 //! `proxy` does, with what [`Handled`] reports).
@@ -26,17 +28,23 @@ const CDS: usize = 0;
 const EDS: usize = 1;
 const LDS: usize = 2;
 const RDS: usize = 3;
+const VHDS: usize = 4;
+const TYPES: usize = ResourceType::SNAPSHOT_COUNT;
 
 /// One delta client's state.
 #[derive(Debug)]
 pub struct DeltaClient {
     node: Bytes,
-    known: [HashMap<String, String>; 4],
+    known: [HashMap<String, String>; TYPES],
     eds: BTreeSet<String>,
     rds: BTreeSet<String>,
-    pending: [HashSet<String>; 4],
+    /// VHDS namespaces: the route configurations that carry `vhds`.
+    vhds: BTreeSet<String>,
+    /// Per type, names subscribed and not answered yet (VHDS: namespaces,
+    /// answered by the first VHDS response, as Envoy's route warms).
+    pending: [HashSet<String>; TYPES],
     routes_of: HashMap<String, Vec<String>>,
-    got: [bool; 4],
+    got: [bool; TYPES],
     lds_started: bool,
 }
 
@@ -52,9 +60,10 @@ impl DeltaClient {
             known: Default::default(),
             eds: BTreeSet::new(),
             rds: BTreeSet::new(),
+            vhds: BTreeSet::new(),
             pending: Default::default(),
             routes_of: HashMap::new(),
-            got: [false; 4],
+            got: [false; TYPES],
             lds_started: false,
         }
     }
@@ -96,11 +105,13 @@ impl DeltaClient {
                 r.initial_resource_versions = self.known[LDS].clone();
                 out.push(r);
             }
-            if !self.rds.is_empty() {
-                let mut r = self.req(RDS);
-                r.resource_names_subscribe = self.rds.iter().cloned().collect();
-                r.initial_resource_versions = self.known[RDS].clone();
-                out.push(r);
+            for (t, names) in [(RDS, &self.rds), (VHDS, &self.vhds)] {
+                if !names.is_empty() {
+                    let mut r = self.req(t);
+                    r.resource_names_subscribe = names.iter().cloned().collect();
+                    r.initial_resource_versions = self.known[t].clone();
+                    out.push(r);
+                }
             }
         }
         out.iter().map(|r| self.encode(r)).collect()
@@ -112,6 +123,7 @@ impl DeltaClient {
             && self.got[LDS]
             && self.pending[EDS].is_empty()
             && self.pending[RDS].is_empty()
+            && self.pending[VHDS].is_empty()
     }
 
     fn subscription(
@@ -121,10 +133,10 @@ impl DeltaClient {
         drop: Vec<String>,
         out: &mut Vec<DeltaDiscoveryRequest>,
     ) {
-        let current = if t == EDS {
-            &mut self.eds
-        } else {
-            &mut self.rds
+        let current = match t {
+            EDS => &mut self.eds,
+            VHDS => &mut self.vhds,
+            _ => &mut self.rds,
         };
         let add: Vec<String> = add
             .into_iter()
@@ -140,6 +152,9 @@ impl DeltaClient {
         for n in &drop {
             self.pending[t].remove(n);
             self.known[t].remove(n);
+            if t == VHDS {
+                self.known[t].retain(|k, _| namespace_of(k) != Some(n.as_str()));
+            }
         }
         let mut r = self.req(t);
         r.resource_names_subscribe = add;
@@ -185,7 +200,11 @@ impl DeltaClient {
             return Ok(h);
         }
         self.got[t] = true;
+        if t == VHDS {
+            self.pending[VHDS].clear();
+        }
         let mut new_clusters = Vec::new();
+        let (mut vhds_on, mut vhds_off) = (Vec::new(), Vec::new());
         for r in &resp.resources {
             let value = r
                 .resource
@@ -212,7 +231,19 @@ impl DeltaClient {
                     let (_, routes) = decode::listener_routes(&value)?;
                     self.routes_of.insert(r.name.clone(), routes);
                 }
-                RDS => h.routes.push((r.name.clone(), value)),
+                RDS => {
+                    match decode::route_has_vhds(&value)? {
+                        true => vhds_on.push(r.name.clone()),
+                        false => vhds_off.push(r.name.clone()),
+                    }
+                    h.routes.push((r.name.clone(), value));
+                }
+                // Reported as a change of its route configuration, so rules
+                // are tracked in whichever delivery the server chose.
+                VHDS => {
+                    let route = namespace_of(&r.name).unwrap_or(&r.name).to_owned();
+                    h.routes.push((route, value));
+                }
                 _ => {}
             }
         }
@@ -226,6 +257,7 @@ impl DeltaClient {
                 LDS => {
                     self.routes_of.remove(n);
                 }
+                RDS => vhds_off.push(n.clone()),
                 _ => {}
             }
         }
@@ -241,14 +273,21 @@ impl DeltaClient {
             LDS => {
                 let wanted: BTreeSet<String> = self.routes_of.values().flatten().cloned().collect();
                 let add = wanted.difference(&self.rds).cloned().collect();
-                let drop = self.rds.difference(&wanted).cloned().collect();
+                let drop: Vec<String> = self.rds.difference(&wanted).cloned().collect();
+                self.subscription(VHDS, Vec::new(), drop.clone(), &mut out);
                 self.subscription(RDS, add, drop, &mut out);
             }
+            RDS => self.subscription(VHDS, vhds_on, vhds_off, &mut out),
             _ => {}
         }
         h.requests = out.iter().map(|r| self.encode(r)).collect();
         Ok(h)
     }
+}
+
+/// The namespace of a VHDS name (the text before its last `/`).
+fn namespace_of(name: &str) -> Option<&str> {
+    name.rfind('/').map(|at| &name[..at])
 }
 
 #[cfg(test)]
@@ -330,5 +369,75 @@ mod tests {
         assert_eq!(reqs.len(), 3, "CDS, EDS and LDS (no routes yet)");
         assert_eq!(reqs[0].initial_resource_versions.len(), 1);
         assert_eq!(reqs[1].resource_names_subscribe, ["b"]);
+    }
+
+    fn with_values(t: usize, nonce: &str, items: &[(&str, Vec<u8>)]) -> Bytes {
+        DeltaDiscoveryResponse {
+            type_url: url(t),
+            nonce: nonce.into(),
+            resources: items
+                .iter()
+                .map(|(n, v)| Resource {
+                    name: (*n).into(),
+                    version: format!("v{}", v.len()),
+                    resource: Some(Any {
+                        type_url: url(t),
+                        value: v.clone(),
+                    }),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+        .encode_to_vec()
+        .into()
+    }
+
+    /// A route configuration with `vhds` makes it subscribe to the
+    /// configuration's namespace; a virtual host counts as a change of its
+    /// route configuration, and answers the subscription.
+    #[test]
+    fn a_vhds_route_configuration_brings_a_namespace_subscription() {
+        use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, Vhds};
+        let mut c = DeltaClient::new(Node::default());
+        c.rds.insert("8080".into());
+        let vhds = RouteConfiguration {
+            name: "8080".into(),
+            vhds: Some(Vhds::default()),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let inline = RouteConfiguration {
+            name: "9090".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let h = c
+            .on_response(
+                &with_values(RDS, "n1", &[("8080", vhds), ("9090", inline)]),
+                false,
+            )
+            .expect("rds");
+        let reqs: Vec<_> = h.requests.iter().map(decode_req).collect();
+        assert_eq!(reqs.len(), 2, "the ACK, then VHDS");
+        assert_eq!(reqs[1].type_url, url(VHDS));
+        assert_eq!(reqs[1].resource_names_subscribe, ["8080"]);
+        assert!(c.pending[VHDS].contains("8080"));
+        let h = c
+            .on_response(
+                &with_values(VHDS, "n2", &[("8080/a:8080", b"vh".to_vec())]),
+                false,
+            )
+            .expect("vhds");
+        assert_eq!(h.routes, [("8080".to_string(), Bytes::from_static(b"vh"))]);
+        assert!(c.pending[VHDS].is_empty());
+        let again = c.initial_requests(true);
+        let vh = again
+            .iter()
+            .map(decode_req)
+            .find(|r| r.type_url == url(VHDS))
+            .expect("VHDS on reconnect");
+        assert_eq!(vh.resource_names_subscribe, ["8080"]);
+        assert_eq!(vh.initial_resource_versions.len(), 1);
     }
 }

@@ -57,6 +57,9 @@ pub fn config_dump<'a>(
             ResourceType::Endpoint => ("EndpointsConfigDump", "dynamic_endpoint_configs"),
             // Never dumped: key material stays out of every debug view.
             ResourceType::Secret => continue,
+            // Not a section: the route configurations shown inline are what
+            // a VHDS proxy's virtual hosts add up to.
+            ResourceType::VirtualHost => continue,
         };
         let mut items = Vec::new();
         // By name, as people read it (the map iterates in hash order).
@@ -86,7 +89,7 @@ pub fn config_dump<'a>(
                     item.push("version_info", version);
                     item.push("endpoint_config", body);
                 }
-                ResourceType::Secret => continue,
+                ResourceType::VirtualHost | ResourceType::Secret => continue,
             }
             items.push(item);
         }

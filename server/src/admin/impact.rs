@@ -363,10 +363,21 @@ spec:
         assert_eq!(v["skipped"].as_array().map(Vec::len), Some(0), "{v:#}");
         let changes = v["changes"].as_array().expect("changes");
         assert!(!changes.is_empty(), "{v:#}");
-        assert!(
-            changes
-                .iter()
-                .all(|c| c["type"] == "rds" && c["action"] == "changed"),
+        assert!(changes.iter().all(|c| c["action"] == "changed"), "{v:#}");
+        // The sidecars' and the proxyless route configuration, and the one
+        // virtual host the edit changes as VHDS delivers it.
+        let mut touched: Vec<(&str, &str)> = changes
+            .iter()
+            .filter_map(|c| Some((c["type"].as_str()?, c["name"].as_str()?)))
+            .collect();
+        touched.sort_unstable();
+        assert_eq!(
+            touched,
+            [
+                ("rds", "8080"),
+                ("rds", "a.demo.local:8080"),
+                ("vhds", "8080/a.demo.local:8080")
+            ],
             "{v:#}"
         );
         let route = changes

@@ -125,8 +125,15 @@ fn type_view(t: &TypeStatus, proxy: Option<&Proxy>, seen: u64, snap: &Snapshot) 
         Some(p) => snap.view_key(p),
         None => deltapilot_xds::view::ViewKey::Default(Default::default()),
     };
-    let view = snap.view(&key, t.resource_type);
-    let wants = |name: &str| t.wildcard || t.names.iter().any(|n| &**n == name);
+    let view = snap.delivered_view(&key, t.resource_type, t.route_delivery);
+    // A VHDS name is wanted through its namespace (before its last `/`) too.
+    let vhds = t.resource_type == deltapilot_xds::ResourceType::VirtualHost;
+    let subscribed = |name: &str| t.names.iter().any(|n| &**n == name);
+    let wants = |name: &str| {
+        t.wildcard
+            || subscribed(name)
+            || (vhds && name.rfind('/').is_some_and(|at| subscribed(&name[..at])))
+    };
     let relevant_since = |seq: u64| {
         snap.view_changes_since(&key, seq).map(|cs| {
             let tc = cs.of(t.resource_type);

@@ -60,6 +60,13 @@ struct InFlight {
 #[derive(Debug, Default)]
 struct TypeState {
     started: bool,
+    /// VHDS: a subscribed name without a `/` stands for every resource in
+    /// its namespace (`<name>/...`), as Envoy's namespace matching reads it.
+    namespaced: bool,
+    /// VHDS: a namespace was subscribed and no response of this type has
+    /// gone since. Envoy's route configuration warms until one arrives, so
+    /// an empty namespace is answered with an empty response.
+    owes_answer: bool,
     started_seq: u64,
     wildcard: bool,
     names: BTreeSet<Arc<str>>,
@@ -94,7 +101,16 @@ struct TypeState {
 
 impl TypeState {
     fn wants(&self, name: &str) -> bool {
-        self.started && (self.wildcard || self.names.contains(name))
+        self.started
+            && (self.wildcard
+                || self.names.contains(name)
+                || (self.namespaced
+                    && namespace_of(name).is_some_and(|ns| self.names.contains(ns))))
+    }
+
+    /// The names of `view` in subscribed namespace `ns` (VHDS).
+    fn in_namespace<'v>(view: &'v ResourceMap, ns: &'v str) -> impl Iterator<Item = &'v Arc<str>> {
+        view.keys().filter(move |n| namespace_of(n) == Some(ns))
     }
 
     fn mark(&mut self, name: &Arc<str>) {
@@ -109,7 +125,8 @@ impl TypeState {
     }
 
     fn has_pending(&self) -> bool {
-        !self.pending_upserts.is_empty()
+        self.owes_answer
+            || !self.pending_upserts.is_empty()
             || !self.pending_removals.is_empty()
             || !self.forced.is_empty()
             || !matches!(&self.dirty, Dirty::Names(n) if n.is_empty())
@@ -132,8 +149,8 @@ impl TypeState {
                 self.pending_removals.clear();
                 let mut c: BTreeSet<Arc<str>> = self.held.keys().cloned().collect();
                 c.extend(self.names.iter().filter(|n| view.contains_key(n)).cloned());
-                if self.wildcard {
-                    c.extend(view.keys().cloned());
+                if self.wildcard || self.namespaced {
+                    c.extend(view.keys().filter(|n| self.wants(n)).cloned());
                 }
                 c
             }
@@ -207,7 +224,7 @@ impl TypeState {
     fn work(&self, t: ResourceType) -> TypeWork {
         let in_flight_since = self.in_flight.as_ref().map(|f| f.since);
         TypeWork {
-            upserts: !self.pending_upserts.is_empty(),
+            upserts: !self.pending_upserts.is_empty() || self.owes_answer,
             removals: !self.pending_removals.is_empty(),
             in_flight: self.in_flight.is_some(),
             unfinished_since: match (self.pending_since, in_flight_since) {
@@ -232,6 +249,7 @@ impl TypeState {
                     .as_ref()
                     .is_some_and(|f| f.carries_owed_assignments))
                 || (self.pending_upserts.is_empty()
+                    && !self.owes_answer
                     && self.in_flight.as_ref().is_none_or(|f| f.removals_only)),
         }
     }
@@ -262,13 +280,15 @@ pub struct DeltaStream {
     nonces: NonceGen,
     seq: u64,
     total_names: usize,
-    types: [TypeState; 4],
+    types: [TypeState; ResourceType::SNAPSHOT_COUNT],
 }
 
 impl DeltaStream {
     /// A new stream, positioned at `snap`. `fixed` restricts it to one type (the
     /// per-type services such as `DeltaClusters`); `None` is ADS.
     pub fn new(fixed: Option<ResourceType>, limits: Limits, snap: &Snapshot) -> Self {
+        let mut types: [TypeState; ResourceType::SNAPSHOT_COUNT] = Default::default();
+        types[ResourceType::VirtualHost.index()].namespaced = true;
         DeltaStream {
             proxy: None,
             key: None,
@@ -277,7 +297,7 @@ impl DeltaStream {
             nonces: NonceGen::default(),
             seq: snap.seq,
             total_names: 0,
-            types: Default::default(),
+            types,
         }
     }
 
@@ -337,13 +357,15 @@ impl DeltaStream {
                     wildcard: s.wildcard,
                     names: &s.names,
                 };
-                s.acks.type_status(
+                let mut status = s.acks.type_status(
                     *t,
                     subscription,
                     s.held.len(),
                     s.in_flight.as_ref().map(|f| f.nonce.as_str()),
                     s.has_pending(),
-                )
+                );
+                status.route_delivery = self.limits.route_delivery;
+                status
             })
             .collect()
     }
@@ -367,7 +389,7 @@ impl DeltaStream {
             self.key = self.key_in(snap);
         }
         let key = self.key_or_default(snap);
-        let view = snap.view(&key, t);
+        let view = snap.delivered_view(&key, t, self.limits.route_delivery);
         let subscribe: Vec<&str> = req.subscribe.iter().map(text).collect::<Result<_, _>>()?;
         let unsubscribe: Vec<&str> = req.unsubscribe.iter().map(text).collect::<Result<_, _>>()?;
         let seq = self.seq;
@@ -462,6 +484,20 @@ impl DeltaStream {
             if s.names.insert(name.clone()) {
                 self.total_names += 1;
             }
+            if s.namespaced && namespace_of(&name).is_none() {
+                // A namespace: every resource in it is answered as a newly
+                // subscribed name would be, and an empty one with an empty
+                // response (see `owes_answer`).
+                let exact = view.get(&name).map(|r| &r.name);
+                for n in TypeState::in_namespace(view, &name).chain(exact) {
+                    if !(first && s.reported_on_reconnect.contains_key(n)) {
+                        s.forced.insert(n.clone());
+                    }
+                }
+                s.owes_answer = true;
+                s.pending_from(seq);
+                continue;
+            }
             // Every newly subscribed name is answered, unless the client told us on
             // reconnect that it already holds it (then only a version change is sent).
             if !(first && s.reported_on_reconnect.contains_key(&name)) {
@@ -501,6 +537,23 @@ impl DeltaStream {
                 s.pending_upserts.remove(n);
                 s.pending_removals.remove(n);
                 s.forced.remove(n);
+                if s.namespaced && namespace_of(n).is_none() {
+                    // The namespace's resources go with it, unless still
+                    // subscribed by their own names.
+                    let gone: Vec<Arc<str>> = (s.held.keys())
+                        .chain(s.pending_upserts.keys())
+                        .chain(s.pending_removals.keys())
+                        .chain(s.forced.iter())
+                        .filter(|k| namespace_of(k) == Some(n) && !s.wants(k))
+                        .cloned()
+                        .collect();
+                    for k in gone {
+                        s.held.remove(&k);
+                        s.pending_upserts.remove(&k);
+                        s.pending_removals.remove(&k);
+                        s.forced.remove(&k);
+                    }
+                }
             }
         }
         Ok(outcome)
@@ -554,11 +607,12 @@ impl DeltaStream {
             self.on_snapshot(snap);
         }
         let key = self.key_or_default(snap);
-        let mut work = [TypeWork::default(); 4];
+        let delivery = self.limits.route_delivery;
+        let mut work = [TypeWork::default(); ResourceType::SNAPSHOT_COUNT];
         for t in ResourceType::ALL {
             let s = &mut self.types[t.index()];
             if s.started {
-                s.resolve(snap.view(&key, t), self.seq);
+                s.resolve(snap.delivered_view(&key, t, delivery), self.seq);
             }
             work[t.index()] = s.work(t);
         }
@@ -606,10 +660,11 @@ impl DeltaStream {
             }
         }
         let since = s.pending_since.unwrap_or(self.seq);
+        s.owes_answer = false;
         if !s.has_pending() {
             s.pending_since = None;
         }
-        s.reshare(snap.view(&key, p.t));
+        s.reshare(snap.delivered_view(&key, p.t, delivery));
         s.acks.sent(SentResponse {
             nonce: out.nonce.clone(),
             seq: self.seq,
@@ -641,6 +696,12 @@ impl DeltaStream {
             resent_known,
         })
     }
+}
+
+/// The namespace of a VHDS name, the text before its last `/` (as Envoy's
+/// `namespaceFromName` reads it), or `None` for a name without one.
+fn namespace_of(name: &str) -> Option<&str> {
+    name.rfind('/').map(|at| &name[..at])
 }
 
 /// Whether `req`'s `initial_resource_versions` name every resource of `view` at
@@ -675,3 +736,7 @@ mod tests;
 #[cfg(test)]
 #[path = "delta_view_tests.rs"]
 mod view_tests;
+
+#[cfg(test)]
+#[path = "delta_vhds_tests.rs"]
+mod vhds_tests;

@@ -7,17 +7,7 @@ use envoy_types::pb::google::rpc::Status as RpcStatus;
 
 use super::*;
 use crate::xds::request::DeltaRequest;
-use crate::xds::testutil::{next, version};
-
-fn req(t: ResourceType, sub: &[&str], unsub: &[&str], nonce: &str) -> DeltaDiscoveryRequest {
-    DeltaDiscoveryRequest {
-        type_url: t.type_url().into(),
-        resource_names_subscribe: sub.iter().map(|s| s.to_string()).collect(),
-        resource_names_unsubscribe: unsub.iter().map(|s| s.to_string()).collect(),
-        response_nonce: nonce.into(),
-        ..Default::default()
-    }
-}
+use crate::xds::testutil::{delta_req as req, names, next, removed, version};
 
 fn base() -> Snapshot {
     next(
@@ -31,14 +21,6 @@ fn base() -> Snapshot {
             (Route, "r1", Some("route-1")),
         ],
     )
-}
-
-fn names(p: &DeltaPush) -> Vec<String> {
-    p.out.resources.iter().map(|r| r.name.to_string()).collect()
-}
-
-fn removed(p: &DeltaPush) -> Vec<String> {
-    p.out.removed.iter().map(|r| r.to_string()).collect()
 }
 
 fn stream(s: &Snapshot) -> DeltaStream {

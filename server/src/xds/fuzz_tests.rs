@@ -3,7 +3,8 @@
 //! made-up nonces, unknown type URLs) interleaved with snapshot changes and
 //! response pulls, from a synthetic snapshot and from a real engine snapshot (the
 //! example mesh through the file adapter, fold and generate). Asserts no panic and the protocol invariants on every response:
-//! no duplicate names, no name both sent and removed, no empty delta response,
+//! no duplicate names, no name both sent and removed, no empty delta response
+//! (but the answer to a VHDS namespace),
 //! nonces unique per stream, and a bounded number of responses per step.
 //!
 //! Cases: `DELTAPILOT_FUZZ_CASES` (default [`CI_CASES`]).
@@ -14,9 +15,10 @@ use deltapilot_adapters::file::load_paths;
 use deltapilot_log::RecordPos;
 use deltapilot_model::fold::fold_iter;
 use deltapilot_model::state::ModelState;
-use deltapilot_xds::ResourceType::{self, Cluster, Endpoint, Listener, Route};
+use deltapilot_xds::ResourceType::{self, Cluster, Endpoint, Listener, Route, VirtualHost};
 use deltapilot_xds::generate::{GenOptions, build_all};
 use deltapilot_xds::snapshot::Snapshot;
+use deltapilot_xds::view::RouteDelivery;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use proptest::prelude::*;
@@ -34,9 +36,10 @@ const CI_CASES: u32 = 128;
 /// responses with no new input fails the case.
 const MAX_PULLS: usize = 32;
 
-const TYPES: [ResourceType; 4] = [Cluster, Endpoint, Listener, Route];
-/// Names requests and snapshot edits draw from; `*` is the explicit wildcard.
-const NAMES: [&str; 6] = ["a", "b", "c", "d", "*", ""];
+const TYPES: [ResourceType; 5] = [Cluster, Endpoint, Listener, Route, VirtualHost];
+/// Names requests and snapshot edits draw from; `*` is the explicit wildcard,
+/// `a/x` a VHDS name in namespace `a`.
+const NAMES: [&str; 7] = ["a", "b", "c", "d", "*", "", "a/x"];
 
 fn config() -> Config {
     let cases = std::env::var("DELTAPILOT_FUZZ_CASES")
@@ -96,7 +99,7 @@ fn op() -> impl Strategy<Value = Op> {
 fn synthetic() -> Snapshot {
     let mut edits = Vec::new();
     for t in TYPES {
-        for n in ["a", "b"] {
+        for n in ["a", "b", "a/x"] {
             edits.push((t, n, Some("v0")));
         }
     }
@@ -207,9 +210,17 @@ fn nack_detail(nack: bool) -> Option<RpcStatus> {
     })
 }
 
-fn run_delta(real_snapshot: bool, ops: &[Op]) -> Result<usize, TestCaseError> {
+fn run_delta(real_snapshot: bool, vhds: bool, ops: &[Op]) -> Result<usize, TestCaseError> {
     let (mut snap, pool) = base(real_snapshot);
-    let mut st = DeltaStream::new(None, Limits::default(), &snap);
+    let limits = Limits {
+        route_delivery: if vhds {
+            RouteDelivery::Vhds
+        } else {
+            RouteDelivery::Inline
+        },
+        ..Limits::default()
+    };
+    let mut st = DeltaStream::new(None, limits, &snap);
     let mut nonces = Nonces::default();
     for op in ops {
         match op {
@@ -243,8 +254,9 @@ fn run_delta(real_snapshot: bool, ops: &[Op]) -> Result<usize, TestCaseError> {
                 break;
             };
             prop_assert!(pulls < MAX_PULLS, "responses without end");
+            // Only a VHDS namespace is answered when it has nothing to say.
             prop_assert!(
-                !p.out.resources.is_empty() || !p.out.removed.is_empty(),
+                !p.out.resources.is_empty() || !p.out.removed.is_empty() || p.t == VirtualHost,
                 "empty delta response"
             );
             let mut names = HashSet::new();
@@ -312,8 +324,8 @@ proptest! {
     #![proptest_config(config())]
 
     #[test]
-    fn delta_arbitrary_request_sequences(real in any::<bool>(), ops in proptest::collection::vec(op(), 1..40)) {
-        run_delta(real, &ops)?;
+    fn delta_arbitrary_request_sequences(real in any::<bool>(), vhds in any::<bool>(), ops in proptest::collection::vec(op(), 1..40)) {
+        run_delta(real, vhds, &ops)?;
     }
 
     #[test]
@@ -334,7 +346,8 @@ fn a_subscription_gets_a_response() {
         nack: false,
     }];
     for real in [false, true] {
-        assert!(run_delta(real, &ops).expect("delta") >= 1);
+        assert!(run_delta(real, false, &ops).expect("delta") >= 1);
+        assert!(run_delta(real, true, &ops).expect("delta over VHDS") >= 1);
         assert!(run_sotw(real, &ops).expect("sotw") >= 1);
     }
 }

@@ -31,6 +31,7 @@ mod testutil;
 use std::time::Duration;
 
 use deltapilot_xds::ResourceType;
+use deltapilot_xds::view::RouteDelivery;
 
 use crate::Error;
 
@@ -51,6 +52,10 @@ pub struct Limits {
     pub stall_timeout: Duration,
     /// Most concurrent xDS streams; new ones beyond it get `RESOURCE_EXHAUSTED`.
     pub max_streams: usize,
+    /// How delta streams of Envoys are sent route configurations
+    /// (`--route-delivery`): not a limit, but a per-stream setting that
+    /// travels with them to every stream.
+    pub route_delivery: RouteDelivery,
 }
 
 impl Default for Limits {
@@ -61,6 +66,7 @@ impl Default for Limits {
             max_resources_per_response: 10_000,
             stall_timeout: Duration::from_secs(300),
             max_streams: 100_000,
+            route_delivery: RouteDelivery::Inline,
         }
     }
 }

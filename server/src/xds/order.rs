@@ -1,6 +1,6 @@
 //! Make-before-break ordering across resource types on one stream.
 //!
-//! Additions and updates flow forward (CDS → EDS → LDS → RDS): a type's upserts wait
+//! Additions and updates flow forward (CDS → EDS → LDS → RDS → VHDS): a type's upserts wait
 //! while an earlier type has upserts pending or a response in flight, so a proxy
 //! never receives a listener or route that points at a cluster it does not have yet.
 //! A type whose work cannot matter to later types says so (`ungated`): EDS churn on
@@ -60,17 +60,20 @@ pub(crate) struct Pick {
 }
 
 /// Whether resources of type `j` can reference resources of type `i` (so `i`'s
-/// removals must wait for `j`'s work). Only LDS and RDS reference anything: a
-/// listener its route configuration and clusters (a `tcp_proxy`), a route
-/// configuration its clusters; a cluster's assignment goes with its cluster. So
+/// removals must wait for `j`'s work). Only LDS, RDS and VHDS reference
+/// anything: a listener its route configuration and clusters (a `tcp_proxy`),
+/// a route configuration or a VHDS virtual host its clusters; a cluster's
+/// assignment goes with its cluster. (A VHDS route configuration names its
+/// virtual hosts only by namespace: Envoy takes them in any order.) So
 /// a listener is removed before the route configuration it names, as Envoy
 /// expects (it ignores, with an error, the removal of a route configuration a
 /// listener still uses).
 fn references(j: usize, i: usize) -> bool {
     let (listener, route) = (ResourceType::Listener.index(), ResourceType::Route.index());
+    let vhost = ResourceType::VirtualHost.index();
     if j == listener {
-        i != listener
-    } else if j == route {
+        i != listener && i != vhost
+    } else if j == route || j == vhost {
         i < listener
     } else {
         false
@@ -86,7 +89,7 @@ fn references(j: usize, i: usize) -> bool {
 /// assignment itself, so they need not be prompt, and each one sent alone would
 /// hold EDS's one in-flight slot for a round trip ahead of the next endpoint
 /// change, which with slow proxies delays endpoint pushes by a round trip each.
-pub(crate) fn removal_bound(w: &[TypeWork; 4], i: usize) -> u64 {
+pub(crate) fn removal_bound(w: &[TypeWork], i: usize) -> u64 {
     let oldest = w
         .iter()
         .enumerate()
@@ -100,13 +103,14 @@ pub(crate) fn removal_bound(w: &[TypeWork; 4], i: usize) -> u64 {
     }
 }
 
-fn removals_unblocked(w: &[TypeWork; 4], i: usize) -> bool {
+fn removals_unblocked(w: &[TypeWork], i: usize) -> bool {
     w[i].oldest_removal < removal_bound(w, i)
 }
 
-/// The next response to send, if any type may send now.
-pub(crate) fn pick(w: &[TypeWork; 4]) -> Option<Pick> {
-    for (i, t) in ResourceType::ALL.into_iter().enumerate() {
+/// The next response to send, if any type may send now. `w` is indexed by
+/// [`ResourceType::index`]; types past its end have no work.
+pub(crate) fn pick(w: &[TypeWork]) -> Option<Pick> {
+    for (i, t) in ResourceType::ALL.into_iter().enumerate().take(w.len()) {
         let earlier_busy = w[..i]
             .iter()
             .any(|u| !u.ungated && (u.in_flight || u.upserts));
@@ -118,7 +122,12 @@ pub(crate) fn pick(w: &[TypeWork; 4]) -> Option<Pick> {
             });
         }
     }
-    for (i, t) in ResourceType::ALL.into_iter().enumerate().rev() {
+    for (i, t) in ResourceType::ALL
+        .into_iter()
+        .enumerate()
+        .take(w.len())
+        .rev()
+    {
         if w[i].removals && !w[i].in_flight && removals_unblocked(w, i) {
             return Some(Pick {
                 t,
@@ -152,7 +161,7 @@ mod tests {
     fn a_listener_is_removed_before_its_route_configuration() {
         let idle = TypeWork::default();
         let (l, r) = (ResourceType::Listener.index(), ResourceType::Route.index());
-        let mut work = [idle; 4];
+        let mut work = [idle; ResourceType::SNAPSHOT_COUNT];
         work[l] = w(false, true, false);
         work[r] = w(false, true, false);
         let first = pick(&work).expect("something to send");
@@ -165,7 +174,7 @@ mod tests {
         let next = pick(&work).expect("the route removal");
         assert_eq!((next.t, next.removals), (ResourceType::Route, true));
         // A pending route removal never holds a listener removal back.
-        let mut work = [idle; 4];
+        let mut work = [idle; ResourceType::SNAPSHOT_COUNT];
         work[l] = w(false, true, false);
         work[r] = w(false, true, true);
         let only = pick(&work).expect("the listener removal");
@@ -314,6 +323,33 @@ mod tests {
             removal_bound(&[idle, removal_at_5, idle, idle], 1),
             u64::MAX
         );
+    }
+
+    /// A VHDS virtual host references clusters as a route configuration
+    /// does; nothing else waits for it.
+    #[test]
+    fn a_cluster_removal_waits_for_virtual_host_work() {
+        let idle = TypeWork::default();
+        let (vh, r) = (
+            ResourceType::VirtualHost.index(),
+            ResourceType::Route.index(),
+        );
+        let mut work = [idle; ResourceType::SNAPSHOT_COUNT];
+        work[0] = w(false, true, false);
+        work[vh] = w(false, false, true);
+        assert_eq!(pick(&work), None, "VHDS work in flight holds it");
+        work[vh] = idle;
+        let p = pick(&work).map(|p| (p.t, p.removals));
+        assert_eq!(p, Some((ResourceType::Cluster, true)));
+        let mut work = [idle; ResourceType::SNAPSHOT_COUNT];
+        work[r] = w(false, true, false);
+        work[vh] = w(false, false, true);
+        let p = pick(&work).map(|p| (p.t, p.removals));
+        assert_eq!(p, Some((ResourceType::Route, true)));
+        let mut work = [idle; ResourceType::SNAPSHOT_COUNT];
+        work[r] = w(true, false, true);
+        work[vh] = w(true, false, false);
+        assert_eq!(pick(&work), None, "VHDS upserts follow RDS");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::time::SystemTime;
 
 use deltapilot_model::Proxy;
 use deltapilot_xds::ResourceType;
+use deltapilot_xds::view::RouteDelivery;
 
 /// One type of one stream, as the protocol state machine sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +53,9 @@ pub struct TypeStatus {
     pub nacks: u64,
     /// The error text of the last NACK, if the latest answer was a NACK.
     pub last_nack: Option<String>,
+    /// How the stream delivers routes (SotW: always inline), so the debug
+    /// views judge it against the maps it is sent from.
+    pub route_delivery: RouteDelivery,
 }
 
 /// One stream's status.

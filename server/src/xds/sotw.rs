@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use deltapilot_model::{Proxy, ProxyType};
 use deltapilot_xds::snapshot::Snapshot;
-use deltapilot_xds::view::ViewKey;
+use deltapilot_xds::view::{RouteDelivery, ViewKey};
 use deltapilot_xds::{Resource, ResourceMap, ResourceType};
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
@@ -133,7 +133,7 @@ pub struct SotwStream {
     limits: Limits,
     nonces: NonceGen,
     seq: u64,
-    types: [TypeState; 4],
+    types: [TypeState; ResourceType::SNAPSHOT_COUNT],
 }
 
 impl SotwStream {
@@ -324,9 +324,11 @@ impl SotwStream {
             .key
             .clone()
             .unwrap_or(ViewKey::Default(ProxyType::Sidecar));
-        let mut work = [TypeWork::default(); 4];
+        let mut work = [TypeWork::default(); ResourceType::SNAPSHOT_COUNT];
         for t in ResourceType::ALL {
-            work[t.index()] = self.types[t.index()].work_flags(snap.view(&key, t));
+            // State of the world cannot carry VHDS: routes stay inline.
+            let view = snap.delivered_view(&key, t, RouteDelivery::Inline);
+            work[t.index()] = self.types[t.index()].work_flags(view);
         }
         // State of the world cannot split a type's upserts from its removals; the
         // full state goes as soon as its upserts may.

@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use deltapilot_xds::ResourceType;
+use deltapilot_xds::view::RouteDelivery;
 
 use super::registry::TypeStatus;
 
@@ -133,6 +134,7 @@ impl<V: Clone + Into<Option<String>>> AckStatus<V> {
             pending,
             nacks: self.nacks,
             last_nack: self.last_nack.clone(),
+            route_delivery: RouteDelivery::Inline,
         }
     }
 }

@@ -5,6 +5,36 @@ use std::sync::Arc;
 use bytes::Bytes;
 use deltapilot_xds::snapshot::Snapshot;
 use deltapilot_xds::{ChangeSet, Resource, ResourceMap, ResourceType};
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+
+use super::delta::DeltaPush;
+
+/// A delta request of type `t` subscribing `sub`, unsubscribing `unsub`,
+/// answering `nonce`.
+pub(crate) fn delta_req(
+    t: ResourceType,
+    sub: &[&str],
+    unsub: &[&str],
+    nonce: &str,
+) -> DeltaDiscoveryRequest {
+    DeltaDiscoveryRequest {
+        type_url: t.type_url().into(),
+        resource_names_subscribe: sub.iter().map(|s| s.to_string()).collect(),
+        resource_names_unsubscribe: unsub.iter().map(|s| s.to_string()).collect(),
+        response_nonce: nonce.into(),
+        ..Default::default()
+    }
+}
+
+/// The names a delta response upserts.
+pub(crate) fn names(p: &DeltaPush) -> Vec<String> {
+    p.out.resources.iter().map(|r| r.name.to_string()).collect()
+}
+
+/// The names a delta response removes.
+pub(crate) fn removed(p: &DeltaPush) -> Vec<String> {
+    p.out.removed.iter().map(|r| r.to_string()).collect()
+}
 
 pub(crate) fn map_mut(s: &mut Snapshot, t: ResourceType) -> &mut ResourceMap {
     match t {
@@ -12,6 +42,7 @@ pub(crate) fn map_mut(s: &mut Snapshot, t: ResourceType) -> &mut ResourceMap {
         ResourceType::Endpoint => &mut s.resources.endpoints,
         ResourceType::Listener => &mut s.resources.sidecar_listeners,
         ResourceType::Route => &mut s.resources.routes,
+        ResourceType::VirtualHost => &mut s.resources.virtual_hosts,
         ResourceType::Secret => unreachable!("secrets are not in snapshots"),
     }
 }

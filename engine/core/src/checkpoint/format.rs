@@ -67,8 +67,9 @@ pub(super) const MAGIC: [u8; 8] = *b"DPCKPT\r\n";
 /// version 4 moved endpoints to their own section, each shape stored once;
 /// version 5 split the body into a state and a resources section, each with
 /// its own checksum; version 6 added the proxyless cluster flavour
-/// (`ResourceKind::GrpcCluster`, tag 6) to the resources section.
-pub const FORMAT_VERSION: u32 = 6;
+/// (`ResourceKind::GrpcCluster`, tag 6) to the resources section; version 7
+/// the VHDS route configurations and virtual hosts (tags 7 and 8).
+pub const FORMAT_VERSION: u32 = 7;
 
 /// Header size in bytes.
 pub(super) const HEADER_LEN: usize = 40;

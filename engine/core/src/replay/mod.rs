@@ -441,6 +441,7 @@ impl Replayer {
                     (ResourceType::Cluster, _) => ResourceKind::Cluster,
                     (ResourceType::Endpoint, _) => ResourceKind::Endpoint,
                     (ResourceType::Route, _) => ResourceKind::Route,
+                    (ResourceType::VirtualHost, _) => ResourceKind::VirtualHost,
                     // Not in `ALL`: secrets never enter snapshots or views.
                     (ResourceType::Secret, _) => continue,
                 };

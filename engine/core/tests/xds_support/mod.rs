@@ -11,7 +11,7 @@ use deltapilot_model::fold::fold;
 use deltapilot_model::state::{ModelState, Touched};
 use deltapilot_proto::event::Payload;
 use deltapilot_proto::{self as pb, Event};
-use deltapilot_xds::{ResourceMap, ResourceSet};
+use deltapilot_xds::{ChangeSet, ResourceMap, ResourceSet};
 use prost::Message;
 
 #[allow(unused_imports)] // each test binary uses its own subset
@@ -221,6 +221,82 @@ pub fn set_has_same(m: &ResourceMap, n: &str, r: &deltapilot_xds::Resource) -> b
 /// Every (flavour, name, bytes) of a set, for byte-for-byte comparisons. Also
 /// checks encode-once between the two cluster flavours: a proxyless cluster
 /// with the bytes of the full one is that very resource.
+/// The VHDS checks of one regeneration from `prev` to `next`: the VHDS
+/// resources say what the inline configurations say
+/// ([`assert_vhds_matches_inline`]), and a VHDS stream of a sidecar gets
+/// from the change set exactly the whole diff.
+pub fn assert_vhds_views(prev: &ResourceSet, next: &ResourceSet, changes: &ChangeSet) {
+    use deltapilot_model::ProxyType;
+    use deltapilot_xds::ResourceType;
+    use deltapilot_xds::view::{
+        RouteDelivery, ViewKey, delivered, diff, diff_changed, resources_for,
+    };
+    fn view(s: &ResourceSet, t: ResourceType) -> &ResourceMap {
+        let key = ViewKey::Default(ProxyType::Sidecar);
+        let inline = resources_for(s, ProxyType::Sidecar, t);
+        delivered(s, &key, t, RouteDelivery::Vhds, inline)
+    }
+    assert_vhds_matches_inline(next);
+    for t in [ResourceType::Route, ResourceType::VirtualHost] {
+        let known: ResourceMap = (view(prev, t).iter())
+            .map(|(n, r)| {
+                std::sync::Arc::new(deltapilot_xds::Resource::stand_in(
+                    n.clone(),
+                    r.version.clone(),
+                ))
+            })
+            .collect();
+        let after = view(next, t);
+        let quick = diff_changed(after, &known, changes.of(t));
+        assert_eq!(diff(after, &known), quick, "VHDS {t:?}");
+    }
+}
+
+/// Checks that the VHDS resources say what the inline route configurations
+/// say: a VHDS configuration per port configuration, and as virtual hosts
+/// exactly the inline ones, each named `<port>/<its name>`.
+pub fn assert_vhds_matches_inline(set: &ResourceSet) {
+    use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
+    let mut want = 0;
+    for (name, r) in set.routes.iter() {
+        if name.parse::<u16>().is_err() {
+            continue; // a proxyless client's `<host>:<port>` configuration
+        }
+        let vhds = set
+            .vhds_routes
+            .get(name)
+            .expect("a VHDS configuration per port");
+        let vhds = RouteConfiguration::decode(&vhds.bytes[..]).expect("decodes");
+        assert!(
+            vhds.virtual_hosts.is_empty() && vhds.vhds.is_some(),
+            "{name}"
+        );
+        let rc = RouteConfiguration::decode(&r.bytes[..]).expect("decodes");
+        for mut vh in rc.virtual_hosts {
+            want += 1;
+            vh.name = format!("{name}/{}", vh.name);
+            let got = set
+                .virtual_hosts
+                .get(vh.name.as_str())
+                .expect("each virtual host");
+            let got = VirtualHost::decode(&got.bytes[..]).expect("decodes");
+            assert_eq!(got, vh);
+        }
+    }
+    assert_eq!(
+        set.virtual_hosts.len(),
+        want,
+        "no virtual host of no configuration"
+    );
+    assert_eq!(
+        set.vhds_routes.len(),
+        set.routes
+            .keys()
+            .filter(|n| n.parse::<u16>().is_ok())
+            .count()
+    );
+}
+
 pub fn flatten(set: &ResourceSet) -> Vec<(&'static str, String, Vec<u8>)> {
     for (n, r) in set.grpc_clusters.iter() {
         if let Some(full) = set.clusters.get(n) {
@@ -237,6 +313,8 @@ pub fn flatten(set: &ResourceSet) -> Vec<(&'static str, String, Vec<u8>)> {
         ("lds-sidecar", &set.sidecar_listeners),
         ("lds-grpc", &set.grpc_listeners),
         ("rds", &set.routes),
+        ("rds-vhds", &set.vhds_routes),
+        ("vhds", &set.virtual_hosts),
     ];
     let mut out = Vec::new();
     for (t, m) in maps {

@@ -31,8 +31,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::common::{cluster_name, grpc_name, port_route_name, sidecar_listener_name};
-use super::rds::PortRoutes;
-use super::{GenError, GenOptions, ModelRead, eds, lds, policy, rds, served_ports};
+use super::rds::{Encoded, PortRoutes};
+use super::{GenError, GenOptions, ModelRead, eds, lds, policy, rds, served_ports, vhds};
 use crate::{
     ChangeSet, Resource, ResourceKind, ResourceSet, ResourceType, TypeChanges, entry_hash,
 };
@@ -184,9 +184,21 @@ impl Out {
             ResourceType::Listener if grpc => ResourceKind::GrpcListener,
             ResourceType::Listener => ResourceKind::SidecarListener,
             ResourceType::Route => ResourceKind::Route,
+            ResourceType::VirtualHost => ResourceKind::VirtualHost,
             // The generator builds no secrets (see `ResourceType::Secret`).
             ResourceType::Secret => return,
         };
+        self.apply_kind(kind, name, desired);
+    }
+
+    /// Writes `name` of map `kind` (see [`Out::apply`]).
+    fn apply_kind(
+        &mut self,
+        kind: ResourceKind,
+        name: Arc<str>,
+        desired: Option<Result<Bytes, String>>,
+    ) {
+        let t = kind.resource_type();
         // Encode-once: a proxyless cluster equal to the full one is that very
         // resource (applied just before it, see `Decision::clusters`).
         let shared = match (&desired, kind) {
@@ -343,7 +355,8 @@ impl Generator {
         let mut encoded = self.encode_routes(model, &dirty.ports);
         for p in &dirty.ports {
             let any_http = self.http.get(p).is_some_and(|r| !r.is_empty());
-            let route_config = encoded.remove(p).flatten().map(Ok);
+            let (route_config, vhosts) = encoded.remove(p).unwrap_or_default();
+            let route_config = route_config.map(Ok);
             let tcp = self.tcp.get(p).unwrap_or(&empty);
             let listener =
                 lds::sidecar_listener(model, *p, any_http, tcp, &self.opts, self.filters);
@@ -353,12 +366,15 @@ impl Generator {
                 sidecar_listener_name(*p),
                 listener,
             );
-            out.apply(
-                ResourceType::Route,
-                false,
-                port_route_name(*p),
-                route_config,
-            );
+            let name = port_route_name(*p);
+            let vhds_config = route_config
+                .is_some()
+                .then(|| Ok(vhds::route_config(&name)));
+            out.apply(ResourceType::Route, false, name.clone(), route_config);
+            out.apply_kind(ResourceKind::VhdsRoute, name, vhds_config);
+            for (name, desired) in vhosts {
+                out.apply(ResourceType::VirtualHost, false, name, desired);
+            }
             if self.http.get(p).is_some_and(PortRoutes::is_empty) {
                 self.http.remove(p);
             }
@@ -510,19 +526,19 @@ impl Generator {
         });
     }
 
-    /// The route configuration of each of `ports` that has HTTP routes,
-    /// re-encoding its stale virtual hosts; ports on several threads when many
+    /// The route configuration of each of `ports` that has HTTP routes, with
+    /// its VHDS virtual hosts' changes, re-encoding its stale virtual hosts; ports on several threads when many
     /// are stale (see [`Generator::apply_route_ops`]).
     fn encode_routes<M: ModelRead + ?Sized>(
         &mut self,
         model: &M,
         ports: &BTreeSet<u16>,
-    ) -> BTreeMap<u16, Option<Bytes>> {
-        let mut work: Vec<(u16, &mut PortRoutes, Option<Bytes>)> = self
+    ) -> BTreeMap<u16, Encoded> {
+        let mut work: Vec<(u16, &mut PortRoutes, Encoded)> = self
             .http
             .iter_mut()
             .filter(|(p, _)| ports.contains(p))
-            .map(|(p, r)| (*p, r, None))
+            .map(|(p, r)| (*p, r, Default::default()))
             .collect();
         let many = work.iter().map(|(_, r, _)| r.stale_len()).sum::<usize>() >= ROUTES_PARALLEL_MIN;
         deltapilot_model::par::for_each_mut(&mut work, many, MAX_THREADS, |(_, routes, out)| {

@@ -43,9 +43,9 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
 
-use super::ModelRead;
 use super::common::{encode, grpc_name, port_route_name};
 use super::vs_routes::{Flavor, routes_for};
+use super::{ModelRead, vhds};
 use deltapilot_model::Hostname;
 
 /// How strongly a service claims a domain; lower wins.
@@ -135,14 +135,28 @@ pub(crate) fn assemble(name: String, fields: impl IntoIterator<Item = Bytes>) ->
     out.freeze()
 }
 
-/// From-scratch route configuration `<port>` for `hosts` (the reference path):
-/// counts every claim, then gives each domain to its single lowest-rank claimant.
+/// From-scratch route configuration `<port>` for `hosts` (the reference path).
 pub(crate) fn port_route_config<M: ModelRead + ?Sized>(
     model: &M,
     port: u16,
     hosts: &BTreeSet<Hostname>,
 ) -> Bytes {
-    let all: Vec<(&Hostname, Candidates)> =
+    let fields = port_vhost_fields(model, port, hosts);
+    assemble(
+        port_route_name(port).to_string(),
+        fields.into_iter().map(|(_, f)| f),
+    )
+}
+
+/// From-scratch encoded virtual hosts of route configuration `<port>` for
+/// `hosts`, in order (the reference path): counts every claim, then gives
+/// each domain to its single lowest-rank claimant.
+pub(crate) fn port_vhost_fields<'h, M: ModelRead + ?Sized>(
+    model: &M,
+    port: u16,
+    hosts: &'h BTreeSet<Hostname>,
+) -> Vec<(&'h Hostname, Bytes)> {
+    let all: Vec<(&'h Hostname, Candidates)> =
         hosts.iter().map(|h| (h, candidates(h, port))).collect();
     // domain -> (lowest rank, claimants at that rank)
     let mut best: HashMap<Arc<str>, (Rank, usize)> = HashMap::new();
@@ -156,19 +170,34 @@ pub(crate) fn port_route_config<M: ModelRead + ?Sized>(
             }
         }
     }
-    let virtual_hosts = all
-        .into_iter()
+    all.into_iter()
         .map(|(h, cands)| {
             let domains = cands
                 .into_iter()
                 .filter(|(d, r)| best.get(d) == Some(&(*r, 1)))
                 .map(|(d, _)| d.to_string())
                 .collect();
-            vhost_field(virtual_host(model, h, port, domains, Flavor::Sidecar))
+            let field = vhost_field(virtual_host(model, h, port, domains, Flavor::Sidecar));
+            (h, field)
         })
-        .collect::<Vec<_>>();
-    assemble(port_route_name(port).to_string(), virtual_hosts)
+        .collect()
 }
+
+/// The VHDS resource name of `host`'s virtual host on `port`.
+pub(crate) fn vhds_name(host: &Hostname, port: u16) -> Arc<str> {
+    Arc::from(vhds::resource_name(
+        &port_route_name(port),
+        &grpc_name(host, port),
+    ))
+}
+
+/// What one [`PortRoutes::encode`] changed among the port's VHDS virtual
+/// hosts: per name, the new bytes (or why they failed), or `None` (gone).
+pub(crate) type VhostChanges = Vec<(Arc<str>, Option<Result<Bytes, String>>)>;
+
+/// What one [`PortRoutes::encode`] gives: the inline configuration (`None`
+/// when the port has no HTTP service) and its VHDS virtual hosts' changes.
+pub(crate) type Encoded = (Option<Bytes>, VhostChanges);
 
 /// One virtual host's claims and its encoded `virtual_hosts` field.
 #[derive(Debug, Clone)]
@@ -192,6 +221,9 @@ pub(crate) struct PortRoutes {
     /// tenth of the size of a B-tree node.
     claims: HashMap<Arc<str>, Vec<(Rank, Hostname)>>,
     stale: BTreeSet<Hostname>,
+    /// Hosts taken off since the last [`PortRoutes::encode`], whose VHDS
+    /// virtual hosts it reports gone.
+    gone: BTreeSet<Hostname>,
 }
 
 impl PortRoutes {
@@ -202,6 +234,7 @@ impl PortRoutes {
             vhosts: BTreeMap::new(),
             claims: HashMap::new(),
             stale: BTreeSet::new(),
+            gone: BTreeSet::new(),
         }
     }
 
@@ -282,12 +315,19 @@ impl PortRoutes {
             self.claim(d, *r, host, false);
         }
         self.stale.remove(host);
+        self.gone.insert(host.clone());
     }
 
     /// Re-encodes stale virtual hosts (with their routes as `model`'s rules
     /// shape them) and assembles the configuration, or `None` when the port
-    /// has no HTTP service.
-    pub(crate) fn encode<M: ModelRead + ?Sized>(&mut self, model: &M) -> Option<Bytes> {
+    /// has no HTTP service; with what that changed among its VHDS virtual
+    /// hosts (each renamed from the encoded field, see `vhds::virtual_host`).
+    pub(crate) fn encode<M: ModelRead + ?Sized>(&mut self, model: &M) -> Encoded {
+        let mut vhosts: VhostChanges = std::mem::take(&mut self.gone)
+            .into_iter()
+            .filter(|h| !self.vhosts.contains_key(h))
+            .map(|h| (vhds_name(&h, self.port), None))
+            .collect();
         for host in std::mem::take(&mut self.stale) {
             let Some(v) = self.vhosts.get(&host) else {
                 continue;
@@ -305,12 +345,14 @@ impl PortRoutes {
                 domains,
                 Flavor::Sidecar,
             ));
+            let name = vhds_name(&host, self.port);
+            vhosts.push((name.clone(), Some(vhds::virtual_host(&field, &name))));
             if let Some(v) = self.vhosts.get_mut(&host) {
                 v.field = field;
             }
         }
         if self.vhosts.is_empty() {
-            return None;
+            return (None, vhosts);
         }
         let head = encode(&RouteConfiguration {
             name: port_route_name(self.port).to_string(),
@@ -322,7 +364,7 @@ impl PortRoutes {
         for v in self.vhosts.values() {
             out.extend_from_slice(&v.field);
         }
-        Some(out.freeze())
+        (Some(out.freeze()), vhosts)
     }
 }
 
@@ -486,7 +528,11 @@ mod tests {
             }
             let expect =
                 (!set.is_empty()).then(|| port_route_config(&ModelState::default(), 80, &set));
-            assert_eq!(pr.encode(&ModelState::default()), expect, "after {steps:?}");
+            assert_eq!(
+                pr.encode(&ModelState::default()).0,
+                expect,
+                "after {steps:?}"
+            );
         }
         assert!(pr.claims.is_empty());
     }

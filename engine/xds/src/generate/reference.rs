@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 
 use super::common::{cluster_name, grpc_name, port_route_name, sidecar_listener_name};
-use super::{GenError, GenOptions, ModelRead, eds, lds, policy, rds, served_ports};
+use super::{GenError, GenOptions, ModelRead, eds, lds, policy, rds, served_ports, vhds};
 use crate::{Resource, ResourceMap, ResourceSet, ResourceType};
 use deltapilot_model::{Hostname, Resolution};
 
@@ -146,14 +146,19 @@ pub fn build_all<M: ModelRead + ?Sized>(
             );
         }
         if let Some(hosts) = hosts.filter(|h| !h.is_empty()) {
+            let fields = rds::port_vhost_fields(model, p, hosts);
+            for (h, field) in &fields {
+                let name = rds::vhds_name(h, p);
+                let built = vhds::virtual_host(field, &name);
+                let t = ResourceType::VirtualHost;
+                put(&mut set.virtual_hosts, &mut errors, t, name, built);
+            }
+            let name = port_route_name(p);
+            let inline = rds::assemble(name.to_string(), fields.into_iter().map(|(_, f)| f));
             let t = ResourceType::Route;
-            put(
-                &mut set.routes,
-                &mut errors,
-                t,
-                port_route_name(p),
-                Ok(rds::port_route_config(model, p, hosts)),
-            );
+            put(&mut set.routes, &mut errors, t, name.clone(), Ok(inline));
+            let vhds_config = Ok(vhds::route_config(&name));
+            put(&mut set.vhds_routes, &mut errors, t, name, vhds_config);
         }
     }
     (set, errors)

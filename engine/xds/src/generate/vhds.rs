@@ -18,12 +18,16 @@
 //!   names in `removed_resources`: a virtual host whose own name differed
 //!   from its resource name could never be removed.
 //!
-//! What it does NOT do: serve anything. No stream is sent these resources
-//! yet; the bench `rules` uses [`split`] to state what a rule edit would send
-//! under VHDS beside what it sends inline.
+//! The generator builds them from the encoded virtual hosts `rds` caches
+//! ([`virtual_host`] renames one in place, no re-encoding), so a rule edit
+//! costs the virtual hosts it touches; [`split`] derives the same shape from
+//! a whole configuration (the bench `rules` compares both deliveries with it).
+//!
+//! What it does NOT do: decide who is sent these (see `view::delivered`).
 
 use std::sync::Arc;
 
+use bytes::{Bytes, BytesMut};
 use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, Vhds};
 use prost::Message;
 
@@ -38,6 +42,59 @@ pub const VIRTUAL_HOST_TYPE_URL: &str = "type.googleapis.com/envoy.config.route.
 /// `route_config`.
 pub fn resource_name(route_config: &str, vhost: &str) -> String {
     format!("{route_config}/{vhost}")
+}
+
+/// The VHDS form of route configuration `name`: `vhds` pointing at ADS and
+/// no virtual host. It depends on the name only.
+pub(crate) fn route_config(name: &str) -> Bytes {
+    encode(&RouteConfiguration {
+        name: name.to_string(),
+        vhds: Some(Vhds {
+            config_source: Some(ads_config_source()),
+        }),
+        ..Default::default()
+    })
+}
+
+/// The `VirtualHost` resource `name` from `field`, one encoded element of
+/// `RouteConfiguration.virtual_hosts` (as `rds` caches it): the element's
+/// message with its name (field 1, which prost writes first) replaced by
+/// `name` and every other byte kept, so the resource carries exactly the
+/// routes of the inline virtual host. `Err` when `name`'s virtual host part
+/// holds a `/` (see the module doc) or the bytes are not such a field.
+pub(crate) fn virtual_host(field: &[u8], name: &str) -> Result<Bytes, String> {
+    use prost::encoding::{WireType, decode_key, decode_varint, encode_key, encode_varint};
+    let vhost = name.split_once('/').map_or(name, |(_, v)| v);
+    if vhost.contains('/') {
+        return Err(format!(
+            "virtual host `{vhost}` has a `/` in its name: Envoy would file it under another \
+             route configuration and ignore it"
+        ));
+    }
+    let bad = |what: &str| format!("the encoded virtual host of `{name}` {what}");
+    let mut buf = field;
+    match decode_key(&mut buf) {
+        Ok((2, WireType::LengthDelimited)) => {}
+        _ => return Err(bad("is not a `virtual_hosts` field")),
+    }
+    let len = decode_varint(&mut buf).map_err(|_| bad("has no length"))?;
+    if len != buf.len() as u64 {
+        return Err(bad("has the wrong length"));
+    }
+    let mut rest = buf;
+    if let Ok((1, WireType::LengthDelimited)) = decode_key(&mut rest) {
+        let n = decode_varint(&mut rest).map_err(|_| bad("has a broken name"))?;
+        let n = usize::try_from(n).map_err(|_| bad("has a broken name"))?;
+        rest = rest.get(n..).ok_or_else(|| bad("has a broken name"))?;
+    } else {
+        rest = buf;
+    }
+    let mut out = BytesMut::with_capacity(rest.len() + name.len() + 8);
+    encode_key(1, WireType::LengthDelimited, &mut out);
+    encode_varint(name.len() as u64, &mut out);
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(rest);
+    Ok(out.freeze())
 }
 
 /// A route configuration as VHDS delivers it.
@@ -137,6 +194,32 @@ mod tests {
             before.virtual_hosts[1].version,
             after.virtual_hosts[1].version
         );
+    }
+
+    /// The renamed field decodes as the inline virtual host with the VHDS
+    /// name, and equals what `split` derives from the whole configuration.
+    #[test]
+    fn a_cached_field_renamed_equals_the_split_virtual_host() {
+        let inline = route(&[("a:8080", "a"), ("b:8080", "b")]);
+        let rc = RouteConfiguration::decode(&inline.bytes[..]).expect("decodes");
+        let want = split(&inline).expect("splits");
+        for (vh, expect) in rc.virtual_hosts.iter().zip(&want.virtual_hosts) {
+            let field = encode(&RouteConfiguration {
+                virtual_hosts: vec![vh.clone()],
+                ..Default::default()
+            });
+            let got = virtual_host(&field, &expect.name).expect("renames");
+            assert_eq!(got, expect.bytes, "{}", expect.name);
+        }
+        let rc = RouteConfiguration::decode(&route_config("8080")[..]).expect("decodes");
+        assert_eq!(
+            rc,
+            RouteConfiguration::decode(&want.route.bytes[..]).expect("decodes")
+        );
+        let err = virtual_host(b"\x0a\x00", "8080/a:8080").expect_err("not a vhost field");
+        assert!(err.contains("`8080/a:8080`"), "{err}");
+        let err = virtual_host(&[0x12, 0x00], "8080/a/b").expect_err("slash");
+        assert!(err.contains("`a/b`"), "{err}");
     }
 
     #[test]

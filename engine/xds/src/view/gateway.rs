@@ -259,7 +259,8 @@ impl GatewayView {
             ResourceType::Endpoint => &self.endpoints,
             ResourceType::Listener => &self.listeners,
             ResourceType::Route => &self.routes,
-            ResourceType::Secret => ResourceMap::empty(),
+            // Gateway routes stay inline (see `view::delivered`).
+            ResourceType::VirtualHost | ResourceType::Secret => ResourceMap::empty(),
         }
     }
 

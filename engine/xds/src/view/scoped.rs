@@ -231,14 +231,16 @@ impl ScopedView {
     }
 
     /// The view's map of type `t`; `None` for secrets, which no view holds
-    /// (they are served from the credentials store, never from snapshots).
+    /// (they are served from the credentials store, never from snapshots),
+    /// and for virtual hosts, which it keeps inline.
     fn map_mut(&mut self, t: ResourceType) -> Option<&mut ResourceMap> {
         match t {
             ResourceType::Cluster => Some(&mut self.resources.clusters),
             ResourceType::Endpoint => Some(&mut self.resources.endpoints),
             ResourceType::Listener => Some(&mut self.resources.sidecar_listeners),
             ResourceType::Route => Some(&mut self.resources.routes),
-            ResourceType::Secret => None,
+            // Scoped views keep their routes inline (see `view::delivered`).
+            ResourceType::VirtualHost | ResourceType::Secret => None,
         }
     }
 

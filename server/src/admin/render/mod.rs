@@ -81,6 +81,7 @@ pub fn message_name(t: ResourceType) -> &'static str {
         ResourceType::Endpoint => "envoy.config.endpoint.v3.ClusterLoadAssignment",
         ResourceType::Listener => "envoy.config.listener.v3.Listener",
         ResourceType::Route => "envoy.config.route.v3.RouteConfiguration",
+        ResourceType::VirtualHost => "envoy.config.route.v3.VirtualHost",
         ResourceType::Secret => "envoy.extensions.transport_sockets.tls.v3.Secret",
     }
 }

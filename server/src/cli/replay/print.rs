@@ -182,6 +182,8 @@ fn kind_label(kind: ResourceKind) -> &'static str {
         ResourceKind::SidecarListener => "lds",
         ResourceKind::GrpcListener => "lds(grpc)",
         ResourceKind::Route => "rds",
+        ResourceKind::VhdsRoute => "rds(vhds)",
+        ResourceKind::VirtualHost => "vhds",
     }
 }
 
@@ -323,6 +325,8 @@ pub(crate) fn json(
                     ResourceKind::SidecarListener => "sidecar_listener",
                     ResourceKind::GrpcListener => "grpc_listener",
                     ResourceKind::Route => "route",
+                    ResourceKind::VhdsRoute => "vhds_route",
+                    ResourceKind::VirtualHost => "virtual_host",
                 },
                 name: &c.name,
                 action: action(c),

@@ -23,6 +23,7 @@ use deltapilot_model::rules::ExportDefaults;
 use deltapilot_server::conn::{ConnLimits, XdsConnOptions};
 use deltapilot_server::xds::Limits;
 use deltapilot_xds::generate::GenOptions;
+use deltapilot_xds::view::RouteDelivery;
 use serde::Deserialize;
 
 /// Every setting of `deltapilot run`, as a flag, its environment variable and its
@@ -136,6 +137,17 @@ pub(crate) struct RunConfig {
     /// Most concurrent xDS streams [default: 100000].
     #[arg(long, env = "DELTAPILOT_MAX_STREAMS")]
     max_streams: Option<usize>,
+    /// How delta Envoys get HTTP routes: `inline` (virtual hosts inside each
+    /// route configuration) or `vhds` (one VirtualHost resource each, so a
+    /// rule edit resends one virtual host; the bootstrap's ADS must be
+    /// DELTA_GRPC). SotW and proxyless clients always get inline [default: inline].
+    #[arg(
+        long,
+        env = "DELTAPILOT_ROUTE_DELIVERY",
+        value_enum,
+        value_name = "HOW"
+    )]
+    route_delivery: Option<RouteDeliveryArg>,
     /// Seconds a stream may stay silent with a response un-ACKed before it is closed [default: 300].
     #[arg(long, env = "DELTAPILOT_STALL_TIMEOUT_SECS")]
     stall_timeout_secs: Option<u64>,
@@ -266,6 +278,16 @@ pub(crate) struct RunConfig {
     )]
     #[serde(default)]
     xds_tls_allow: Vec<String>,
+}
+
+/// `--route-delivery` (see `RouteDelivery`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum RouteDeliveryArg {
+    /// Virtual hosts inline in each route configuration.
+    Inline,
+    /// Route configurations point at VHDS; each virtual host is a resource.
+    Vhds,
 }
 
 /// `--debug-endpoints`: whether the admin server mounts `/debug/*`, which exposes
@@ -545,6 +567,11 @@ impl RunConfig {
                 .max_resources_per_response
                 .unwrap_or(d.max_resources_per_response),
             max_streams: self.max_streams.unwrap_or(d.max_streams),
+            route_delivery: match self.route_delivery {
+                None => d.route_delivery,
+                Some(RouteDeliveryArg::Inline) => RouteDelivery::Inline,
+                Some(RouteDeliveryArg::Vhds) => RouteDelivery::Vhds,
+            },
             stall_timeout: self
                 .stall_timeout_secs
                 .map(Duration::from_secs)

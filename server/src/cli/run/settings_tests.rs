@@ -256,3 +256,19 @@ fn flags_override_the_config_file_which_overrides_defaults() {
     );
     assert!(e.contains("--max-streams must be at least 1"), "{e}");
 }
+
+#[test]
+fn route_delivery_is_inline_unless_vhds_is_asked_for() {
+    use deltapilot_xds::view::RouteDelivery;
+    let dir = tempfile::tempdir().expect("tmp");
+    let data = dir.path().to_str().expect("utf-8");
+    let s = settings(&["--data-dir", data]).expect("valid");
+    assert_eq!(s.limits.route_delivery, RouteDelivery::Inline);
+    let s = settings(&["--data-dir", data, "--route-delivery", "vhds"]).expect("valid");
+    assert_eq!(s.limits.route_delivery, RouteDelivery::Vhds);
+    let c = dir.path().join("c.yaml");
+    std::fs::write(&c, "route-delivery: vhds\n").expect("write");
+    let s = settings(&["--data-dir", data, "--config", c.to_str().expect("utf-8")]);
+    assert_eq!(s.expect("valid").limits.route_delivery, RouteDelivery::Vhds);
+    assert!(settings(&["--data-dir", data, "--route-delivery", "sideways"]).is_err());
+}
